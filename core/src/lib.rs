@@ -1,0 +1,20 @@
+//! Pure queue logic of aedb_queue: no Postgres in here, so every rule can be
+//! unit-tested with plain `cargo test`.
+//!
+//! - [`error`]: the typed error enum and its SQLSTATEs.
+//! - [`validate`]: argument checks shared by every SQL entry point.
+//! - [`backoff`] and [`transition`]: what a failure does to a task.
+//! - [`spec`]: parsing of follow-up enqueue specs (JSON).
+
+pub mod backoff;
+pub mod error;
+pub mod spec;
+pub mod transition;
+pub mod validate;
+
+pub use error::QueueError;
+
+/// Microseconds per unit, matching Postgres' interval arithmetic
+/// (a month counts as 30 days when intervals are compared).
+pub const MICROS_PER_SECOND: i64 = 1_000_000;
+pub const MICROS_PER_DAY: i64 = 86_400 * MICROS_PER_SECOND;

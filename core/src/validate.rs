@@ -1,0 +1,243 @@
+//! Argument checks shared by every SQL entry point. Each check names the
+//! argument it rejects, so the error tells the caller what to fix.
+
+use crate::backoff::{DEFAULT_BACKOFF_BASE_MICROS, DEFAULT_BACKOFF_MAX_MICROS, DEFAULT_MAX_ATTEMPTS};
+use crate::QueueError;
+
+pub const MAX_NAME_BYTES: usize = 128;
+pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 512;
+/// Upper bound on one claim batch: keeps a single call's locks and work bounded.
+pub const MAX_CLAIM_BATCH: i32 = 10_000;
+pub const MAX_LIST_LIMIT: i32 = 100_000;
+
+pub fn required<T>(arg: &'static str, value: Option<T>) -> Result<T, QueueError> {
+    value.ok_or(QueueError::NullArgument { arg })
+}
+
+/// Queue names and owner ids: non-empty, at most 128 bytes.
+pub fn name(arg: &str, value: &str) -> Result<(), QueueError> {
+    if value.is_empty() {
+        return Err(QueueError::invalid(arg, "must not be empty"));
+    }
+    if value.len() > MAX_NAME_BYTES {
+        return Err(QueueError::invalid(
+            arg,
+            format!("is {} bytes, longer than {MAX_NAME_BYTES}", value.len()),
+        ));
+    }
+    Ok(())
+}
+
+pub fn positive_duration(arg: &str, micros: i64) -> Result<i64, QueueError> {
+    if micros <= 0 {
+        return Err(QueueError::invalid(arg, "must be a positive interval"));
+    }
+    Ok(micros)
+}
+
+pub fn non_negative_duration(arg: &str, micros: i64) -> Result<i64, QueueError> {
+    if micros < 0 {
+        return Err(QueueError::invalid(arg, "must not be a negative interval"));
+    }
+    Ok(micros)
+}
+
+pub fn claim_max(max: i32) -> Result<i32, QueueError> {
+    in_range("max", max, 1, MAX_CLAIM_BATCH)
+}
+
+pub fn list_limit(limit: i32) -> Result<i32, QueueError> {
+    in_range("limit", limit, 1, MAX_LIST_LIMIT)
+}
+
+pub fn reap_max(max: i32) -> Result<i32, QueueError> {
+    in_range("max", max, 1, i32::MAX)
+}
+
+fn in_range(arg: &str, value: i32, low: i32, high: i32) -> Result<i32, QueueError> {
+    if value < low || value > high {
+        return Err(QueueError::invalid(arg, format!("must be between {low} and {high}, got {value}")));
+    }
+    Ok(value)
+}
+
+pub fn payload_size(arg: &str, bytes: usize, limit: usize) -> Result<(), QueueError> {
+    if bytes > limit {
+        return Err(QueueError::PayloadTooLarge { arg: arg.to_string(), bytes, limit });
+    }
+    Ok(())
+}
+
+pub fn state(value: &str) -> Result<(), QueueError> {
+    match value {
+        "scheduled" | "ready" | "in_flight" | "dead" => Ok(()),
+        _ => Err(QueueError::invalid(
+            "state",
+            format!("must be one of scheduled, ready, in_flight, dead; got {value:?}"),
+        )),
+    }
+}
+
+/// Per-task enqueue options as given by the caller; `None` means "use the default".
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EnqueueOptions {
+    pub delay_micros: i64,
+    pub priority: i64,
+    pub max_attempts: Option<i32>,
+    pub backoff_base_micros: Option<i64>,
+    pub backoff_max_micros: Option<i64>,
+    pub idempotency_key: Option<String>,
+}
+
+/// Enqueue options checked and with defaults filled in: what is stored on the task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedEnqueue {
+    pub delay_micros: i64,
+    pub priority: i64,
+    pub max_attempts: i32,
+    pub backoff_base_micros: i64,
+    pub backoff_max_micros: i64,
+    pub idempotency_key: Option<String>,
+}
+
+impl ResolvedEnqueue {
+    /// A delayed task waits in `scheduled`; an immediate one is `ready` at once.
+    pub fn is_scheduled(&self) -> bool {
+        self.delay_micros > 0
+    }
+}
+
+/// Checks `options`; `prefix` qualifies argument names in errors (for
+/// follow-up specs, e.g. `follow_ups[2].`).
+pub fn resolve_enqueue(options: EnqueueOptions, prefix: &str) -> Result<ResolvedEnqueue, QueueError> {
+    let arg = |name: &str| format!("{prefix}{name}");
+    non_negative_duration(&arg("delay"), options.delay_micros)?;
+    let max_attempts = options.max_attempts.unwrap_or(DEFAULT_MAX_ATTEMPTS);
+    if max_attempts < 1 {
+        return Err(QueueError::invalid(arg("max_attempts"), format!("must be at least 1, got {max_attempts}")));
+    }
+    let base = match options.backoff_base_micros {
+        Some(base) => positive_duration(&arg("backoff_base"), base)?,
+        None => DEFAULT_BACKOFF_BASE_MICROS,
+    };
+    // An explicit base above the default ceiling raises the default ceiling with it.
+    let ceiling = match options.backoff_max_micros {
+        Some(ceiling) => positive_duration(&arg("backoff_max"), ceiling)?,
+        None => DEFAULT_BACKOFF_MAX_MICROS.max(base),
+    };
+    if ceiling < base {
+        return Err(QueueError::invalid(arg("backoff_max"), "must not be below backoff_base"));
+    }
+    if let Some(key) = &options.idempotency_key {
+        if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY_BYTES {
+            return Err(QueueError::invalid(
+                arg("idempotency_key"),
+                format!("must be 1 to {MAX_IDEMPOTENCY_KEY_BYTES} bytes, got {}", key.len()),
+            ));
+        }
+    }
+    Ok(ResolvedEnqueue {
+        delay_micros: options.delay_micros,
+        priority: options.priority,
+        max_attempts,
+        backoff_base_micros: base,
+        backoff_max_micros: ceiling,
+        idempotency_key: options.idempotency_key,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MICROS_PER_SECOND as S;
+
+    fn sqlstate<T: std::fmt::Debug>(r: Result<T, QueueError>) -> &'static str {
+        r.unwrap_err().sqlstate()
+    }
+
+    #[test]
+    fn names_must_be_non_empty_and_at_most_128_bytes() {
+        assert!(name("queue", "emails").is_ok());
+        assert!(name("queue", &"q".repeat(128)).is_ok());
+        assert_eq!(sqlstate(name("queue", "")), "22023");
+        assert_eq!(sqlstate(name("queue", &"q".repeat(129))), "22023");
+        // 64 two-byte characters are 128 bytes; one more is over.
+        assert!(name("owner_id", &"é".repeat(64)).is_ok());
+        assert!(name("owner_id", &"é".repeat(65)).unwrap_err().to_string().contains("owner_id"));
+    }
+
+    #[test]
+    fn required_reports_null() {
+        assert_eq!(required("queue", Some(1)).unwrap(), 1);
+        assert_eq!(required::<i32>("queue", None).unwrap_err(), QueueError::NullArgument { arg: "queue" });
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(sqlstate(positive_duration("lease", 0)), "22023");
+        assert_eq!(sqlstate(positive_duration("lease", -1)), "22023");
+        assert_eq!(positive_duration("lease", 1).unwrap(), 1);
+        assert_eq!(non_negative_duration("delay", 0).unwrap(), 0);
+        assert_eq!(sqlstate(non_negative_duration("delay", -1)), "22023");
+    }
+
+    #[test]
+    fn claim_and_list_bounds() {
+        assert!(claim_max(1).is_ok() && claim_max(MAX_CLAIM_BATCH).is_ok());
+        assert!(claim_max(0).is_err() && claim_max(MAX_CLAIM_BATCH + 1).is_err());
+        assert!(list_limit(0).is_err() && list_limit(100).is_ok());
+        assert!(reap_max(0).is_err() && reap_max(1).is_ok());
+    }
+
+    #[test]
+    fn payload_limit() {
+        assert!(payload_size("payload", 10, 10).is_ok());
+        assert_eq!(sqlstate(payload_size("payload", 11, 10)), "54000");
+    }
+
+    #[test]
+    fn states() {
+        for s in ["scheduled", "ready", "in_flight", "dead"] {
+            assert!(state(s).is_ok());
+        }
+        assert!(state("done").is_err() && state("").is_err());
+    }
+
+    #[test]
+    fn defaults_are_five_attempts_one_second_sixty_seconds() {
+        let r = resolve_enqueue(EnqueueOptions::default(), "").unwrap();
+        assert_eq!((r.max_attempts, r.backoff_base_micros, r.backoff_max_micros), (5, S, 60 * S));
+        assert!(!r.is_scheduled());
+    }
+
+    #[test]
+    fn a_delay_makes_the_task_scheduled() {
+        let r = resolve_enqueue(EnqueueOptions { delay_micros: 1, ..Default::default() }, "").unwrap();
+        assert!(r.is_scheduled());
+    }
+
+    #[test]
+    fn rejects_bad_options_naming_them() {
+        let bad = |o: EnqueueOptions| resolve_enqueue(o, "follow_ups[1].").unwrap_err().to_string();
+        assert!(bad(EnqueueOptions { delay_micros: -1, ..Default::default() }).contains("follow_ups[1].delay"));
+        assert!(bad(EnqueueOptions { max_attempts: Some(0), ..Default::default() }).contains("max_attempts"));
+        assert!(bad(EnqueueOptions { backoff_base_micros: Some(0), ..Default::default() }).contains("backoff_base"));
+        assert!(bad(EnqueueOptions {
+            backoff_base_micros: Some(2 * S),
+            backoff_max_micros: Some(S),
+            ..Default::default()
+        })
+        .contains("backoff_max"));
+        assert!(bad(EnqueueOptions { idempotency_key: Some(String::new()), ..Default::default() })
+            .contains("idempotency_key"));
+        assert!(bad(EnqueueOptions { idempotency_key: Some("k".repeat(513)), ..Default::default() })
+            .contains("idempotency_key"));
+    }
+
+    #[test]
+    fn a_large_base_lifts_the_default_ceiling() {
+        let r = resolve_enqueue(EnqueueOptions { backoff_base_micros: Some(120 * S), ..Default::default() }, "")
+            .unwrap();
+        assert_eq!(r.backoff_max_micros, 120 * S);
+    }
+}

@@ -1,0 +1,61 @@
+-- aedb_queue schema: one set of tables holds every queue; queues are rows.
+
+CREATE TYPE aedb_queue.task_state AS ENUM ('scheduled', 'ready', 'in_flight', 'dead');
+
+-- What a fenced call (complete, fail, heartbeat) did.
+CREATE TYPE aedb_queue.outcome AS ENUM ('applied', 'lease_lost');
+
+-- Task ids double as the FIFO order within a priority.
+CREATE SEQUENCE aedb_queue.task_id_seq AS bigint;
+
+CREATE TABLE aedb_queue.queue (
+    name       text PRIMARY KEY,
+    created_at timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE TABLE aedb_queue.task (
+    task_id         bigint PRIMARY KEY DEFAULT nextval('aedb_queue.task_id_seq'),
+    queue           text NOT NULL,
+    state           aedb_queue.task_state NOT NULL,
+    not_before      timestamptz NOT NULL,
+    priority        bigint NOT NULL DEFAULT 0,
+    attempts        integer NOT NULL DEFAULT 0,
+    max_attempts    integer NOT NULL CHECK (max_attempts >= 1),
+    backoff_base    interval NOT NULL,
+    backoff_max     interval NOT NULL,
+    fencing_token   bigint NOT NULL DEFAULT 0,
+    owner_id        text,
+    lease_deadline  timestamptz,
+    payload         jsonb,
+    progress        jsonb,
+    last_error      text,
+    idempotency_key text,
+    created_at      timestamptz NOT NULL,
+    updated_at      timestamptz NOT NULL,
+    CHECK (state <> 'in_flight' OR (owner_id IS NOT NULL AND lease_deadline IS NOT NULL))
+);
+ALTER SEQUENCE aedb_queue.task_id_seq OWNED BY aedb_queue.task.task_id;
+
+-- One partial index per state, each leading with the queue: a claim reads
+-- only the ready entries of its own queue, so future, dead and in-flight
+-- tasks (and other queues) never enter its scan.
+CREATE INDEX task_ready_idx     ON aedb_queue.task (queue, priority DESC, task_id) WHERE state = 'ready';
+CREATE INDEX task_scheduled_idx ON aedb_queue.task (queue, not_before)            WHERE state = 'scheduled';
+CREATE INDEX task_in_flight_idx ON aedb_queue.task (queue, lease_deadline)        WHERE state = 'in_flight';
+CREATE INDEX task_dead_idx      ON aedb_queue.task (queue, task_id)               WHERE state = 'dead';
+
+-- Keys outlive their tasks, so a retried enqueue after completion still dedups.
+CREATE TABLE aedb_queue.idempotency_key (
+    queue      text NOT NULL,
+    key        text NOT NULL,
+    task_id    bigint NOT NULL,
+    created_at timestamptz NOT NULL,
+    PRIMARY KEY (queue, key)
+);
+
+-- The stable row type of queue_get / queue_list.
+CREATE VIEW aedb_queue.tasks AS
+SELECT task_id, queue, state, not_before, priority, attempts, max_attempts, owner_id,
+       fencing_token, lease_deadline, payload, progress, last_error, idempotency_key,
+       backoff_base, backoff_max, created_at, updated_at
+FROM aedb_queue.task;

@@ -1,0 +1,47 @@
+//! `queue_claim`: lease up to `max` due tasks to one owner.
+
+use aedb_queue_core::validate;
+use pgrx::datum::{Interval, TimestampWithTimeZone};
+use pgrx::prelude::*;
+
+use super::{checked_name, positive_interval, required};
+use super::reap::reap_queue;
+use crate::errors::run;
+use crate::jsonb::RawJsonb;
+use crate::store;
+
+/// Timers promoted and leases reclaimed inline per claim, at least: enough to
+/// keep a busy queue current, bounded so one claim never does unbounded work.
+const INLINE_REAP_MIN: i32 = 100;
+
+#[pg_extern]
+fn queue_claim(
+    queue: Option<&str>,
+    owner_id: Option<&str>,
+    lease: default!(Option<Interval>, "'30 seconds'"),
+    max: default!(Option<i32>, 1),
+) -> TableIterator<
+    'static,
+    (
+        name!(task_id, i64),
+        name!(payload, Option<RawJsonb>),
+        name!(attempts, i32),
+        name!(fencing_token, i64),
+        name!(lease_deadline, TimestampWithTimeZone),
+        name!(priority, i64),
+        name!(enqueued_at, TimestampWithTimeZone),
+        name!(progress, Option<RawJsonb>),
+    ),
+> {
+    run(|| {
+        let queue = checked_name("queue", queue)?;
+        let owner_id = checked_name("owner_id", owner_id)?;
+        let lease = positive_interval("lease", lease)?;
+        let max = validate::claim_max(required("max", max)?)?;
+        reap_queue(queue, max.max(INLINE_REAP_MIN))?;
+        let rows = store::claim(queue, owner_id, lease, max)?.into_iter().map(|t| {
+            (t.task_id, t.payload, t.attempts, t.fencing_token, t.lease_deadline, t.priority, t.enqueued_at, t.progress)
+        });
+        Ok(TableIterator::new(rows.collect::<Vec<_>>()))
+    })
+}

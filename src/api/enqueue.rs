@@ -1,0 +1,144 @@
+//! `queue_enqueue`, `queue_enqueue_batch`, and the enqueue path follow-ups share.
+
+use aedb_queue_core::validate::{self, EnqueueOptions, ResolvedEnqueue};
+use aedb_queue_core::spec::EnqueueSpec;
+use pgrx::datum::Interval;
+use pgrx::prelude::*;
+
+use super::{checked_json, checked_name, interval, micros, required};
+use crate::errors::{internal, run, Result};
+use crate::guc;
+use crate::jsonb::{RawJsonb, RawJsonbArray};
+use crate::store::{self, NewTask};
+
+/// An enqueue whose every argument has been checked: inserting it can only
+/// fail on a database error, so a batch of them is all-or-nothing.
+pub(crate) struct CheckedEnqueue {
+    queue: String,
+    payload: Option<RawJsonb>,
+    options: ResolvedEnqueue,
+}
+
+impl CheckedEnqueue {
+    fn new(queue: &str, queue_arg: &str, payload: Option<RawJsonb>, payload_arg: &str,
+           options: EnqueueOptions, prefix: &str) -> Result<Self> {
+        validate::name(queue_arg, queue)?;
+        let payload = checked_json(payload_arg, payload)?;
+        let options = validate::resolve_enqueue(options, prefix)?;
+        Ok(CheckedEnqueue { queue: queue.to_string(), payload, options })
+    }
+
+    pub(crate) fn from_spec(spec: EnqueueSpec) -> Result<Self> {
+        let payload = spec.payload.map(RawJsonb::from_json);
+        let options = EnqueueOptions {
+            delay_micros: spec.delay.unwrap_or(0),
+            priority: spec.priority.unwrap_or(0),
+            max_attempts: spec.max_attempts,
+            backoff_base_micros: spec.backoff_base,
+            backoff_max_micros: spec.backoff_max,
+            idempotency_key: spec.idempotency_key,
+        };
+        let at = |key: &str| format!("{}{key}", spec.path);
+        Self::new(&spec.queue, &at("queue"), payload, &at("payload"), options, &spec.path)
+    }
+
+    fn new_task(&self) -> NewTask<'_> {
+        new_task(&self.queue, &self.options)
+    }
+
+    /// Inserts the task; returns its id and whether an idempotency key matched.
+    pub(crate) fn insert(&self) -> Result<(i64, bool)> {
+        let task = self.new_task();
+        let Some(key) = self.options.idempotency_key.as_deref() else {
+            return Ok((store::insert_task(&task, None, self.payload, None)?, false));
+        };
+        match store::reserve_key(&self.queue, key)? {
+            Some(id) => Ok((store::insert_task(&task, Some(id), self.payload, Some(key))?, false)),
+            None => store::lookup_key(&self.queue, key)?
+                .map(|id| (id, true))
+                .ok_or_else(|| internal("idempotency key vanished between reserve and lookup")),
+        }
+    }
+}
+
+fn new_task<'a>(queue: &'a str, options: &ResolvedEnqueue) -> NewTask<'a> {
+    NewTask {
+        queue,
+        scheduled: options.is_scheduled(),
+        delay: interval(options.delay_micros),
+        priority: options.priority,
+        max_attempts: options.max_attempts,
+        backoff_base: interval(options.backoff_base_micros),
+        backoff_max: interval(options.backoff_max_micros),
+    }
+}
+
+fn options(
+    delay: Option<Interval>,
+    priority: Option<i64>,
+    max_attempts: Option<i32>,
+    backoff_base: Option<Interval>,
+    backoff_max: Option<Interval>,
+    idempotency_key: Option<&str>,
+) -> Result<EnqueueOptions> {
+    Ok(EnqueueOptions {
+        delay_micros: micros(required("delay", delay)?),
+        priority: required("priority", priority)?,
+        max_attempts,
+        backoff_base_micros: backoff_base.map(micros),
+        backoff_max_micros: backoff_max.map(micros),
+        idempotency_key: idempotency_key.map(str::to_string),
+    })
+}
+
+/// Enqueues one task in the caller's transaction.
+#[pg_extern]
+#[allow(clippy::too_many_arguments)]
+fn queue_enqueue(
+    queue: Option<&str>,
+    payload: default!(Option<RawJsonb>, "NULL"),
+    delay: default!(Option<Interval>, "'0'"),
+    priority: default!(Option<i64>, 0),
+    max_attempts: default!(Option<i32>, "NULL"),
+    backoff_base: default!(Option<Interval>, "NULL"),
+    backoff_max: default!(Option<Interval>, "NULL"),
+    idempotency_key: default!(Option<&str>, "NULL"),
+) -> TableIterator<'static, (name!(task_id, i64), name!(deduplicated, bool))> {
+    run(|| {
+        let queue = required("queue", queue)?;
+        let options = options(delay, priority, max_attempts, backoff_base, backoff_max, idempotency_key)?;
+        let (task_id, deduplicated) = CheckedEnqueue::new(queue, "queue", payload, "payload", options, "")?.insert()?;
+        Ok(TableIterator::once((task_id, deduplicated)))
+    })
+}
+
+/// Enqueues one task per payload in a single statement; returns their ids
+/// in payload order.
+#[pg_extern]
+fn queue_enqueue_batch(
+    queue: Option<&str>,
+    payloads: Option<RawJsonbArray>,
+    delay: default!(Option<Interval>, "'0'"),
+    priority: default!(Option<i64>, 0),
+    max_attempts: default!(Option<i32>, "NULL"),
+    backoff_base: default!(Option<Interval>, "NULL"),
+    backoff_max: default!(Option<Interval>, "NULL"),
+) -> SetOfIterator<'static, i64> {
+    run(|| {
+        let queue = checked_name("queue", queue)?;
+        let payloads = required("payloads", payloads)?;
+        let sizes = payloads.element_sizes();
+        for (i, size) in sizes.iter().enumerate() {
+            if let Some(size) = size {
+                validate::payload_size(&format!("payloads[{}]", i + 1), *size, guc::max_payload_bytes())?;
+            }
+        }
+        let options = options(delay, priority, max_attempts, backoff_base, backoff_max, None)?;
+        let resolved = validate::resolve_enqueue(options, "")?;
+        if sizes.is_empty() {
+            return Ok(SetOfIterator::new(Vec::new()));
+        }
+        let ids = store::insert_batch(&new_task(queue, &resolved), payloads)?;
+        Ok(SetOfIterator::new(ids))
+    })
+}

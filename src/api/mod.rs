@@ -1,0 +1,52 @@
+//! The `#[pg_extern]` entry points: check arguments with the pure rules,
+//! call the store, shape the result. No SQL and no queue rules live here.
+
+mod claim;
+mod enqueue;
+mod inspect;
+mod reap;
+mod settle;
+
+use aedb_queue_core::validate;
+use aedb_queue_core::{MICROS_PER_DAY, QueueError};
+use pgrx::datum::Interval;
+
+use crate::errors::Result;
+use crate::guc;
+use crate::jsonb::RawJsonb;
+
+/// Interval length in microseconds, counting a month as 30 days as Postgres
+/// does when it compares intervals.
+pub(crate) fn micros(interval: Interval) -> i64 {
+    let total = interval.months() as i128 * 30 * MICROS_PER_DAY as i128
+        + interval.days() as i128 * MICROS_PER_DAY as i128
+        + interval.micros() as i128;
+    total.clamp(i64::MIN as i128, i64::MAX as i128) as i64
+}
+
+pub(crate) fn interval(micros: i64) -> Interval {
+    Interval::from_micros(micros)
+}
+
+pub(crate) fn checked_name<'a>(arg: &'static str, value: Option<&'a str>) -> Result<&'a str> {
+    let value = validate::required(arg, value)?;
+    validate::name(arg, value)?;
+    Ok(value)
+}
+
+pub(crate) fn checked_json(arg: &str, value: Option<RawJsonb>) -> Result<Option<RawJsonb>> {
+    if let Some(json) = value {
+        validate::payload_size(arg, json.byte_size(), guc::max_payload_bytes())?;
+    }
+    Ok(value)
+}
+
+pub(crate) fn positive_interval(arg: &'static str, value: Option<Interval>) -> Result<Interval> {
+    let value = validate::required(arg, value)?;
+    validate::positive_duration(arg, micros(value))?;
+    Ok(value)
+}
+
+pub(crate) fn required<T>(arg: &'static str, value: Option<T>) -> std::result::Result<T, QueueError> {
+    validate::required(arg, value)
+}

@@ -1,0 +1,121 @@
+//! Fenced settlements (`queue_complete`, `queue_fail`, `queue_heartbeat`) and `queue_cancel`.
+
+use aedb_queue_core::spec::parse_follow_ups;
+use aedb_queue_core::transition::{on_failure, FailOutcome, FailRequest, RetryPolicy};
+use aedb_queue_core::QueueError;
+use pgrx::datum::{Interval, JsonB};
+use pgrx::prelude::*;
+
+use super::enqueue::CheckedEnqueue;
+use super::{checked_json, checked_name, interval, micros, positive_interval, required};
+use crate::errors::{run, Result};
+use crate::jsonb::RawJsonb;
+use crate::outcome::Outcome;
+use crate::store;
+
+/// Removes the task and, in the same transaction, enqueues its follow-ups.
+/// With `strict`, a fenced-out call raises SQLSTATE 40002 so the caller's own
+/// writes in this transaction roll back with it (exactly-once outbox).
+#[pg_extern]
+fn queue_complete(
+    queue: Option<&str>,
+    task_id: Option<i64>,
+    fencing_token: Option<i64>,
+    result: default!(Option<RawJsonb>, "NULL"),
+    follow_ups: default!(Option<JsonB>, "NULL"),
+    strict: default!(Option<bool>, false),
+) -> Outcome {
+    run(|| {
+        let queue = checked_name("queue", queue)?;
+        let task_id = required("task_id", task_id)?;
+        let fencing_token = required("fencing_token", fencing_token)?;
+        let strict = required("strict", strict)?;
+        checked_json("result", result)?;
+        // Check every follow-up before touching anything.
+        let follow_ups = match follow_ups {
+            Some(JsonB(value)) => parse_follow_ups("follow_ups", &value)?
+                .into_iter()
+                .map(CheckedEnqueue::from_spec)
+                .collect::<Result<Vec<_>>>()?,
+            None => Vec::new(),
+        };
+        if !store::complete(queue, task_id, fencing_token)? {
+            if strict {
+                return Err(QueueError::LeaseLost { task_id, fencing_token });
+            }
+            return Ok(Outcome::LeaseLost);
+        }
+        for follow_up in &follow_ups {
+            follow_up.insert()?;
+        }
+        Ok(Outcome::Applied)
+    })
+}
+
+/// Reports a failed attempt: retry after backoff (or `retry_in`), or dead-letter.
+#[pg_extern]
+fn queue_fail(
+    queue: Option<&str>,
+    task_id: Option<i64>,
+    fencing_token: Option<i64>,
+    error: Option<&str>,
+    retry_in: default!(Option<Interval>, "NULL"),
+    dead_letter: default!(Option<bool>, false),
+) -> Outcome {
+    run(|| {
+        let queue = checked_name("queue", queue)?;
+        let task_id = required("task_id", task_id)?;
+        let fencing_token = required("fencing_token", fencing_token)?;
+        let error = required("error", error)?;
+        let retry_in_micros = retry_in
+            .map(|r| aedb_queue_core::validate::non_negative_duration("retry_in", micros(r)))
+            .transpose()?;
+        let request = FailRequest { retry_in_micros, dead_letter: required("dead_letter", dead_letter)? };
+        let Some(task) = store::lock_for_fail(queue, task_id, fencing_token)? else {
+            return Ok(Outcome::LeaseLost);
+        };
+        let policy = RetryPolicy {
+            attempts: task.attempts,
+            max_attempts: task.max_attempts,
+            backoff_base_micros: micros(task.backoff_base),
+            backoff_max_micros: micros(task.backoff_max),
+        };
+        match on_failure(policy, request) {
+            FailOutcome::RetryAfter(delay) => {
+                let state = if delay > 0 { "scheduled" } else { "ready" };
+                store::settle_failure(task_id, state, Some(interval(delay)), error)?
+            }
+            FailOutcome::DeadLetter => store::settle_failure(task_id, "dead", None, error)?,
+        }
+        Ok(Outcome::Applied)
+    })
+}
+
+/// Extends the lease to now + `extend` and records `progress`, which the
+/// next claim of this task returns.
+#[pg_extern]
+fn queue_heartbeat(
+    queue: Option<&str>,
+    task_id: Option<i64>,
+    fencing_token: Option<i64>,
+    extend: Option<Interval>,
+    progress: default!(Option<RawJsonb>, "NULL"),
+) -> Outcome {
+    run(|| {
+        let queue = checked_name("queue", queue)?;
+        let task_id = required("task_id", task_id)?;
+        let fencing_token = required("fencing_token", fencing_token)?;
+        let extend = positive_interval("extend", extend)?;
+        let progress = checked_json("progress", progress)?;
+        Ok(Outcome::from_applied(store::heartbeat(queue, task_id, fencing_token, extend, progress)?))
+    })
+}
+
+/// Removes a task in any state; a worker still holding it is fenced out.
+#[pg_extern]
+fn queue_cancel(queue: Option<&str>, task_id: Option<i64>) -> bool {
+    run(|| {
+        let queue = checked_name("queue", queue)?;
+        store::cancel(queue, required("task_id", task_id)?)
+    })
+}

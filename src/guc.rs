@@ -1,0 +1,24 @@
+//! Server settings of the extension.
+
+use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
+
+/// Largest payload, progress or result accepted, in bytes of the jsonb value.
+/// Superuser-only, so an application cannot lift the limit an operator set.
+pub static MAX_PAYLOAD_BYTES: GucSetting<i32> = GucSetting::<i32>::new(1024 * 1024);
+
+pub fn register() {
+    GucRegistry::define_int_guc(
+        c"aedb_queue.max_payload_bytes",
+        c"Largest jsonb payload, progress or result aedb_queue accepts, in bytes.",
+        c"Measured on the uncompressed jsonb value. Larger values are rejected with SQLSTATE 54000.",
+        &MAX_PAYLOAD_BYTES,
+        1,
+        i32::MAX,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+}
+
+pub fn max_payload_bytes() -> usize {
+    MAX_PAYLOAD_BYTES.get().max(1) as usize
+}

@@ -1,0 +1,39 @@
+//! aedb_queue: a durable task and timer queue inside PostgreSQL.
+//!
+//! Layers, from the inside out:
+//! - `aedb_queue_core` (crate `core/`): pure rules — validation, backoff,
+//!   state transitions, follow-up specs, the error enum. No Postgres.
+//! - [`store`]: every SQL statement the extension runs, prepared once per
+//!   backend, all values passed as parameters.
+//! - [`api`]: the `#[pg_extern]` entry points, thin glue between the two.
+//! - `sql/`: schema DDL and the SQL-language inspection functions.
+
+use pgrx::prelude::*;
+
+mod api;
+mod errors;
+mod guc;
+mod jsonb;
+mod outcome;
+mod store;
+#[cfg(any(test, feature = "pg_test"))]
+mod tests;
+
+::pgrx::pg_module_magic!();
+
+extension_sql_file!("../sql/schema.sql", name = "schema", bootstrap);
+
+#[pg_guard]
+pub extern "C-unwind" fn _PG_init() {
+    guc::register();
+}
+
+/// Hooks for `cargo pgrx test`.
+#[cfg(test)]
+pub mod pg_test {
+    pub fn setup(_options: Vec<&str>) {}
+
+    pub fn postgresql_conf_options() -> Vec<&'static str> {
+        vec![]
+    }
+}

@@ -1,0 +1,379 @@
+//! Every SQL statement the extension runs, in one place.
+//!
+//! Each statement is prepared once per backend and reused; every value is a
+//! parameter, so no queue name, key or payload is ever spliced into SQL.
+//! Statements use schema-qualified names and `statement_timestamp()`, so a
+//! call sees the current time even inside a long transaction.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use pgrx::datum::{DatumWithOid, Interval, TimestampWithTimeZone};
+use pgrx::pg_sys::{PgBuiltInOids, PgOid};
+use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiHeapTupleData, SpiTupleTable};
+use pgrx::Spi;
+
+use crate::errors::{internal, Result};
+use crate::jsonb::{RawJsonb, RawJsonbArray};
+
+struct Statement {
+    sql: &'static str,
+    args: &'static [PgBuiltInOids],
+}
+
+const BOOL: PgBuiltInOids = PgBuiltInOids::BOOLOID;
+const INT4: PgBuiltInOids = PgBuiltInOids::INT4OID;
+const INT8: PgBuiltInOids = PgBuiltInOids::INT8OID;
+const INTERVAL: PgBuiltInOids = PgBuiltInOids::INTERVALOID;
+const JSONB: PgBuiltInOids = PgBuiltInOids::JSONBOID;
+const JSONB_ARRAY: PgBuiltInOids = PgBuiltInOids::JSONBARRAYOID;
+const TEXT: PgBuiltInOids = PgBuiltInOids::TEXTOID;
+
+/// The queue registry row is created on first use; `DO NOTHING` costs an index
+/// probe when it exists. `reap` of all queues walks this registry.
+static INSERT_TASK: Statement = Statement {
+    sql: "WITH registered AS (
+              INSERT INTO aedb_queue.queue (name) VALUES ($1) ON CONFLICT DO NOTHING)
+          INSERT INTO aedb_queue.task (task_id, queue, state, not_before, priority, max_attempts,
+                                       backoff_base, backoff_max, payload, idempotency_key,
+                                       created_at, updated_at)
+          VALUES (COALESCE($2, nextval('aedb_queue.task_id_seq')), $1,
+                  CASE WHEN $3 THEN 'scheduled' ELSE 'ready' END::aedb_queue.task_state,
+                  statement_timestamp() + $4, $5, $6, $7, $8, $9, $10,
+                  statement_timestamp(), statement_timestamp())
+          RETURNING task_id",
+    args: &[TEXT, INT8, BOOL, INTERVAL, INT8, INT4, INTERVAL, INTERVAL, JSONB, TEXT],
+};
+
+static INSERT_BATCH: Statement = Statement {
+    sql: "WITH registered AS (
+              INSERT INTO aedb_queue.queue (name) VALUES ($1) ON CONFLICT DO NOTHING)
+          INSERT INTO aedb_queue.task (queue, state, not_before, priority, max_attempts,
+                                       backoff_base, backoff_max, payload, created_at, updated_at)
+          SELECT $1, CASE WHEN $2 THEN 'scheduled' ELSE 'ready' END::aedb_queue.task_state,
+                 statement_timestamp() + $3, $4, $5, $6, $7, p.payload,
+                 statement_timestamp(), statement_timestamp()
+          FROM unnest($8::jsonb[]) WITH ORDINALITY AS p(payload, n)
+          ORDER BY p.n
+          RETURNING task_id",
+    args: &[TEXT, BOOL, INTERVAL, INT8, INT4, INTERVAL, INTERVAL, JSONB_ARRAY],
+};
+
+/// Takes the key, waiting for a concurrent holder to commit or roll back;
+/// returns the reserved task id, or no row when the key already exists.
+static RESERVE_KEY: Statement = Statement {
+    sql: "INSERT INTO aedb_queue.idempotency_key (queue, key, task_id, created_at)
+          VALUES ($1, $2, nextval('aedb_queue.task_id_seq'), statement_timestamp())
+          ON CONFLICT DO NOTHING
+          RETURNING task_id",
+    args: &[TEXT, TEXT],
+};
+
+static LOOKUP_KEY: Statement = Statement {
+    sql: "SELECT task_id FROM aedb_queue.idempotency_key WHERE queue = $1 AND key = $2",
+    args: &[TEXT, TEXT],
+};
+
+static PROMOTE_DUE: Statement = Statement {
+    sql: "WITH due AS (
+              SELECT task_id FROM aedb_queue.task
+              WHERE queue = $1 AND state = 'scheduled' AND not_before <= statement_timestamp()
+              ORDER BY not_before
+              LIMIT $2
+              FOR UPDATE SKIP LOCKED)
+          UPDATE aedb_queue.task t
+          SET state = 'ready', updated_at = statement_timestamp()
+          FROM due WHERE t.task_id = due.task_id",
+    args: &[TEXT, INT4],
+};
+
+/// An expired lease means the worker vanished, not that the work failed:
+/// back to ready at once (no backoff), or dead when no attempt is left.
+static RECLAIM_EXPIRED: Statement = Statement {
+    sql: "WITH expired AS (
+              SELECT task_id FROM aedb_queue.task
+              WHERE queue = $1 AND state = 'in_flight' AND lease_deadline < statement_timestamp()
+              ORDER BY lease_deadline
+              LIMIT $2
+              FOR UPDATE SKIP LOCKED)
+          UPDATE aedb_queue.task t
+          SET state = CASE WHEN t.attempts >= t.max_attempts THEN 'dead' ELSE 'ready' END::aedb_queue.task_state,
+              last_error = CASE WHEN t.attempts >= t.max_attempts
+                                THEN 'lease expired; attempts exhausted'
+                                ELSE 'lease expired; requeued' END,
+              owner_id = NULL, lease_deadline = NULL, updated_at = statement_timestamp()
+          FROM expired WHERE t.task_id = expired.task_id
+          RETURNING t.state = 'dead'",
+    args: &[TEXT, INT4],
+};
+
+static CLAIM: Statement = Statement {
+    sql: "WITH picked AS (
+              SELECT task_id FROM aedb_queue.task
+              WHERE queue = $1 AND state = 'ready'
+              ORDER BY priority DESC, task_id
+              LIMIT $2
+              FOR UPDATE SKIP LOCKED)
+          UPDATE aedb_queue.task t
+          SET state = 'in_flight', attempts = t.attempts + 1, fencing_token = t.fencing_token + 1,
+              owner_id = $3, lease_deadline = statement_timestamp() + $4,
+              updated_at = statement_timestamp()
+          FROM picked WHERE t.task_id = picked.task_id
+          RETURNING t.task_id, t.payload, t.attempts, t.fencing_token, t.lease_deadline,
+                    t.priority, t.created_at, t.progress",
+    args: &[TEXT, INT4, TEXT, INTERVAL],
+};
+
+/// The fence: a settlement applies only to the task in flight under this token.
+static COMPLETE: Statement = Statement {
+    sql: "DELETE FROM aedb_queue.task
+          WHERE task_id = $1 AND queue = $2 AND state = 'in_flight' AND fencing_token = $3
+          RETURNING task_id",
+    args: &[INT8, TEXT, INT8],
+};
+
+static LOCK_FOR_FAIL: Statement = Statement {
+    sql: "SELECT attempts, max_attempts, backoff_base, backoff_max FROM aedb_queue.task
+          WHERE task_id = $1 AND queue = $2 AND state = 'in_flight' AND fencing_token = $3
+          FOR UPDATE",
+    args: &[INT8, TEXT, INT8],
+};
+
+/// `$2` is the new state (scheduled, ready or dead); `$3` the retry delay, NULL for dead.
+static SETTLE_FAILURE: Statement = Statement {
+    sql: "UPDATE aedb_queue.task
+          SET state = $2::aedb_queue.task_state,
+              not_before = COALESCE(statement_timestamp() + $3, not_before),
+              last_error = $4, owner_id = NULL, lease_deadline = NULL,
+              updated_at = statement_timestamp()
+          WHERE task_id = $1",
+    args: &[INT8, TEXT, INTERVAL, TEXT],
+};
+
+static HEARTBEAT: Statement = Statement {
+    sql: "UPDATE aedb_queue.task
+          SET lease_deadline = statement_timestamp() + $4, progress = COALESCE($5, progress),
+              updated_at = statement_timestamp()
+          WHERE task_id = $1 AND queue = $2 AND state = 'in_flight' AND fencing_token = $3
+          RETURNING task_id",
+    args: &[INT8, TEXT, INT8, INTERVAL, JSONB],
+};
+
+static CANCEL: Statement = Statement {
+    sql: "DELETE FROM aedb_queue.task WHERE task_id = $1 AND queue = $2 RETURNING task_id",
+    args: &[INT8, TEXT],
+};
+
+static QUEUE_NAMES: Statement = Statement {
+    sql: "SELECT name FROM aedb_queue.queue ORDER BY name",
+    args: &[],
+};
+
+thread_local! {
+    static PLANS: RefCell<HashMap<usize, Rc<OwnedPreparedStatement>>> = RefCell::new(HashMap::new());
+}
+
+/// Runs `stmt`, preparing it on first use in this backend. The plan is
+/// cloned out of the cache before running, so a nested call (a trigger that
+/// enqueues) never finds the cache borrowed.
+fn execute<'conn>(
+    client: &mut SpiClient<'conn>,
+    stmt: &'static Statement,
+    args: &[DatumWithOid<'_>],
+) -> Result<SpiTupleTable<'conn>> {
+    let key = stmt as *const Statement as usize;
+    let cached = PLANS.with(|plans| plans.borrow().get(&key).cloned());
+    let plan = match cached {
+        Some(plan) => plan,
+        None => {
+            let oids: Vec<PgOid> = stmt.args.iter().map(|&oid| PgOid::BuiltIn(oid)).collect();
+            let plan = Rc::new(client.prepare_mut(stmt.sql, &oids).map_err(internal)?.keep());
+            PLANS.with(|plans| plans.borrow_mut().insert(key, plan.clone()));
+            plan
+        }
+    };
+    client.update(&*plan, None, args).map_err(internal)
+}
+
+fn with_client<R>(body: impl FnOnce(&mut SpiClient<'_>) -> Result<R>) -> Result<R> {
+    Spi::connect_mut(body)
+}
+
+fn column<T: pgrx::FromDatum + pgrx::IntoDatum>(row: &SpiHeapTupleData<'_>, ordinal: usize) -> Result<Option<T>> {
+    row.get::<T>(ordinal).map_err(internal)
+}
+
+fn required_column<T: pgrx::FromDatum + pgrx::IntoDatum>(row: &SpiHeapTupleData<'_>, ordinal: usize) -> Result<T> {
+    column(row, ordinal)?.ok_or_else(|| internal(format!("column {ordinal} is unexpectedly NULL")))
+}
+
+fn first_i64(table: SpiTupleTable<'_>) -> Result<Option<i64>> {
+    match table.into_iter().next() {
+        Some(row) => column::<i64>(&row, 1),
+        None => Ok(None),
+    }
+}
+
+/// A new task's stored fields.
+pub struct NewTask<'a> {
+    pub queue: &'a str,
+    pub scheduled: bool,
+    pub delay: Interval,
+    pub priority: i64,
+    pub max_attempts: i32,
+    pub backoff_base: Interval,
+    pub backoff_max: Interval,
+}
+
+pub fn insert_task(task: &NewTask<'_>, task_id: Option<i64>, payload: Option<RawJsonb>, key: Option<&str>) -> Result<i64> {
+    with_client(|client| {
+        let args = [
+            task.queue.into(),
+            task_id.into(),
+            task.scheduled.into(),
+            task.delay.into(),
+            task.priority.into(),
+            task.max_attempts.into(),
+            task.backoff_base.into(),
+            task.backoff_max.into(),
+            payload.into(),
+            key.into(),
+        ];
+        first_i64(execute(client, &INSERT_TASK, &args)?)?.ok_or_else(|| internal("INSERT returned no task id"))
+    })
+}
+
+pub fn insert_batch(task: &NewTask<'_>, payloads: RawJsonbArray) -> Result<Vec<i64>> {
+    with_client(|client| {
+        let args = [
+            task.queue.into(),
+            task.scheduled.into(),
+            task.delay.into(),
+            task.priority.into(),
+            task.max_attempts.into(),
+            task.backoff_base.into(),
+            task.backoff_max.into(),
+            payloads.into(),
+        ];
+        let mut ids = execute(client, &INSERT_BATCH, &args)?
+            .into_iter()
+            .map(|row| required_column::<i64>(&row, 1))
+            .collect::<Result<Vec<_>>>()?;
+        // Ids come from the sequence in payload order.
+        ids.sort_unstable();
+        Ok(ids)
+    })
+}
+
+/// `Some(id)`: the key is ours, insert the task under `id`. `None`: it was taken.
+pub fn reserve_key(queue: &str, key: &str) -> Result<Option<i64>> {
+    with_client(|client| first_i64(execute(client, &RESERVE_KEY, &[queue.into(), key.into()])?))
+}
+
+pub fn lookup_key(queue: &str, key: &str) -> Result<Option<i64>> {
+    with_client(|client| first_i64(execute(client, &LOOKUP_KEY, &[queue.into(), key.into()])?))
+}
+
+/// Moves up to `limit` due timers of `queue` to ready; returns how many.
+pub fn promote_due(queue: &str, limit: i32) -> Result<i64> {
+    with_client(|client| Ok(execute(client, &PROMOTE_DUE, &[queue.into(), limit.into()])?.len() as i64))
+}
+
+/// Reclaims up to `limit` expired leases of `queue`; returns (requeued, dead-lettered).
+pub fn reclaim_expired(queue: &str, limit: i32) -> Result<(i64, i64)> {
+    with_client(|client| {
+        let (mut requeued, mut dead) = (0, 0);
+        for row in execute(client, &RECLAIM_EXPIRED, &[queue.into(), limit.into()])? {
+            if required_column::<bool>(&row, 1)? {
+                dead += 1;
+            } else {
+                requeued += 1;
+            }
+        }
+        Ok((requeued, dead))
+    })
+}
+
+pub struct ClaimedTask {
+    pub task_id: i64,
+    pub payload: Option<RawJsonb>,
+    pub attempts: i32,
+    pub fencing_token: i64,
+    pub lease_deadline: TimestampWithTimeZone,
+    pub priority: i64,
+    pub enqueued_at: TimestampWithTimeZone,
+    pub progress: Option<RawJsonb>,
+}
+
+pub fn claim(queue: &str, owner_id: &str, lease: Interval, max: i32) -> Result<Vec<ClaimedTask>> {
+    with_client(|client| {
+        let args = [queue.into(), max.into(), owner_id.into(), lease.into()];
+        let mut tasks = Vec::new();
+        for row in execute(client, &CLAIM, &args)? {
+            tasks.push(ClaimedTask {
+                task_id: required_column(&row, 1)?,
+                payload: column(&row, 2)?,
+                attempts: required_column(&row, 3)?,
+                fencing_token: required_column(&row, 4)?,
+                lease_deadline: required_column(&row, 5)?,
+                priority: required_column(&row, 6)?,
+                enqueued_at: required_column(&row, 7)?,
+                progress: column(&row, 8)?,
+            });
+        }
+        // UPDATE … RETURNING has no order; hand tasks out in service order.
+        tasks.sort_unstable_by_key(|t| (std::cmp::Reverse(t.priority), t.task_id));
+        Ok(tasks)
+    })
+}
+
+/// Deletes the task if it is in flight under `fencing_token`; true if it was.
+pub fn complete(queue: &str, task_id: i64, fencing_token: i64) -> Result<bool> {
+    with_client(|client| Ok(!execute(client, &COMPLETE, &[task_id.into(), queue.into(), fencing_token.into()])?.is_empty()))
+}
+
+pub struct FailingTask {
+    pub attempts: i32,
+    pub max_attempts: i32,
+    pub backoff_base: Interval,
+    pub backoff_max: Interval,
+}
+
+/// Locks the task if it is in flight under `fencing_token`.
+pub fn lock_for_fail(queue: &str, task_id: i64, fencing_token: i64) -> Result<Option<FailingTask>> {
+    with_client(|client| {
+        let table = execute(client, &LOCK_FOR_FAIL, &[task_id.into(), queue.into(), fencing_token.into()])?;
+        let Some(row) = table.into_iter().next() else { return Ok(None) };
+        Ok(Some(FailingTask {
+            attempts: required_column(&row, 1)?,
+            max_attempts: required_column(&row, 2)?,
+            backoff_base: required_column(&row, 3)?,
+            backoff_max: required_column(&row, 4)?,
+        }))
+    })
+}
+
+pub fn settle_failure(task_id: i64, state: &str, delay: Option<Interval>, error: &str) -> Result<()> {
+    with_client(|client| {
+        execute(client, &SETTLE_FAILURE, &[task_id.into(), state.into(), delay.into(), error.into()])?;
+        Ok(())
+    })
+}
+
+pub fn heartbeat(queue: &str, task_id: i64, fencing_token: i64, extend: Interval, progress: Option<RawJsonb>) -> Result<bool> {
+    with_client(|client| {
+        let args = [task_id.into(), queue.into(), fencing_token.into(), extend.into(), progress.into()];
+        Ok(!execute(client, &HEARTBEAT, &args)?.is_empty())
+    })
+}
+
+pub fn cancel(queue: &str, task_id: i64) -> Result<bool> {
+    with_client(|client| Ok(!execute(client, &CANCEL, &[task_id.into(), queue.into()])?.is_empty()))
+}
+
+pub fn queue_names() -> Result<Vec<String>> {
+    with_client(|client| {
+        execute(client, &QUEUE_NAMES, &[])?.into_iter().map(|row| required_column::<String>(&row, 1)).collect()
+    })
+}
