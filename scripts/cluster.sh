@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Starts (or reuses) the local demo cluster: run as root, serves as postgres on 127.0.0.1.
+#   scripts/cluster.sh start | stop | status
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+
+DIR=${AEDB_CLUSTER_DIR:-/var/tmp/aedb_queue_cluster}
+PORT=${AEDB_PORT:-54329}
+
+case "${1:-start}" in
+start)
+    postgres_dir "$DIR"
+    if [ ! -f "$DIR/data/PG_VERSION" ]; then
+        as_postgres "$PG_BIN/initdb" -D "$DIR/data" -U postgres --auth=trust >/dev/null
+    fi
+    if ! as_postgres "$PG_BIN/pg_ctl" -D "$DIR/data" status >/dev/null 2>&1; then
+        as_postgres "$PG_BIN/pg_ctl" -D "$DIR/data" -l "$DIR/server.log" -w start \
+            -o "-p $PORT -c listen_addresses=127.0.0.1 -c unix_socket_directories=$DIR" >/dev/null
+    fi
+    echo "cluster up: psql -h 127.0.0.1 -p $PORT -U postgres"
+    ;;
+stop)
+    as_postgres "$PG_BIN/pg_ctl" -D "$DIR/data" -m fast stop ;;
+status)
+    as_postgres "$PG_BIN/pg_ctl" -D "$DIR/data" status ;;
+*)
+    echo "usage: $0 start|stop|status" >&2; exit 2 ;;
+esac

@@ -1,0 +1,14 @@
+# Shared settings for the project's scripts (sourced, not run).
+PG_MAJOR=15
+PG_BIN=/usr/lib/postgresql/$PG_MAJOR/bin
+PG_CONFIG=$PG_BIN/pg_config
+PGRX_VERSION=0.18.1
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+log() { printf '\n== %s\n' "$*"; }
+
+# Runs a command as the postgres OS user (Postgres refuses to run as root).
+as_postgres() { runuser -u postgres -- "$@"; }
+
+# A directory the postgres user owns, created if missing.
+postgres_dir() { mkdir -p "$1" && chown postgres:postgres "$1"; }

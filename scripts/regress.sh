@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Runs the pg_regress examples in tests/pg_regress against a throwaway cluster.
+#
+# The files follow `cargo pgrx regress`'s layout (sql/, expected/, setup.sql
+# first), but cargo-pgrx 0.18.1 ignores --runas when it starts its server, and
+# these machines run as root, which Postgres refuses. So we start the cluster
+# as postgres ourselves and drive PostgreSQL's own pg_regress.
+#   scripts/regress.sh           run, fail on any difference
+#   scripts/regress.sh --bless   accept the current output as expected
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+cd "$ROOT"
+
+WORK=${AEDB_TEST_DIR:-/var/tmp/aedb_queue_test}/regress
+PORT=${AEDB_REGRESS_PORT:-54331}
+postgres_dir "$(dirname "$WORK")"
+AEDB_CLUSTER_DIR=$WORK AEDB_PORT=$PORT bash scripts/cluster.sh start >/dev/null
+trap 'AEDB_CLUSTER_DIR=$WORK bash scripts/cluster.sh stop >/dev/null' EXIT
+
+tests=(setup)
+for f in tests/pg_regress/sql/*.sql; do
+    name=$(basename "$f" .sql)
+    [ "$name" = setup ] || tests+=("$name")
+done
+
+rm -rf "$WORK/out" && mkdir -p "$WORK/out"
+status=0
+"$(dirname "$(dirname "$PG_CONFIG")")/lib/pgxs/src/test/regress/pg_regress" \
+    --host=127.0.0.1 --port="$PORT" --user=postgres --dbname=aedb_queue_regress \
+    --inputdir=tests/pg_regress --outputdir="$WORK/out" "${tests[@]}" || status=$?
+
+if [ "${1:-}" = --bless ]; then
+    cp "$WORK/out/results/"*.out tests/pg_regress/expected/
+    echo "expected output updated from $WORK/out/results"
+    exit 0
+fi
+if [ $status -ne 0 ] && [ -f "$WORK/out/regression.diffs" ]; then
+    cat "$WORK/out/regression.diffs"
+fi
+exit $status

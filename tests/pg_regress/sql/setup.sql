@@ -1,0 +1,1 @@
+CREATE EXTENSION aedb_queue;
