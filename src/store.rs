@@ -43,7 +43,9 @@ static INSERT_TASK: Statement = Statement {
                   statement_timestamp() + $4, $5, $6, $7, $8, $9, $10,
                   statement_timestamp(), statement_timestamp())
           RETURNING task_id",
-    args: &[TEXT, INT8, BOOL, INTERVAL, INT8, INT4, INTERVAL, INTERVAL, JSONB, TEXT],
+    args: &[
+        TEXT, INT8, BOOL, INTERVAL, INT8, INT4, INTERVAL, INTERVAL, JSONB, TEXT,
+    ],
 };
 
 static INSERT_BATCH: Statement = Statement {
@@ -57,7 +59,16 @@ static INSERT_BATCH: Statement = Statement {
           FROM unnest($8::jsonb[]) WITH ORDINALITY AS p(payload, n)
           ORDER BY p.n
           RETURNING task_id",
-    args: &[TEXT, BOOL, INTERVAL, INT8, INT4, INTERVAL, INTERVAL, JSONB_ARRAY],
+    args: &[
+        TEXT,
+        BOOL,
+        INTERVAL,
+        INT8,
+        INT4,
+        INTERVAL,
+        INTERVAL,
+        JSONB_ARRAY,
+    ],
 };
 
 /// Takes the key, waiting for a concurrent holder to commit or roll back;
@@ -188,7 +199,12 @@ fn execute<'conn>(
         Some(plan) => plan,
         None => {
             let oids: Vec<PgOid> = stmt.args.iter().map(|&oid| PgOid::BuiltIn(oid)).collect();
-            let plan = Rc::new(client.prepare_mut(stmt.sql, &oids).map_err(internal)?.keep());
+            let plan = Rc::new(
+                client
+                    .prepare_mut(stmt.sql, &oids)
+                    .map_err(internal)?
+                    .keep(),
+            );
             PLANS.with(|plans| plans.borrow_mut().insert(key, plan.clone()));
             plan
         }
@@ -200,11 +216,17 @@ fn with_client<R>(body: impl FnOnce(&mut SpiClient<'_>) -> Result<R>) -> Result<
     Spi::connect_mut(body)
 }
 
-fn column<T: pgrx::FromDatum + pgrx::IntoDatum>(row: &SpiHeapTupleData<'_>, ordinal: usize) -> Result<Option<T>> {
+fn column<T: pgrx::FromDatum + pgrx::IntoDatum>(
+    row: &SpiHeapTupleData<'_>,
+    ordinal: usize,
+) -> Result<Option<T>> {
     row.get::<T>(ordinal).map_err(internal)
 }
 
-fn required_column<T: pgrx::FromDatum + pgrx::IntoDatum>(row: &SpiHeapTupleData<'_>, ordinal: usize) -> Result<T> {
+fn required_column<T: pgrx::FromDatum + pgrx::IntoDatum>(
+    row: &SpiHeapTupleData<'_>,
+    ordinal: usize,
+) -> Result<T> {
     column(row, ordinal)?.ok_or_else(|| internal(format!("column {ordinal} is unexpectedly NULL")))
 }
 
@@ -226,7 +248,12 @@ pub struct NewTask<'a> {
     pub backoff_max: Interval,
 }
 
-pub fn insert_task(task: &NewTask<'_>, task_id: Option<i64>, payload: Option<RawJsonb>, key: Option<&str>) -> Result<i64> {
+pub fn insert_task(
+    task: &NewTask<'_>,
+    task_id: Option<i64>,
+    payload: Option<RawJsonb>,
+    key: Option<&str>,
+) -> Result<i64> {
     with_client(|client| {
         let args = [
             task.queue.into(),
@@ -240,7 +267,8 @@ pub fn insert_task(task: &NewTask<'_>, task_id: Option<i64>, payload: Option<Raw
             payload.into(),
             key.into(),
         ];
-        first_i64(execute(client, &INSERT_TASK, &args)?)?.ok_or_else(|| internal("INSERT returned no task id"))
+        first_i64(execute(client, &INSERT_TASK, &args)?)?
+            .ok_or_else(|| internal("INSERT returned no task id"))
     })
 }
 
@@ -257,7 +285,6 @@ pub fn insert_batch(task: &NewTask<'_>, payloads: RawJsonbArray) -> Result<Vec<i
             payloads.into(),
         ];
         let mut ids = execute(client, &INSERT_BATCH, &args)?
-            .into_iter()
             .map(|row| required_column::<i64>(&row, 1))
             .collect::<Result<Vec<_>>>()?;
         // Ids come from the sequence in payload order.
@@ -277,7 +304,9 @@ pub fn lookup_key(queue: &str, key: &str) -> Result<Option<i64>> {
 
 /// Moves up to `limit` due timers of `queue` to ready; returns how many.
 pub fn promote_due(queue: &str, limit: i32) -> Result<i64> {
-    with_client(|client| Ok(execute(client, &PROMOTE_DUE, &[queue.into(), limit.into()])?.len() as i64))
+    with_client(|client| {
+        Ok(execute(client, &PROMOTE_DUE, &[queue.into(), limit.into()])?.len() as i64)
+    })
 }
 
 /// Reclaims up to `limit` expired leases of `queue`; returns (requeued, dead-lettered).
@@ -330,7 +359,14 @@ pub fn claim(queue: &str, owner_id: &str, lease: Interval, max: i32) -> Result<V
 
 /// Deletes the task if it is in flight under `fencing_token`; true if it was.
 pub fn complete(queue: &str, task_id: i64, fencing_token: i64) -> Result<bool> {
-    with_client(|client| Ok(!execute(client, &COMPLETE, &[task_id.into(), queue.into(), fencing_token.into()])?.is_empty()))
+    with_client(|client| {
+        Ok(!execute(
+            client,
+            &COMPLETE,
+            &[task_id.into(), queue.into(), fencing_token.into()],
+        )?
+        .is_empty())
+    })
 }
 
 pub struct FailingTask {
@@ -343,8 +379,14 @@ pub struct FailingTask {
 /// Locks the task if it is in flight under `fencing_token`.
 pub fn lock_for_fail(queue: &str, task_id: i64, fencing_token: i64) -> Result<Option<FailingTask>> {
     with_client(|client| {
-        let table = execute(client, &LOCK_FOR_FAIL, &[task_id.into(), queue.into(), fencing_token.into()])?;
-        let Some(row) = table.into_iter().next() else { return Ok(None) };
+        let table = execute(
+            client,
+            &LOCK_FOR_FAIL,
+            &[task_id.into(), queue.into(), fencing_token.into()],
+        )?;
+        let Some(row) = table.into_iter().next() else {
+            return Ok(None);
+        };
         Ok(Some(FailingTask {
             attempts: required_column(&row, 1)?,
             max_attempts: required_column(&row, 2)?,
@@ -354,16 +396,37 @@ pub fn lock_for_fail(queue: &str, task_id: i64, fencing_token: i64) -> Result<Op
     })
 }
 
-pub fn settle_failure(task_id: i64, state: &str, delay: Option<Interval>, error: &str) -> Result<()> {
+pub fn settle_failure(
+    task_id: i64,
+    state: &str,
+    delay: Option<Interval>,
+    error: &str,
+) -> Result<()> {
     with_client(|client| {
-        execute(client, &SETTLE_FAILURE, &[task_id.into(), state.into(), delay.into(), error.into()])?;
+        execute(
+            client,
+            &SETTLE_FAILURE,
+            &[task_id.into(), state.into(), delay.into(), error.into()],
+        )?;
         Ok(())
     })
 }
 
-pub fn heartbeat(queue: &str, task_id: i64, fencing_token: i64, extend: Interval, progress: Option<RawJsonb>) -> Result<bool> {
+pub fn heartbeat(
+    queue: &str,
+    task_id: i64,
+    fencing_token: i64,
+    extend: Interval,
+    progress: Option<RawJsonb>,
+) -> Result<bool> {
     with_client(|client| {
-        let args = [task_id.into(), queue.into(), fencing_token.into(), extend.into(), progress.into()];
+        let args = [
+            task_id.into(),
+            queue.into(),
+            fencing_token.into(),
+            extend.into(),
+            progress.into(),
+        ];
         Ok(!execute(client, &HEARTBEAT, &args)?.is_empty())
     })
 }
@@ -374,6 +437,8 @@ pub fn cancel(queue: &str, task_id: i64) -> Result<bool> {
 
 pub fn queue_names() -> Result<Vec<String>> {
     with_client(|client| {
-        execute(client, &QUEUE_NAMES, &[])?.into_iter().map(|row| required_column::<String>(&row, 1)).collect()
+        execute(client, &QUEUE_NAMES, &[])?
+            .map(|row| required_column::<String>(&row, 1))
+            .collect()
     })
 }

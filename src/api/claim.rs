@@ -4,8 +4,8 @@ use aedb_queue_core::validate;
 use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::prelude::*;
 
-use super::{checked_name, positive_interval, required};
 use super::reap::reap_queue;
+use super::{checked_name, positive_interval, required};
 use crate::errors::run;
 use crate::jsonb::RawJsonb;
 use crate::store;
@@ -15,6 +15,7 @@ use crate::store;
 const INLINE_REAP_MIN: i32 = 100;
 
 #[pg_extern]
+#[allow(clippy::type_complexity)]
 fn queue_claim(
     queue: Option<&str>,
     owner_id: Option<&str>,
@@ -39,9 +40,20 @@ fn queue_claim(
         let lease = positive_interval("lease", lease)?;
         let max = validate::claim_max(required("max", max)?)?;
         reap_queue(queue, max.max(INLINE_REAP_MIN))?;
-        let rows = store::claim(queue, owner_id, lease, max)?.into_iter().map(|t| {
-            (t.task_id, t.payload, t.attempts, t.fencing_token, t.lease_deadline, t.priority, t.enqueued_at, t.progress)
-        });
+        let rows = store::claim(queue, owner_id, lease, max)?
+            .into_iter()
+            .map(|t| {
+                (
+                    t.task_id,
+                    t.payload,
+                    t.attempts,
+                    t.fencing_token,
+                    t.lease_deadline,
+                    t.priority,
+                    t.enqueued_at,
+                    t.progress,
+                )
+            });
         Ok(TableIterator::new(rows.collect::<Vec<_>>()))
     })
 }

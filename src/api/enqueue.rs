@@ -1,7 +1,7 @@
 //! `queue_enqueue`, `queue_enqueue_batch`, and the enqueue path follow-ups share.
 
-use aedb_queue_core::validate::{self, EnqueueOptions, ResolvedEnqueue};
 use aedb_queue_core::spec::EnqueueSpec;
+use aedb_queue_core::validate::{self, EnqueueOptions, ResolvedEnqueue};
 use pgrx::datum::Interval;
 use pgrx::prelude::*;
 
@@ -20,12 +20,22 @@ pub(crate) struct CheckedEnqueue {
 }
 
 impl CheckedEnqueue {
-    fn new(queue: &str, queue_arg: &str, payload: Option<RawJsonb>, payload_arg: &str,
-           options: EnqueueOptions, prefix: &str) -> Result<Self> {
+    fn new(
+        queue: &str,
+        queue_arg: &str,
+        payload: Option<RawJsonb>,
+        payload_arg: &str,
+        options: EnqueueOptions,
+        prefix: &str,
+    ) -> Result<Self> {
         validate::name(queue_arg, queue)?;
         let payload = checked_json(payload_arg, payload)?;
         let options = validate::resolve_enqueue(options, prefix)?;
-        Ok(CheckedEnqueue { queue: queue.to_string(), payload, options })
+        Ok(CheckedEnqueue {
+            queue: queue.to_string(),
+            payload,
+            options,
+        })
     }
 
     pub(crate) fn from_spec(spec: EnqueueSpec) -> Result<Self> {
@@ -39,7 +49,14 @@ impl CheckedEnqueue {
             idempotency_key: spec.idempotency_key,
         };
         let at = |key: &str| format!("{}{key}", spec.path);
-        Self::new(&spec.queue, &at("queue"), payload, &at("payload"), options, &spec.path)
+        Self::new(
+            &spec.queue,
+            &at("queue"),
+            payload,
+            &at("payload"),
+            options,
+            &spec.path,
+        )
     }
 
     fn new_task(&self) -> NewTask<'_> {
@@ -53,7 +70,10 @@ impl CheckedEnqueue {
             return Ok((store::insert_task(&task, None, self.payload, None)?, false));
         };
         match store::reserve_key(&self.queue, key)? {
-            Some(id) => Ok((store::insert_task(&task, Some(id), self.payload, Some(key))?, false)),
+            Some(id) => Ok((
+                store::insert_task(&task, Some(id), self.payload, Some(key))?,
+                false,
+            )),
             None => store::lookup_key(&self.queue, key)?
                 .map(|id| (id, true))
                 .ok_or_else(|| internal("idempotency key vanished between reserve and lookup")),
@@ -106,8 +126,16 @@ fn queue_enqueue(
 ) -> TableIterator<'static, (name!(task_id, i64), name!(deduplicated, bool))> {
     run(|| {
         let queue = required("queue", queue)?;
-        let options = options(delay, priority, max_attempts, backoff_base, backoff_max, idempotency_key)?;
-        let (task_id, deduplicated) = CheckedEnqueue::new(queue, "queue", payload, "payload", options, "")?.insert()?;
+        let options = options(
+            delay,
+            priority,
+            max_attempts,
+            backoff_base,
+            backoff_max,
+            idempotency_key,
+        )?;
+        let (task_id, deduplicated) =
+            CheckedEnqueue::new(queue, "queue", payload, "payload", options, "")?.insert()?;
         Ok(TableIterator::once((task_id, deduplicated)))
     })
 }
@@ -130,10 +158,21 @@ fn queue_enqueue_batch(
         let sizes = payloads.element_sizes();
         for (i, size) in sizes.iter().enumerate() {
             if let Some(size) = size {
-                validate::payload_size(&format!("payloads[{}]", i + 1), *size, guc::max_payload_bytes())?;
+                validate::payload_size(
+                    &format!("payloads[{}]", i + 1),
+                    *size,
+                    guc::max_payload_bytes(),
+                )?;
             }
         }
-        let options = options(delay, priority, max_attempts, backoff_base, backoff_max, None)?;
+        let options = options(
+            delay,
+            priority,
+            max_attempts,
+            backoff_base,
+            backoff_max,
+            None,
+        )?;
         let resolved = validate::resolve_enqueue(options, "")?;
         if sizes.is_empty() {
             return Ok(SetOfIterator::new(Vec::new()));

@@ -27,4 +27,8 @@ fn check_list_args(queue: Option<&str>, state: Option<&str>, limit: Option<i32>)
     })
 }
 
-extension_sql_file!("../../sql/inspect.sql", name = "inspect", requires = [check_get_args, check_list_args]);
+extension_sql_file!(
+    "../../sql/inspect.sql",
+    name = "inspect",
+    requires = [check_get_args, check_list_args]
+);

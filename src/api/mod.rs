@@ -8,7 +8,7 @@ mod reap;
 mod settle;
 
 use aedb_queue_core::validate;
-use aedb_queue_core::{MICROS_PER_DAY, QueueError};
+use aedb_queue_core::{QueueError, MICROS_PER_DAY};
 use pgrx::datum::Interval;
 
 use crate::errors::Result;
@@ -47,6 +47,9 @@ pub(crate) fn positive_interval(arg: &'static str, value: Option<Interval>) -> R
     Ok(value)
 }
 
-pub(crate) fn required<T>(arg: &'static str, value: Option<T>) -> std::result::Result<T, QueueError> {
+pub(crate) fn required<T>(
+    arg: &'static str,
+    value: Option<T>,
+) -> std::result::Result<T, QueueError> {
     validate::required(arg, value)
 }

@@ -19,7 +19,11 @@ pub(crate) struct Reaped {
 pub(crate) fn reap_queue(queue: &str, limit: i32) -> Result<Reaped> {
     let promoted = store::promote_due(queue, limit)?;
     let (reclaimed, dead_lettered) = store::reclaim_expired(queue, limit)?;
-    Ok(Reaped { promoted, reclaimed, dead_lettered })
+    Ok(Reaped {
+        promoted,
+        reclaimed,
+        dead_lettered,
+    })
 }
 
 /// Reaps every registered queue, `max` of each kind of work in total.
@@ -47,13 +51,24 @@ fn reap_all(max: i32) -> Result<Reaped> {
 fn queue_reap(
     queue: default!(Option<&str>, "NULL"),
     max: default!(Option<i32>, 1000),
-) -> TableIterator<'static, (name!(promoted, i64), name!(reclaimed, i64), name!(dead_lettered, i64))> {
+) -> TableIterator<
+    'static,
+    (
+        name!(promoted, i64),
+        name!(reclaimed, i64),
+        name!(dead_lettered, i64),
+    ),
+> {
     run(|| {
         let max = validate::reap_max(required("max", max)?)?;
         let reaped = match queue {
             Some(_) => reap_queue(checked_name("queue", queue)?, max)?,
             None => reap_all(max)?,
         };
-        Ok(TableIterator::once((reaped.promoted, reaped.reclaimed, reaped.dead_lettered)))
+        Ok(TableIterator::once((
+            reaped.promoted,
+            reaped.reclaimed,
+            reaped.dead_lettered,
+        )))
     })
 }

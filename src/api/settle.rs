@@ -41,7 +41,10 @@ fn queue_complete(
         };
         if !store::complete(queue, task_id, fencing_token)? {
             if strict {
-                return Err(QueueError::LeaseLost { task_id, fencing_token });
+                return Err(QueueError::LeaseLost {
+                    task_id,
+                    fencing_token,
+                });
             }
             return Ok(Outcome::LeaseLost);
         }
@@ -70,7 +73,10 @@ fn queue_fail(
         let retry_in_micros = retry_in
             .map(|r| aedb_queue_core::validate::non_negative_duration("retry_in", micros(r)))
             .transpose()?;
-        let request = FailRequest { retry_in_micros, dead_letter: required("dead_letter", dead_letter)? };
+        let request = FailRequest {
+            retry_in_micros,
+            dead_letter: required("dead_letter", dead_letter)?,
+        };
         let Some(task) = store::lock_for_fail(queue, task_id, fencing_token)? else {
             return Ok(Outcome::LeaseLost);
         };
@@ -107,7 +113,13 @@ fn queue_heartbeat(
         let fencing_token = required("fencing_token", fencing_token)?;
         let extend = positive_interval("extend", extend)?;
         let progress = checked_json("progress", progress)?;
-        Ok(Outcome::from_applied(store::heartbeat(queue, task_id, fencing_token, extend, progress)?))
+        Ok(Outcome::from_applied(store::heartbeat(
+            queue,
+            task_id,
+            fencing_token,
+            extend,
+            progress,
+        )?))
     })
 }
 

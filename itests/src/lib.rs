@@ -1,0 +1,894 @@
+//! Harness for the multi-connection integration tests of `aedb_queue`.
+//!
+//! These tests need what `#[pg_test]` cannot give: several sessions over real
+//! TCP connections, real commits and rollbacks, wall-clock time passing, and a
+//! server that crashes and recovers. So each test binary starts its own
+//! throw-away cluster from the system PG15 binaries (with the extension
+//! installed by `cargo pgrx install`), and the tests talk to it as an
+//! application would, through the `postgres` crate.
+//!
+//! Two parts:
+//! - [`Cluster`]: initdb / pg_ctl wrapper (start, connect, crash, restart,
+//!   cleanup).
+//! - Typed helpers around the SQL surface (`enqueue`, `claim`, `complete`,
+//!   …), so that tests read as the scenario they check and the SQL of every
+//!   call lives in one place.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, Once, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use postgres::types::ToSql;
+use postgres::NoTls;
+pub use postgres::{Client, GenericClient, Transaction};
+pub use serde_json::{json, Value};
+
+const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
+const DB_NAME: &str = "aedb_itests";
+const PORT_RANGE: std::ops::Range<u16> = 29000..30000;
+
+// ---------------------------------------------------------------------------
+// Cluster
+// ---------------------------------------------------------------------------
+
+/// A throw-away PostgreSQL 15 cluster bound to 127.0.0.1 on a free port, with
+/// database `aedb_itests` and `CREATE EXTENSION aedb_queue` done.
+///
+/// Dropping it stops the server (`-m fast`) and removes its directory. A
+/// cluster kept in a `static` (see [`Cluster::shared`]) is never dropped, so
+/// every live cluster is also registered for an `atexit` cleanup, and a small
+/// watchdog shell stops it if the test process dies without running
+/// `atexit` (SIGKILL, abort).
+pub struct Cluster {
+    root: PathBuf,
+    data: PathBuf,
+    log: PathBuf,
+    port: u16,
+    running: AtomicBool,
+}
+
+impl Cluster {
+    /// The cluster shared by all tests of one test binary. Tests that share it
+    /// must use their own queue names (see [`unique_queue`]).
+    pub fn shared() -> &'static Cluster {
+        static SHARED: OnceLock<Cluster> = OnceLock::new();
+        SHARED.get_or_init(Cluster::start)
+    }
+
+    /// initdb + start + create the database and the extension.
+    pub fn start() -> Cluster {
+        let root = make_root_dir();
+        let data = root.join("data");
+        let log = root.join("server.log");
+        run_as_postgres(
+            Command::new(format!("{PG_BIN}/initdb"))
+                .arg("-D")
+                .arg(&data)
+                .args(["--auth=trust", "-U", "postgres", "-E", "UTF8", "--locale=C"])
+                // Only initdb's own final sync is skipped; the server itself
+                // runs with fsync=on (the restart test relies on WAL replay).
+                .arg("--no-sync"),
+            "initdb",
+        )
+        .unwrap_or_else(|e| {
+            let _ = fs::remove_dir_all(&root);
+            panic!("{e}")
+        });
+
+        // The port can be taken between our probe and the server's bind (other
+        // test binaries pick ports from the same range), so retry a few times.
+        let mut last_err = String::new();
+        for _ in 0..8 {
+            let port = pick_free_port();
+            write_conf(&data, port);
+            let cluster = Cluster {
+                root: root.clone(),
+                data: data.clone(),
+                log: log.clone(),
+                port,
+                running: AtomicBool::new(false),
+            };
+            match cluster.pg_ctl_start() {
+                Ok(()) => {
+                    register_for_cleanup(&cluster);
+                    cluster.create_database();
+                    return cluster;
+                }
+                Err(e) => {
+                    last_err = e;
+                    let log_text = cluster.server_log();
+                    std::mem::forget(cluster); // keep the dir for the next try
+                    if !log_text.contains("could not bind") && !log_text.contains("in use") {
+                        break;
+                    }
+                }
+            }
+        }
+        let log_text = fs::read_to_string(&log).unwrap_or_default();
+        let _ = fs::remove_dir_all(&root);
+        panic!("could not start the test cluster: {last_err}\n--- server log ---\n{log_text}");
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// A new session over TCP. Every statement is capped at 30 s server-side
+    /// so that a lock-wait bug shows up as a failed test, not a hung one.
+    pub fn connect(&self) -> Client {
+        self.connect_db(DB_NAME)
+    }
+
+    fn connect_db(&self, db: &str) -> Client {
+        let conn = format!(
+            "host=127.0.0.1 port={} user=postgres dbname={db} connect_timeout=20 \
+             application_name=aedb_itests options='-c statement_timeout=30000'",
+            self.port
+        );
+        let mut last = None;
+        // Right after a (re)start the server may still refuse connections
+        // for a moment (e.g. "the database system is starting up").
+        for _ in 0..50 {
+            match Client::connect(&conn, NoTls) {
+                Ok(c) => return c,
+                Err(e) => {
+                    last = Some(e);
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            }
+        }
+        panic!(
+            "cannot connect to 127.0.0.1:{}: {:?}\n--- server log ---\n{}",
+            self.port,
+            last,
+            self.server_log()
+        );
+    }
+
+    /// Simulates a crash: `pg_ctl stop -m immediate` skips the shutdown
+    /// checkpoint, so the next start must recover from WAL.
+    pub fn stop_immediate(&self) {
+        self.pg_ctl_stop("immediate")
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// Starts the server again on the same data directory and port.
+    pub fn start_again(&self) {
+        self.pg_ctl_start().unwrap_or_else(|e| {
+            panic!(
+                "restart failed: {e}\n--- server log ---\n{}",
+                self.server_log()
+            )
+        });
+    }
+
+    /// The server's log so far (printed on failures; the restart test reads
+    /// it to check that crash recovery really ran).
+    pub fn server_log(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn create_database(&self) {
+        let mut admin = self.connect_db("postgres");
+        admin
+            .batch_execute(&format!("CREATE DATABASE {DB_NAME}"))
+            .expect("CREATE DATABASE");
+        let mut c = self.connect();
+        if let Err(e) = c.batch_execute("CREATE EXTENSION aedb_queue CASCADE") {
+            panic!(
+                "CREATE EXTENSION aedb_queue failed (is it installed with `cargo pgrx install`?): {}",
+                describe(&e)
+            );
+        }
+    }
+
+    fn pg_ctl_start(&self) -> Result<(), String> {
+        run_as_postgres(
+            Command::new(format!("{PG_BIN}/pg_ctl"))
+                .arg("-D")
+                .arg(&self.data)
+                .arg("-l")
+                .arg(&self.log)
+                .args(["-w", "-t", "90", "start"]),
+            "pg_ctl start",
+        )?;
+        self.running.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn pg_ctl_stop(&self, mode: &str) -> Result<(), String> {
+        if !self.running.swap(false, Ordering::SeqCst) {
+            return Ok(());
+        }
+        stop_data_dir(&self.data, mode)
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if let Err(e) = self.pg_ctl_stop("fast") {
+            eprintln!("{e}");
+        }
+        unregister(&self.root);
+        let _ = fs::remove_dir_all(&self.root);
+    }
+}
+
+fn stop_data_dir(data: &Path, mode: &str) -> Result<(), String> {
+    run_as_postgres(
+        Command::new(format!("{PG_BIN}/pg_ctl"))
+            .arg("-D")
+            .arg(data)
+            .args(["-m", mode, "-w", "-t", "60", "stop"]),
+        "pg_ctl stop",
+    )
+}
+
+/// Postgres refuses to run as root; the machine runs the tests as root, so
+/// the server binaries run as the `postgres` OS user.
+fn run_as_postgres(cmd: &mut Command, what: &str) -> Result<(), String> {
+    let mut full = if is_root() {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"])
+            .arg(cmd.get_program())
+            .args(cmd.get_args());
+        c
+    } else {
+        let mut c = Command::new(cmd.get_program());
+        c.args(cmd.get_args());
+        c
+    };
+    // Stdin from /dev/null and captured output: the postmaster (started by
+    // pg_ctl with -l) must not hold on to the test runner's pipes.
+    let out = full
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("{what}: cannot run: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what} failed ({}):\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+// The two libc functions the harness needs, declared here rather than
+// pulling in the `libc` crate (std links libc anyway).
+extern "C" {
+    fn geteuid() -> u32;
+    fn atexit(cb: extern "C" fn()) -> i32;
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { geteuid() == 0 }
+}
+
+fn make_root_dir() -> PathBuf {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let root = std::env::temp_dir().join(format!(
+        "aedb_itests_{}_{}_{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::SeqCst),
+        rand::random::<u32>()
+    ));
+    fs::create_dir_all(&root).expect("create cluster dir");
+    if is_root() {
+        let st = Command::new("chown")
+            .arg("postgres:postgres")
+            .arg(&root)
+            .status()
+            .expect("chown");
+        assert!(st.success(), "chown postgres {root:?} failed");
+    }
+    root
+}
+
+fn pick_free_port() -> u16 {
+    use rand::Rng;
+    let mut rng = rand::thread_rng();
+    for _ in 0..200 {
+        let port = rng.gen_range(PORT_RANGE);
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {PORT_RANGE:?}");
+}
+
+fn write_conf(data: &Path, port: u16) {
+    use std::io::Write;
+    // Later settings override earlier ones, so appending on a retry is fine.
+    let mut f = fs::OpenOptions::new()
+        .append(true)
+        .open(data.join("postgresql.conf"))
+        .expect("open postgresql.conf");
+    writeln!(
+        f,
+        "\n# aedb_itests\nport = {port}\nlisten_addresses = '127.0.0.1'\n\
+         unix_socket_directories = '{}'\nmax_connections = 100\nfsync = on\n\
+         synchronous_commit = on\nlog_min_messages = warning\n",
+        data.display()
+    )
+    .expect("write postgresql.conf");
+}
+
+// Clusters that are still running, for the `atexit` cleanup (statics are
+// never dropped).
+static LIVE: Mutex<Vec<(PathBuf, PathBuf)>> = Mutex::new(Vec::new());
+
+fn register_for_cleanup(c: &Cluster) {
+    static ATEXIT: Once = Once::new();
+    ATEXIT.call_once(|| {
+        // SAFETY: registering a plain extern "C" fn with no captured state.
+        unsafe {
+            atexit(cleanup_at_exit);
+        }
+    });
+    LIVE.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push((c.root.clone(), c.data.clone()));
+    spawn_watchdog(c);
+}
+
+fn unregister(root: &Path) {
+    LIVE.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .retain(|(r, _)| r != root);
+}
+
+extern "C" fn cleanup_at_exit() {
+    let live = match LIVE.try_lock() {
+        Ok(mut g) => std::mem::take(&mut *g),
+        Err(_) => return, // the watchdog will do it
+    };
+    for (root, data) in live {
+        if data.join("postmaster.pid").exists() {
+            let _ = stop_data_dir(&data, "fast");
+        }
+        let _ = fs::remove_dir_all(&root);
+    }
+}
+
+/// A detached shell that waits for this test process to end and then makes
+/// sure its cluster is stopped and removed, even after a SIGKILL.
+fn spawn_watchdog(c: &Cluster) {
+    let pid = std::process::id();
+    let data = c.data.display().to_string();
+    let root = c.root.display().to_string();
+    let stop = if is_root() {
+        format!("runuser -u postgres -- {PG_BIN}/pg_ctl -D '{data}' -m immediate -w stop")
+    } else {
+        format!("{PG_BIN}/pg_ctl -D '{data}' -m immediate -w stop")
+    };
+    let script = format!(
+        "trap '' INT HUP; while kill -0 {pid} 2>/dev/null; do sleep 0.5; done; \
+         if [ -f '{data}/postmaster.pid' ]; then {stop}; fi; rm -rf '{root}'"
+    );
+    let _ = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn();
+}
+
+// ---------------------------------------------------------------------------
+// Small utilities
+// ---------------------------------------------------------------------------
+
+/// A queue name no other test (or earlier run against the same cluster) uses.
+pub fn unique_queue(prefix: &str) -> String {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "{prefix}_{}_{:08x}",
+        SEQ.fetch_add(1, Ordering::SeqCst),
+        rand::random::<u32>()
+    )
+}
+
+/// The server's clock (statement time). Time-based assertions compare server
+/// timestamps with each other, never with the client's clock.
+pub fn server_now(c: &mut impl GenericClient) -> SystemTime {
+    c.query_one("SELECT now()", &[])
+        .expect("SELECT now()")
+        .get(0)
+}
+
+/// `a - b` in seconds (negative when `a` is earlier).
+pub fn secs_between(a: SystemTime, b: SystemTime) -> f64 {
+    let f = |t: SystemTime| t.duration_since(UNIX_EPOCH).unwrap().as_secs_f64();
+    f(a) - f(b)
+}
+
+/// Sleeps until the server clock has passed `t` by at least `margin`.
+pub fn sleep_until_server_time(c: &mut impl GenericClient, t: SystemTime, margin: Duration) {
+    let left = secs_between(t, server_now(c)) + margin.as_secs_f64();
+    if left > 0.0 {
+        std::thread::sleep(Duration::from_secs_f64(left));
+    }
+}
+
+/// The SQLSTATE of a server error, e.g. `Some("40002")`.
+pub fn sqlstate(e: &postgres::Error) -> Option<String> {
+    e.code().map(|c| c.code().to_string())
+}
+
+/// A readable rendering of a postgres error (the Display of the crate's error
+/// hides the server message).
+pub fn describe(e: &postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!(
+            "{} (SQLSTATE {}): {}",
+            db.severity(),
+            db.code().code(),
+            db.message()
+        ),
+        None => e.to_string(),
+    }
+}
+
+fn expect_ok<T>(r: Result<T, postgres::Error>, what: &str) -> T {
+    r.unwrap_or_else(|e| panic!("{what}: {}", describe(&e)))
+}
+
+type Params = Vec<Box<dyn ToSql + Sync>>;
+
+fn refs(p: &Params) -> Vec<&(dyn ToSql + Sync)> {
+    p.iter()
+        .map(|b| b.as_ref() as &(dyn ToSql + Sync))
+        .collect()
+}
+
+/// Appends `name => $n::ty` for an optional named argument, so that omitted
+/// options fall back to the function's own defaults.
+fn named_arg<T: ToSql + Sync + 'static>(
+    args: &mut Vec<String>,
+    params: &mut Params,
+    name: &str,
+    cast: &str,
+    value: Option<T>,
+) {
+    if let Some(v) = value {
+        params.push(Box::new(v));
+        args.push(format!("{name} => ${}{cast}", params.len()));
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Typed helpers for the SQL surface
+// ---------------------------------------------------------------------------
+
+/// Result of a fenced call (`queue_complete`, `queue_fail`, `queue_heartbeat`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Applied,
+    LeaseLost,
+}
+
+impl Outcome {
+    fn parse(s: &str) -> Outcome {
+        match s {
+            "applied" => Outcome::Applied,
+            "lease_lost" => Outcome::LeaseLost,
+            other => panic!("unexpected outcome {other:?}"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Enqueued {
+    pub task_id: i64,
+    pub deduplicated: bool,
+}
+
+/// Optional arguments of `queue_enqueue`; `None` means "use the default".
+/// Intervals are given as text, e.g. `"2 seconds"`.
+#[derive(Debug, Clone, Default)]
+pub struct EnqueueOpts {
+    pub delay: Option<String>,
+    pub priority: Option<i64>,
+    pub max_attempts: Option<i32>,
+    pub backoff_base: Option<String>,
+    pub backoff_max: Option<String>,
+    pub idempotency_key: Option<String>,
+}
+
+impl EnqueueOpts {
+    pub fn delay(mut self, d: &str) -> Self {
+        self.delay = Some(d.into());
+        self
+    }
+    pub fn priority(mut self, p: i64) -> Self {
+        self.priority = Some(p);
+        self
+    }
+    pub fn max_attempts(mut self, n: i32) -> Self {
+        self.max_attempts = Some(n);
+        self
+    }
+    pub fn backoff(mut self, base: &str, max: &str) -> Self {
+        self.backoff_base = Some(base.into());
+        self.backoff_max = Some(max.into());
+        self
+    }
+    pub fn key(mut self, k: &str) -> Self {
+        self.idempotency_key = Some(k.into());
+        self
+    }
+}
+
+/// One row returned by `queue_claim`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Claimed {
+    pub task_id: i64,
+    pub payload: Option<Value>,
+    pub attempts: i32,
+    pub fencing_token: i64,
+    pub lease_deadline: SystemTime,
+    pub priority: i64,
+    pub enqueued_at: SystemTime,
+    pub progress: Option<Value>,
+}
+
+/// One row of `aedb_queue.tasks` (as returned by `queue_get` / `queue_list`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Task {
+    pub task_id: i64,
+    pub queue: String,
+    pub state: String,
+    pub not_before: SystemTime,
+    pub priority: i64,
+    pub attempts: i32,
+    pub max_attempts: Option<i32>,
+    pub owner_id: Option<String>,
+    pub fencing_token: Option<i64>,
+    pub lease_deadline: Option<SystemTime>,
+    pub payload: Option<Value>,
+    pub progress: Option<Value>,
+    pub last_error: Option<String>,
+    pub created_at: SystemTime,
+    pub updated_at: SystemTime,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Reaped {
+    pub promoted: i64,
+    pub reclaimed: i64,
+    pub dead_lettered: i64,
+}
+
+/// `queue_enqueue(queue, payload)` with all defaults.
+pub fn enqueue(c: &mut impl GenericClient, queue: &str, payload: &Value) -> Enqueued {
+    enqueue_with(c, queue, Some(payload), &EnqueueOpts::default())
+}
+
+pub fn enqueue_with(
+    c: &mut impl GenericClient,
+    queue: &str,
+    payload: Option<&Value>,
+    opts: &EnqueueOpts,
+) -> Enqueued {
+    expect_ok(try_enqueue_with(c, queue, payload, opts), "queue_enqueue")
+}
+
+pub fn try_enqueue_with(
+    c: &mut impl GenericClient,
+    queue: &str,
+    payload: Option<&Value>,
+    opts: &EnqueueOpts,
+) -> Result<Enqueued, postgres::Error> {
+    let mut params: Params = vec![Box::new(queue.to_string()), Box::new(payload.cloned())];
+    let mut args = vec!["$1::text".to_string(), "$2::jsonb".to_string()];
+    named_arg(
+        &mut args,
+        &mut params,
+        "delay",
+        "::text::interval",
+        opts.delay.clone(),
+    );
+    named_arg(&mut args, &mut params, "priority", "::int8", opts.priority);
+    named_arg(
+        &mut args,
+        &mut params,
+        "max_attempts",
+        "::int4",
+        opts.max_attempts,
+    );
+    named_arg(
+        &mut args,
+        &mut params,
+        "backoff_base",
+        "::text::interval",
+        opts.backoff_base.clone(),
+    );
+    named_arg(
+        &mut args,
+        &mut params,
+        "backoff_max",
+        "::text::interval",
+        opts.backoff_max.clone(),
+    );
+    named_arg(
+        &mut args,
+        &mut params,
+        "idempotency_key",
+        "::text",
+        opts.idempotency_key.clone(),
+    );
+    let sql = format!(
+        "SELECT task_id::int8, deduplicated FROM aedb_queue.queue_enqueue({})",
+        args.join(", ")
+    );
+    let row = c.query_one(sql.as_str(), &refs(&params))?;
+    Ok(Enqueued {
+        task_id: row.get(0),
+        deduplicated: row.get(1),
+    })
+}
+
+/// `queue_enqueue_batch(queue, payloads)`: ids in payload order.
+pub fn enqueue_batch(c: &mut impl GenericClient, queue: &str, payloads: &[Value]) -> Vec<i64> {
+    let rows = expect_ok(
+        c.query(
+            "SELECT b.id::int8 FROM aedb_queue.queue_enqueue_batch($1::text, $2::jsonb[]) \
+             WITH ORDINALITY AS b(id, ord) ORDER BY b.ord",
+            &[&queue, &payloads],
+        ),
+        "queue_enqueue_batch",
+    );
+    rows.iter().map(|r| r.get(0)).collect()
+}
+
+/// `queue_claim(queue, owner_id, lease, max)`.
+pub fn claim(
+    c: &mut impl GenericClient,
+    queue: &str,
+    owner: &str,
+    lease: &str,
+    max: i32,
+) -> Vec<Claimed> {
+    let rows = expect_ok(
+        c.query(
+            "SELECT task_id::int8, payload, attempts::int4, fencing_token::int8, lease_deadline, \
+                    priority::int8, enqueued_at, progress \
+             FROM aedb_queue.queue_claim($1::text, $2::text, $3::text::interval, $4::int4)",
+            &[&queue, &owner, &lease, &max],
+        ),
+        "queue_claim",
+    );
+    rows.iter()
+        .map(|r| Claimed {
+            task_id: r.get(0),
+            payload: r.get(1),
+            attempts: r.get(2),
+            fencing_token: r.get(3),
+            lease_deadline: r.get(4),
+            priority: r.get(5),
+            enqueued_at: r.get(6),
+            progress: r.get(7),
+        })
+        .collect()
+}
+
+/// Claims at most one task; `None` when nothing is due.
+pub fn claim_one(
+    c: &mut impl GenericClient,
+    queue: &str,
+    owner: &str,
+    lease: &str,
+) -> Option<Claimed> {
+    let mut v = claim(c, queue, owner, lease, 1);
+    assert!(v.len() <= 1, "claim(max => 1) returned {} rows", v.len());
+    v.pop()
+}
+
+/// Optional arguments of `queue_complete`.
+#[derive(Debug, Clone, Default)]
+pub struct CompleteOpts {
+    pub result: Option<Value>,
+    pub follow_ups: Option<Value>,
+    pub strict: bool,
+}
+
+/// `queue_complete(queue, task_id, fencing_token)`.
+pub fn complete(c: &mut impl GenericClient, queue: &str, task_id: i64, token: i64) -> Outcome {
+    expect_ok(
+        try_complete_with(c, queue, task_id, token, &CompleteOpts::default()),
+        "queue_complete",
+    )
+}
+
+/// `queue_complete` with result / follow_ups / strict. Returns the server
+/// error as is, since `strict => true` is expected to raise 40002.
+pub fn try_complete_with(
+    c: &mut impl GenericClient,
+    queue: &str,
+    task_id: i64,
+    token: i64,
+    opts: &CompleteOpts,
+) -> Result<Outcome, postgres::Error> {
+    let row = c.query_one(
+        "SELECT aedb_queue.queue_complete($1::text, $2::int8, $3::int8, \
+                result => $4::jsonb, follow_ups => $5::jsonb, strict => $6::bool)::text",
+        &[
+            &queue,
+            &task_id,
+            &token,
+            &opts.result,
+            &opts.follow_ups,
+            &opts.strict,
+        ],
+    )?;
+    Ok(Outcome::parse(row.get(0)))
+}
+
+/// Optional arguments of `queue_fail`.
+#[derive(Debug, Clone, Default)]
+pub struct FailOpts {
+    pub retry_in: Option<String>,
+    pub dead_letter: Option<bool>,
+}
+
+/// `queue_fail(queue, task_id, fencing_token, error)` (backoff from the task).
+pub fn fail(
+    c: &mut impl GenericClient,
+    queue: &str,
+    task_id: i64,
+    token: i64,
+    error: &str,
+) -> Outcome {
+    fail_with(c, queue, task_id, token, error, &FailOpts::default())
+}
+
+pub fn fail_with(
+    c: &mut impl GenericClient,
+    queue: &str,
+    task_id: i64,
+    token: i64,
+    error: &str,
+    opts: &FailOpts,
+) -> Outcome {
+    let mut params: Params = vec![
+        Box::new(queue.to_string()),
+        Box::new(task_id),
+        Box::new(token),
+        Box::new(error.to_string()),
+    ];
+    let mut args: Vec<String> = ["$1::text", "$2::int8", "$3::int8", "$4::text"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    named_arg(
+        &mut args,
+        &mut params,
+        "retry_in",
+        "::text::interval",
+        opts.retry_in.clone(),
+    );
+    named_arg(
+        &mut args,
+        &mut params,
+        "dead_letter",
+        "::bool",
+        opts.dead_letter,
+    );
+    let sql = format!("SELECT aedb_queue.queue_fail({})::text", args.join(", "));
+    let row = expect_ok(c.query_one(sql.as_str(), &refs(&params)), "queue_fail");
+    Outcome::parse(row.get(0))
+}
+
+/// `queue_heartbeat(queue, task_id, fencing_token, extend, progress)`.
+pub fn heartbeat(
+    c: &mut impl GenericClient,
+    queue: &str,
+    task_id: i64,
+    token: i64,
+    extend: &str,
+    progress: Option<&Value>,
+) -> Outcome {
+    let row = expect_ok(
+        c.query_one(
+            "SELECT aedb_queue.queue_heartbeat($1::text, $2::int8, $3::int8, $4::text::interval, \
+                    progress => $5::jsonb)::text",
+            &[&queue, &task_id, &token, &extend, &progress],
+        ),
+        "queue_heartbeat",
+    );
+    Outcome::parse(row.get(0))
+}
+
+/// `queue_cancel(queue, task_id)`: true when a task was removed.
+pub fn cancel(c: &mut impl GenericClient, queue: &str, task_id: i64) -> bool {
+    expect_ok(
+        c.query_one(
+            "SELECT aedb_queue.queue_cancel($1::text, $2::int8)",
+            &[&queue, &task_id],
+        ),
+        "queue_cancel",
+    )
+    .get(0)
+}
+
+const TASK_COLUMNS: &str = "task_id::int8, queue::text, state::text, not_before, priority::int8, \
+     attempts::int4, max_attempts::int4, owner_id::text, fencing_token::int8, lease_deadline, \
+     payload, progress, last_error::text, created_at, updated_at";
+
+fn task_from_row(r: &postgres::Row) -> Task {
+    Task {
+        task_id: r.get(0),
+        queue: r.get(1),
+        state: r.get(2),
+        not_before: r.get(3),
+        priority: r.get(4),
+        attempts: r.get(5),
+        max_attempts: r.get(6),
+        owner_id: r.get(7),
+        fencing_token: r.get(8),
+        lease_deadline: r.get(9),
+        payload: r.get(10),
+        progress: r.get(11),
+        last_error: r.get(12),
+        created_at: r.get(13),
+        updated_at: r.get(14),
+    }
+}
+
+/// `queue_get(queue, task_id)`: `None` once the task is completed/cancelled.
+pub fn get(c: &mut impl GenericClient, queue: &str, task_id: i64) -> Option<Task> {
+    let rows = expect_ok(
+        c.query(
+            format!("SELECT {TASK_COLUMNS} FROM aedb_queue.queue_get($1::text, $2::int8)").as_str(),
+            &[&queue, &task_id],
+        ),
+        "queue_get",
+    );
+    assert!(rows.len() <= 1, "queue_get returned {} rows", rows.len());
+    rows.first().map(task_from_row)
+}
+
+/// `queue_list(queue, state, limit)`, ordered by task id for stable compares.
+pub fn list(c: &mut impl GenericClient, queue: &str, state: Option<&str>, limit: i32) -> Vec<Task> {
+    let rows = expect_ok(
+        c.query(
+            format!(
+                "SELECT {TASK_COLUMNS} FROM aedb_queue.queue_list($1::text, $2::text, $3::int4) \
+                 ORDER BY task_id"
+            )
+            .as_str(),
+            &[&queue, &state, &limit],
+        ),
+        "queue_list",
+    );
+    rows.iter().map(task_from_row).collect()
+}
+
+/// Every task of a queue, in any state (via `queue_list`).
+pub fn all_tasks(c: &mut impl GenericClient, queue: &str) -> Vec<Task> {
+    list(c, queue, None, 1000)
+}
+
+/// `queue_reap(queue, max)`; `queue = None` reaps every queue.
+pub fn reap(c: &mut impl GenericClient, queue: Option<&str>) -> Reaped {
+    let row = expect_ok(
+        c.query_one(
+            "SELECT promoted::int8, reclaimed::int8, dead_lettered::int8 \
+             FROM aedb_queue.queue_reap($1::text)",
+            &[&queue],
+        ),
+        "queue_reap",
+    );
+    Reaped {
+        promoted: row.get(0),
+        reclaimed: row.get(1),
+        dead_lettered: row.get(2),
+    }
+}
