@@ -17,7 +17,11 @@ macro_rules! raw_datum_type {
         pub struct $name(pg_sys::Datum);
 
         impl FromDatum for $name {
-            unsafe fn from_polymorphic_datum(datum: pg_sys::Datum, is_null: bool, _: pg_sys::Oid) -> Option<Self> {
+            unsafe fn from_polymorphic_datum(
+                datum: pg_sys::Datum,
+                is_null: bool,
+                _: pg_sys::Oid,
+            ) -> Option<Self> {
                 (!is_null).then_some($name(datum))
             }
 

@@ -35,7 +35,10 @@ mod tests {
 
     #[test]
     fn never_overflows() {
-        assert_eq!(retry_delay_micros(i32::MAX, i64::MAX / 2, i64::MAX), i64::MAX);
+        assert_eq!(
+            retry_delay_micros(i32::MAX, i64::MAX / 2, i64::MAX),
+            i64::MAX
+        );
         assert_eq!(retry_delay_micros(200, S, 60 * S), 60 * S);
     }
 

@@ -9,7 +9,11 @@ pub enum QueueError {
     /// An argument had a value outside its domain.
     InvalidArgument { arg: String, reason: String },
     /// A JSON argument is larger than `aedb_queue.max_payload_bytes`.
-    PayloadTooLarge { arg: String, bytes: usize, limit: usize },
+    PayloadTooLarge {
+        arg: String,
+        bytes: usize,
+        limit: usize,
+    },
     /// A strict completion was fenced out (the task is no longer in flight under that token).
     LeaseLost { task_id: i64, fencing_token: i64 },
     /// SPI or another internal step failed; never caused by user input.
@@ -18,7 +22,10 @@ pub enum QueueError {
 
 impl QueueError {
     pub fn invalid(arg: impl Into<String>, reason: impl Into<String>) -> Self {
-        QueueError::InvalidArgument { arg: arg.into(), reason: reason.into() }
+        QueueError::InvalidArgument {
+            arg: arg.into(),
+            reason: reason.into(),
+        }
     }
 
     /// The SQLSTATE reported to the client. 40002 is otherwise unused by
@@ -65,8 +72,15 @@ mod tests {
         let all = [
             QueueError::NullArgument { arg: "queue" },
             QueueError::invalid("lease", "must be positive"),
-            QueueError::PayloadTooLarge { arg: "payload".into(), bytes: 10, limit: 5 },
-            QueueError::LeaseLost { task_id: 1, fencing_token: 2 },
+            QueueError::PayloadTooLarge {
+                arg: "payload".into(),
+                bytes: 10,
+                limit: 5,
+            },
+            QueueError::LeaseLost {
+                task_id: 1,
+                fencing_token: 2,
+            },
             QueueError::Internal("x".into()),
         ];
         let mut codes: Vec<_> = all.iter().map(|e| e.sqlstate()).collect();
@@ -77,9 +91,17 @@ mod tests {
 
     #[test]
     fn messages_name_the_argument() {
-        assert!(QueueError::NullArgument { arg: "owner_id" }.to_string().contains("\"owner_id\""));
-        assert!(QueueError::invalid("delay", "must not be negative").to_string().contains("\"delay\""));
-        let big = QueueError::PayloadTooLarge { arg: "payload".into(), bytes: 10, limit: 5 };
+        assert!(QueueError::NullArgument { arg: "owner_id" }
+            .to_string()
+            .contains("\"owner_id\""));
+        assert!(QueueError::invalid("delay", "must not be negative")
+            .to_string()
+            .contains("\"delay\""));
+        let big = QueueError::PayloadTooLarge {
+            arg: "payload".into(),
+            bytes: 10,
+            limit: 5,
+        };
         assert!(big.to_string().contains("\"payload\"") && big.to_string().contains("10 bytes"));
     }
 }

@@ -39,23 +39,41 @@ pub fn parse_follow_ups(arg: &str, value: &Value) -> Result<Vec<EnqueueSpec>, Qu
     let items = match value {
         Value::Null => return Ok(Vec::new()),
         Value::Array(items) => items,
-        _ => return Err(QueueError::invalid(arg, "must be a JSON array of enqueue specs")),
+        _ => {
+            return Err(QueueError::invalid(
+                arg,
+                "must be a JSON array of enqueue specs",
+            ))
+        }
     };
     if items.len() > MAX_FOLLOW_UPS {
-        return Err(QueueError::invalid(arg, format!("has {} specs, more than {MAX_FOLLOW_UPS}", items.len())));
+        return Err(QueueError::invalid(
+            arg,
+            format!("has {} specs, more than {MAX_FOLLOW_UPS}", items.len()),
+        ));
     }
-    items.iter().enumerate().map(|(i, item)| parse_spec(&format!("{arg}[{i}]."), item)).collect()
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| parse_spec(&format!("{arg}[{i}]."), item))
+        .collect()
 }
 
 fn parse_spec(path: &str, value: &Value) -> Result<EnqueueSpec, QueueError> {
     let at = |key: &str| format!("{path}{key}");
     let Value::Object(object) = value else {
-        return Err(QueueError::invalid(path.trim_end_matches('.'), "must be a JSON object"));
+        return Err(QueueError::invalid(
+            path.trim_end_matches('.'),
+            "must be a JSON object",
+        ));
     };
     if let Some(unknown) = object.keys().find(|k| !KNOWN_KEYS.contains(&k.as_str())) {
         return Err(QueueError::invalid(
             at(unknown),
-            format!("is not a known key (expected one of {})", KNOWN_KEYS.join(", ")),
+            format!(
+                "is not a known key (expected one of {})",
+                KNOWN_KEYS.join(", ")
+            ),
         ));
     }
     let queue = match field(object, "queue") {
@@ -70,14 +88,22 @@ fn parse_spec(path: &str, value: &Value) -> Result<EnqueueSpec, QueueError> {
         delay: duration(object, "delay", &at)?,
         priority: integer(object, "priority", &at)?,
         max_attempts: integer(object, "max_attempts", &at)?
-            .map(|n| i32::try_from(n).map_err(|_| QueueError::invalid(at("max_attempts"), "is out of range")))
+            .map(|n| {
+                i32::try_from(n)
+                    .map_err(|_| QueueError::invalid(at("max_attempts"), "is out of range"))
+            })
             .transpose()?,
         backoff_base: duration(object, "backoff_base", &at)?,
         backoff_max: duration(object, "backoff_max", &at)?,
         idempotency_key: match field(object, "idempotency_key") {
             None => None,
             Some(Value::String(key)) => Some(key.clone()),
-            Some(_) => return Err(QueueError::invalid(at("idempotency_key"), "must be a string")),
+            Some(_) => {
+                return Err(QueueError::invalid(
+                    at("idempotency_key"),
+                    "must be a string",
+                ))
+            }
         },
     })
 }
@@ -94,7 +120,10 @@ fn integer(
 ) -> Result<Option<i64>, QueueError> {
     match field(object, key) {
         None => Ok(None),
-        Some(v) => v.as_i64().map(Some).ok_or_else(|| QueueError::invalid(at(key), "must be an integer")),
+        Some(v) => v
+            .as_i64()
+            .map(Some)
+            .ok_or_else(|| QueueError::invalid(at(key), "must be an integer")),
     }
 }
 
@@ -106,7 +135,10 @@ fn duration(
     match field(object, key) {
         None => Ok(None),
         Some(Value::String(text)) => parse_duration_text(text).map(Some).ok_or_else(|| {
-            QueueError::invalid(at(key), format!("{text:?} is not a duration like \"5 minutes\" or \"1 hour 30 min\""))
+            QueueError::invalid(
+                at(key),
+                format!("{text:?} is not a duration like \"5 minutes\" or \"1 hour 30 min\""),
+            )
         }),
         Some(Value::Number(n)) => seconds_to_micros(n.as_f64().unwrap_or(f64::NAN))
             .map(Some)
@@ -151,7 +183,9 @@ pub fn parse_duration_text(text: &str) -> Option<i64> {
             .map_or(rest.len(), |(i, _)| i);
         let number: f64 = rest[..number_len].parse().ok()?;
         rest = rest[number_len..].trim_start();
-        let unit_len = rest.find(|c: char| !c.is_ascii_alphabetic()).unwrap_or(rest.len());
+        let unit_len = rest
+            .find(|c: char| !c.is_ascii_alphabetic())
+            .unwrap_or(rest.len());
         total += number * unit_micros(&rest[..unit_len].to_ascii_lowercase())?;
         rest = rest[unit_len..].trim_start();
     }
@@ -164,13 +198,19 @@ mod tests {
     use serde_json::json;
 
     fn err(value: Value) -> String {
-        parse_follow_ups("follow_ups", &value).unwrap_err().to_string()
+        parse_follow_ups("follow_ups", &value)
+            .unwrap_err()
+            .to_string()
     }
 
     #[test]
     fn null_means_none() {
-        assert!(parse_follow_ups("follow_ups", &Value::Null).unwrap().is_empty());
-        assert!(parse_follow_ups("follow_ups", &json!([])).unwrap().is_empty());
+        assert!(parse_follow_ups("follow_ups", &Value::Null)
+            .unwrap()
+            .is_empty());
+        assert!(parse_follow_ups("follow_ups", &json!([]))
+            .unwrap()
+            .is_empty());
     }
 
     #[test]
@@ -203,13 +243,19 @@ mod tests {
         assert!(err(json!([1])).contains("follow_ups[0]"));
         assert!(err(json!([{}])).contains("follow_ups[0].queue"));
         assert!(err(json!([{"queue": 7}])).contains("follow_ups[0].queue"));
-        assert!(err(json!([{"queue": "q"}, {"queue": "q", "colour": "red"}])).contains("follow_ups[1].colour"));
+        assert!(
+            err(json!([{"queue": "q"}, {"queue": "q", "colour": "red"}]))
+                .contains("follow_ups[1].colour")
+        );
         assert!(err(json!([{"queue": "q", "priority": "high"}])).contains("priority"));
         assert!(err(json!([{"queue": "q", "priority": 1.5}])).contains("priority"));
         assert!(err(json!([{"queue": "q", "max_attempts": 1e12}])).contains("max_attempts"));
         assert!(err(json!([{"queue": "q", "delay": true}])).contains("delay"));
         assert!(err(json!([{"queue": "q", "idempotency_key": 5}])).contains("idempotency_key"));
-        assert_eq!(parse_follow_ups("f", &json!(7)).unwrap_err().sqlstate(), "22023");
+        assert_eq!(
+            parse_follow_ups("f", &json!(7)).unwrap_err().sqlstate(),
+            "22023"
+        );
     }
 
     #[test]
@@ -220,8 +266,19 @@ mod tests {
         assert_eq!(parse_duration_text(" 250 ms "), Some(250_000));
         assert_eq!(parse_duration_text("1.5 Seconds"), Some(1_500_000));
         assert_eq!(parse_duration_text("-2 s"), Some(-2_000_000));
-        assert_eq!(parse_duration_text("2 weeks 1 day"), Some(15 * 86_400_000_000));
-        for bad in ["", "5", "minutes", "5 fortnights", "1 hour and", "--1 s", "1e999 s"] {
+        assert_eq!(
+            parse_duration_text("2 weeks 1 day"),
+            Some(15 * 86_400_000_000)
+        );
+        for bad in [
+            "",
+            "5",
+            "minutes",
+            "5 fortnights",
+            "1 hour and",
+            "--1 s",
+            "1e999 s",
+        ] {
             assert_eq!(parse_duration_text(bad), None, "{bad:?}");
         }
         assert!(err(json!([{"queue": "q", "delay": "soon"}])).contains("follow_ups[0].delay"));
@@ -229,7 +286,9 @@ mod tests {
 
     #[test]
     fn too_many_specs_are_rejected() {
-        let many: Vec<Value> = (0..=MAX_FOLLOW_UPS).map(|_| json!({"queue": "q"})).collect();
+        let many: Vec<Value> = (0..=MAX_FOLLOW_UPS)
+            .map(|_| json!({"queue": "q"}))
+            .collect();
         assert!(err(Value::Array(many)).contains("more than"));
     }
 }

@@ -33,7 +33,11 @@ pub fn on_failure(policy: RetryPolicy, request: FailRequest) -> FailOutcome {
         return FailOutcome::DeadLetter;
     }
     FailOutcome::RetryAfter(request.retry_in_micros.unwrap_or_else(|| {
-        retry_delay_micros(policy.attempts, policy.backoff_base_micros, policy.backoff_max_micros)
+        retry_delay_micros(
+            policy.attempts,
+            policy.backoff_base_micros,
+            policy.backoff_max_micros,
+        )
     }))
 }
 
@@ -43,36 +47,62 @@ mod tests {
     use crate::MICROS_PER_SECOND as S;
 
     fn policy(attempts: i32, max_attempts: i32) -> RetryPolicy {
-        RetryPolicy { attempts, max_attempts, backoff_base_micros: S, backoff_max_micros: 60 * S }
+        RetryPolicy {
+            attempts,
+            max_attempts,
+            backoff_base_micros: S,
+            backoff_max_micros: 60 * S,
+        }
     }
 
     #[test]
     fn retries_with_backoff_while_attempts_remain() {
-        assert_eq!(on_failure(policy(1, 5), FailRequest::default()), FailOutcome::RetryAfter(S));
-        assert_eq!(on_failure(policy(4, 5), FailRequest::default()), FailOutcome::RetryAfter(8 * S));
+        assert_eq!(
+            on_failure(policy(1, 5), FailRequest::default()),
+            FailOutcome::RetryAfter(S)
+        );
+        assert_eq!(
+            on_failure(policy(4, 5), FailRequest::default()),
+            FailOutcome::RetryAfter(8 * S)
+        );
     }
 
     #[test]
     fn dead_letters_when_attempts_are_exhausted() {
-        assert_eq!(on_failure(policy(5, 5), FailRequest::default()), FailOutcome::DeadLetter);
-        assert_eq!(on_failure(policy(1, 1), FailRequest::default()), FailOutcome::DeadLetter);
+        assert_eq!(
+            on_failure(policy(5, 5), FailRequest::default()),
+            FailOutcome::DeadLetter
+        );
+        assert_eq!(
+            on_failure(policy(1, 1), FailRequest::default()),
+            FailOutcome::DeadLetter
+        );
     }
 
     #[test]
     fn retry_in_overrides_the_backoff() {
-        let req = FailRequest { retry_in_micros: Some(0), dead_letter: false };
+        let req = FailRequest {
+            retry_in_micros: Some(0),
+            dead_letter: false,
+        };
         assert_eq!(on_failure(policy(3, 5), req), FailOutcome::RetryAfter(0));
     }
 
     #[test]
     fn retry_in_does_not_extend_the_budget() {
-        let req = FailRequest { retry_in_micros: Some(S), dead_letter: false };
+        let req = FailRequest {
+            retry_in_micros: Some(S),
+            dead_letter: false,
+        };
         assert_eq!(on_failure(policy(5, 5), req), FailOutcome::DeadLetter);
     }
 
     #[test]
     fn dead_letter_wins_over_remaining_attempts() {
-        let req = FailRequest { retry_in_micros: Some(S), dead_letter: true };
+        let req = FailRequest {
+            retry_in_micros: Some(S),
+            dead_letter: true,
+        };
         assert_eq!(on_failure(policy(1, 5), req), FailOutcome::DeadLetter);
     }
 }

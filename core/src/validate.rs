@@ -1,7 +1,9 @@
 //! Argument checks shared by every SQL entry point. Each check names the
 //! argument it rejects, so the error tells the caller what to fix.
 
-use crate::backoff::{DEFAULT_BACKOFF_BASE_MICROS, DEFAULT_BACKOFF_MAX_MICROS, DEFAULT_MAX_ATTEMPTS};
+use crate::backoff::{
+    DEFAULT_BACKOFF_BASE_MICROS, DEFAULT_BACKOFF_MAX_MICROS, DEFAULT_MAX_ATTEMPTS,
+};
 use crate::QueueError;
 
 pub const MAX_NAME_BYTES: usize = 128;
@@ -56,14 +58,21 @@ pub fn reap_max(max: i32) -> Result<i32, QueueError> {
 
 fn in_range(arg: &str, value: i32, low: i32, high: i32) -> Result<i32, QueueError> {
     if value < low || value > high {
-        return Err(QueueError::invalid(arg, format!("must be between {low} and {high}, got {value}")));
+        return Err(QueueError::invalid(
+            arg,
+            format!("must be between {low} and {high}, got {value}"),
+        ));
     }
     Ok(value)
 }
 
 pub fn payload_size(arg: &str, bytes: usize, limit: usize) -> Result<(), QueueError> {
     if bytes > limit {
-        return Err(QueueError::PayloadTooLarge { arg: arg.to_string(), bytes, limit });
+        return Err(QueueError::PayloadTooLarge {
+            arg: arg.to_string(),
+            bytes,
+            limit,
+        });
     }
     Ok(())
 }
@@ -109,12 +118,18 @@ impl ResolvedEnqueue {
 
 /// Checks `options`; `prefix` qualifies argument names in errors (for
 /// follow-up specs, e.g. `follow_ups[2].`).
-pub fn resolve_enqueue(options: EnqueueOptions, prefix: &str) -> Result<ResolvedEnqueue, QueueError> {
+pub fn resolve_enqueue(
+    options: EnqueueOptions,
+    prefix: &str,
+) -> Result<ResolvedEnqueue, QueueError> {
     let arg = |name: &str| format!("{prefix}{name}");
     non_negative_duration(&arg("delay"), options.delay_micros)?;
     let max_attempts = options.max_attempts.unwrap_or(DEFAULT_MAX_ATTEMPTS);
     if max_attempts < 1 {
-        return Err(QueueError::invalid(arg("max_attempts"), format!("must be at least 1, got {max_attempts}")));
+        return Err(QueueError::invalid(
+            arg("max_attempts"),
+            format!("must be at least 1, got {max_attempts}"),
+        ));
     }
     let base = match options.backoff_base_micros {
         Some(base) => positive_duration(&arg("backoff_base"), base)?,
@@ -126,13 +141,19 @@ pub fn resolve_enqueue(options: EnqueueOptions, prefix: &str) -> Result<Resolved
         None => DEFAULT_BACKOFF_MAX_MICROS.max(base),
     };
     if ceiling < base {
-        return Err(QueueError::invalid(arg("backoff_max"), "must not be below backoff_base"));
+        return Err(QueueError::invalid(
+            arg("backoff_max"),
+            "must not be below backoff_base",
+        ));
     }
     if let Some(key) = &options.idempotency_key {
         if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY_BYTES {
             return Err(QueueError::invalid(
                 arg("idempotency_key"),
-                format!("must be 1 to {MAX_IDEMPOTENCY_KEY_BYTES} bytes, got {}", key.len()),
+                format!(
+                    "must be 1 to {MAX_IDEMPOTENCY_KEY_BYTES} bytes, got {}",
+                    key.len()
+                ),
             ));
         }
     }
@@ -163,13 +184,19 @@ mod tests {
         assert_eq!(sqlstate(name("queue", &"q".repeat(129))), "22023");
         // 64 two-byte characters are 128 bytes; one more is over.
         assert!(name("owner_id", &"é".repeat(64)).is_ok());
-        assert!(name("owner_id", &"é".repeat(65)).unwrap_err().to_string().contains("owner_id"));
+        assert!(name("owner_id", &"é".repeat(65))
+            .unwrap_err()
+            .to_string()
+            .contains("owner_id"));
     }
 
     #[test]
     fn required_reports_null() {
         assert_eq!(required("queue", Some(1)).unwrap(), 1);
-        assert_eq!(required::<i32>("queue", None).unwrap_err(), QueueError::NullArgument { arg: "queue" });
+        assert_eq!(
+            required::<i32>("queue", None).unwrap_err(),
+            QueueError::NullArgument { arg: "queue" }
+        );
     }
 
     #[test]
@@ -206,38 +233,76 @@ mod tests {
     #[test]
     fn defaults_are_five_attempts_one_second_sixty_seconds() {
         let r = resolve_enqueue(EnqueueOptions::default(), "").unwrap();
-        assert_eq!((r.max_attempts, r.backoff_base_micros, r.backoff_max_micros), (5, S, 60 * S));
+        assert_eq!(
+            (r.max_attempts, r.backoff_base_micros, r.backoff_max_micros),
+            (5, S, 60 * S)
+        );
         assert!(!r.is_scheduled());
     }
 
     #[test]
     fn a_delay_makes_the_task_scheduled() {
-        let r = resolve_enqueue(EnqueueOptions { delay_micros: 1, ..Default::default() }, "").unwrap();
+        let r = resolve_enqueue(
+            EnqueueOptions {
+                delay_micros: 1,
+                ..Default::default()
+            },
+            "",
+        )
+        .unwrap();
         assert!(r.is_scheduled());
     }
 
     #[test]
     fn rejects_bad_options_naming_them() {
-        let bad = |o: EnqueueOptions| resolve_enqueue(o, "follow_ups[1].").unwrap_err().to_string();
-        assert!(bad(EnqueueOptions { delay_micros: -1, ..Default::default() }).contains("follow_ups[1].delay"));
-        assert!(bad(EnqueueOptions { max_attempts: Some(0), ..Default::default() }).contains("max_attempts"));
-        assert!(bad(EnqueueOptions { backoff_base_micros: Some(0), ..Default::default() }).contains("backoff_base"));
+        let bad = |o: EnqueueOptions| {
+            resolve_enqueue(o, "follow_ups[1].")
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(bad(EnqueueOptions {
+            delay_micros: -1,
+            ..Default::default()
+        })
+        .contains("follow_ups[1].delay"));
+        assert!(bad(EnqueueOptions {
+            max_attempts: Some(0),
+            ..Default::default()
+        })
+        .contains("max_attempts"));
+        assert!(bad(EnqueueOptions {
+            backoff_base_micros: Some(0),
+            ..Default::default()
+        })
+        .contains("backoff_base"));
         assert!(bad(EnqueueOptions {
             backoff_base_micros: Some(2 * S),
             backoff_max_micros: Some(S),
             ..Default::default()
         })
         .contains("backoff_max"));
-        assert!(bad(EnqueueOptions { idempotency_key: Some(String::new()), ..Default::default() })
-            .contains("idempotency_key"));
-        assert!(bad(EnqueueOptions { idempotency_key: Some("k".repeat(513)), ..Default::default() })
-            .contains("idempotency_key"));
+        assert!(bad(EnqueueOptions {
+            idempotency_key: Some(String::new()),
+            ..Default::default()
+        })
+        .contains("idempotency_key"));
+        assert!(bad(EnqueueOptions {
+            idempotency_key: Some("k".repeat(513)),
+            ..Default::default()
+        })
+        .contains("idempotency_key"));
     }
 
     #[test]
     fn a_large_base_lifts_the_default_ceiling() {
-        let r = resolve_enqueue(EnqueueOptions { backoff_base_micros: Some(120 * S), ..Default::default() }, "")
-            .unwrap();
+        let r = resolve_enqueue(
+            EnqueueOptions {
+                backoff_base_micros: Some(120 * S),
+                ..Default::default()
+            },
+            "",
+        )
+        .unwrap();
         assert_eq!(r.backoff_max_micros, 120 * S);
     }
 }
