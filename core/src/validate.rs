@@ -11,6 +11,9 @@ pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 512;
 /// Upper bound on one claim batch: keeps a single call's locks and work bounded.
 pub const MAX_CLAIM_BATCH: i32 = 10_000;
 pub const MAX_LIST_LIMIT: i32 = 100_000;
+/// Longest accepted duration: far beyond any real use, far below where
+/// `now() + duration` overflows a timestamp.
+pub const MAX_DURATION_MICROS: i64 = 100 * 365 * crate::MICROS_PER_DAY;
 
 pub fn required<T>(arg: &'static str, value: Option<T>) -> Result<T, QueueError> {
     value.ok_or(QueueError::NullArgument { arg })
@@ -34,12 +37,19 @@ pub fn positive_duration(arg: &str, micros: i64) -> Result<i64, QueueError> {
     if micros <= 0 {
         return Err(QueueError::invalid(arg, "must be a positive interval"));
     }
-    Ok(micros)
+    at_most_max_duration(arg, micros)
 }
 
 pub fn non_negative_duration(arg: &str, micros: i64) -> Result<i64, QueueError> {
     if micros < 0 {
         return Err(QueueError::invalid(arg, "must not be a negative interval"));
+    }
+    at_most_max_duration(arg, micros)
+}
+
+fn at_most_max_duration(arg: &str, micros: i64) -> Result<i64, QueueError> {
+    if micros > MAX_DURATION_MICROS {
+        return Err(QueueError::invalid(arg, "must be at most 100 years"));
     }
     Ok(micros)
 }
@@ -206,6 +216,12 @@ mod tests {
         assert_eq!(positive_duration("lease", 1).unwrap(), 1);
         assert_eq!(non_negative_duration("delay", 0).unwrap(), 0);
         assert_eq!(sqlstate(non_negative_duration("delay", -1)), "22023");
+        assert!(positive_duration("lease", MAX_DURATION_MICROS).is_ok());
+        assert!(positive_duration("lease", MAX_DURATION_MICROS + 1)
+            .unwrap_err()
+            .to_string()
+            .contains("100 years"));
+        assert!(non_negative_duration("delay", i64::MAX).is_err());
     }
 
     #[test]

@@ -10,9 +10,11 @@ use crate::errors::run;
 use crate::jsonb::RawJsonb;
 use crate::store;
 
-/// Timers promoted and leases reclaimed inline per claim, at least: enough to
-/// keep a busy queue current, bounded so one claim never does unbounded work.
-const INLINE_REAP_MIN: i32 = 100;
+/// Timers promoted and leases reclaimed inline per claim, at least. Due timers
+/// compete by priority only once promoted, so this is generous (each timer is
+/// promoted once, so the cost is amortised) yet bounded: one claim never does
+/// unbounded work, and `queue_reap` clears larger backlogs.
+const INLINE_REAP_MIN: i32 = 1000;
 
 #[pg_extern]
 #[allow(clippy::type_complexity)]
