@@ -25,6 +25,7 @@ struct Statement {
 const BOOL: PgBuiltInOids = PgBuiltInOids::BOOLOID;
 const INT4: PgBuiltInOids = PgBuiltInOids::INT4OID;
 const INT8: PgBuiltInOids = PgBuiltInOids::INT8OID;
+const INT8_ARRAY: PgBuiltInOids = PgBuiltInOids::INT8ARRAYOID;
 const INTERVAL: PgBuiltInOids = PgBuiltInOids::INTERVALOID;
 const JSONB: PgBuiltInOids = PgBuiltInOids::JSONBOID;
 const JSONB_ARRAY: PgBuiltInOids = PgBuiltInOids::JSONBARRAYOID;
@@ -142,6 +143,16 @@ static COMPLETE: Statement = Statement {
           WHERE task_id = $1 AND queue = $2 AND state = 'in_flight' AND fencing_token = $3
           RETURNING task_id",
     args: &[INT8, TEXT, INT8],
+};
+
+/// The same fence as COMPLETE, for many tasks in one statement.
+static COMPLETE_MANY: Statement = Statement {
+    sql: "DELETE FROM aedb_queue.task t
+          USING unnest($2::bigint[], $3::bigint[]) AS s(task_id, fencing_token)
+          WHERE t.task_id = s.task_id AND t.queue = $1 AND t.state = 'in_flight'
+            AND t.fencing_token = s.fencing_token
+          RETURNING t.task_id",
+    args: &[TEXT, INT8_ARRAY, INT8_ARRAY],
 };
 
 static LOCK_FOR_FAIL: Statement = Statement {
@@ -366,6 +377,14 @@ pub fn complete(queue: &str, task_id: i64, fencing_token: i64) -> Result<bool> {
             &[task_id.into(), queue.into(), fencing_token.into()],
         )?
         .is_empty())
+    })
+}
+
+/// Deletes each task in flight under its token; returns the ids that were.
+pub fn complete_many(queue: &str, task_ids: &[i64], fencing_tokens: &[i64]) -> Result<Vec<i64>> {
+    with_client(|client| {
+        let args = [queue.into(), task_ids.to_vec().into(), fencing_tokens.to_vec().into()];
+        execute(client, &COMPLETE_MANY, &args)?.map(|row| required_column::<i64>(&row, 1)).collect()
     })
 }
 

@@ -76,6 +76,14 @@ fn in_range(arg: &str, value: i32, low: i32, high: i32) -> Result<i32, QueueErro
     Ok(value)
 }
 
+/// Parallel arrays (ids and their tokens) must pair up one to one.
+pub fn same_length(arg: &str, len: usize, other: &str, other_len: usize) -> Result<(), QueueError> {
+    if len != other_len {
+        return Err(QueueError::invalid(arg, format!("has {len} elements but {other} has {other_len}")));
+    }
+    Ok(())
+}
+
 pub fn payload_size(arg: &str, bytes: usize, limit: usize) -> Result<(), QueueError> {
     if bytes > limit {
         return Err(QueueError::PayloadTooLarge {
@@ -230,6 +238,13 @@ mod tests {
         assert!(claim_max(0).is_err() && claim_max(MAX_CLAIM_BATCH + 1).is_err());
         assert!(list_limit(0).is_err() && list_limit(100).is_ok());
         assert!(reap_max(0).is_err() && reap_max(1).is_ok());
+    }
+
+    #[test]
+    fn parallel_arrays_must_match() {
+        assert!(same_length("fencing_tokens", 2, "task_ids", 2).is_ok());
+        let e = same_length("fencing_tokens", 1, "task_ids", 2).unwrap_err().to_string();
+        assert!(e.contains("\"fencing_tokens\"") && e.contains("task_ids has 2"), "{e}");
     }
 
     #[test]

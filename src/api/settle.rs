@@ -2,7 +2,8 @@
 
 use aedb_queue_core::spec::parse_follow_ups;
 use aedb_queue_core::transition::{on_failure, FailOutcome, FailRequest, RetryPolicy};
-use aedb_queue_core::QueueError;
+use aedb_queue_core::{validate, QueueError};
+use std::collections::HashSet;
 use pgrx::datum::{Interval, JsonB};
 use pgrx::prelude::*;
 
@@ -52,6 +53,33 @@ fn queue_complete(
             follow_up.insert()?;
         }
         Ok(Outcome::Applied)
+    })
+}
+
+/// Completes many tasks in one statement, each under its own fencing token;
+/// returns one row per task. With `strict`, any fenced-out task raises
+/// SQLSTATE 40002 and nothing applies.
+#[pg_extern]
+fn queue_complete_batch(
+    queue: Option<&str>,
+    task_ids: Option<Vec<i64>>,
+    fencing_tokens: Option<Vec<i64>>,
+    strict: default!(Option<bool>, false),
+) -> TableIterator<'static, (name!(task_id, i64), name!(outcome, Outcome))> {
+    run(|| {
+        let queue = checked_name("queue", queue)?;
+        let task_ids = required("task_ids", task_ids)?;
+        let fencing_tokens = required("fencing_tokens", fencing_tokens)?;
+        let strict = required("strict", strict)?;
+        validate::same_length("fencing_tokens", fencing_tokens.len(), "task_ids", task_ids.len())?;
+        let applied: HashSet<i64> = store::complete_many(queue, &task_ids, &fencing_tokens)?.into_iter().collect();
+        let rows: Vec<_> = task_ids.iter().map(|id| (*id, Outcome::from_applied(applied.contains(id)))).collect();
+        if strict {
+            if let Some(i) = rows.iter().position(|(_, o)| *o == Outcome::LeaseLost) {
+                return Err(QueueError::LeaseLost { task_id: task_ids[i], fencing_token: fencing_tokens[i] });
+            }
+        }
+        Ok(TableIterator::new(rows))
     })
 }
 

@@ -1,0 +1,65 @@
+//! pg-boss and graphile-worker, measured through their own Node driver
+//! (`bench/peers/node/driver.mjs`): one JSON request in, one JSON result out.
+
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::db::{Cluster, Result};
+use crate::scenarios::Measured;
+use crate::systems::System;
+
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Request {
+    pub jobs: usize,
+    pub workers: usize,
+    pub batch: usize,
+    pub rate: u64,
+    pub seconds: u64,
+}
+
+#[derive(Deserialize)]
+struct Latency {
+    p50: f64,
+    p99: f64,
+}
+
+#[derive(Deserialize)]
+struct Reply {
+    jobs: u64,
+    seconds: f64,
+    latency_us: Option<Latency>,
+    backlog_end: Option<i64>,
+}
+
+pub async fn run(cluster: &Cluster, system: System, scenario: &str, req: Request) -> Result<Measured> {
+    let db = system.db_name();
+    cluster.recreate(&db).await?;
+    let request = json!({
+        "system": system.name(), "db": cluster.url(&db), "scenario": scenario,
+        "jobs": req.jobs, "workers": req.workers, "batch": req.batch,
+        "rate": req.rate, "seconds": req.seconds, "payload_bytes": 100,
+    });
+    let output = tokio::process::Command::new("node")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/peers/node/driver.mjs"))
+        .arg(request.to_string())
+        .output()
+        .await?;
+    if !output.status.success() {
+        return Err(format!(
+            "{} {scenario} driver failed: {}",
+            system.name(),
+            String::from_utf8_lossy(&output.stderr).lines().rev().take(5).collect::<Vec<_>>().join(" | ")
+        )
+        .into());
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let last = stdout.lines().rev().find(|l| l.trim_start().starts_with('{')).ok_or("driver printed no JSON")?;
+    let reply: Reply = serde_json::from_str(last)?;
+    Ok(Measured {
+        jobs: reply.jobs,
+        seconds: reply.seconds,
+        p50_us: reply.latency_us.as_ref().map(|l| l.p50 as u64),
+        p99_us: reply.latency_us.as_ref().map(|l| l.p99 as u64),
+        backlog_end: reply.backlog_end,
+    })
+}

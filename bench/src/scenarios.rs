@@ -1,0 +1,405 @@
+//! The measured workloads, for the Rust-driven systems.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use serde_json::Value;
+
+use crate::db::{now_micros, payload, Cluster, Conn, Result};
+use crate::systems::{self, System, QUEUE};
+
+/// What one measurement produced.
+#[derive(Clone, Debug, Default)]
+pub struct Measured {
+    pub jobs: u64,
+    pub seconds: f64,
+    pub p50_us: Option<u64>,
+    pub p99_us: Option<u64>,
+    pub backlog_end: Option<i64>,
+}
+
+impl Measured {
+    pub fn rate(&self) -> f64 {
+        if self.seconds > 0.0 {
+            self.jobs as f64 / self.seconds
+        } else {
+            0.0
+        }
+    }
+}
+
+pub struct Ctx {
+    pub cluster: Cluster,
+    pub system: System,
+}
+
+impl Ctx {
+    pub fn db(&self) -> String {
+        self.system.db_name()
+    }
+
+    pub async fn fresh(&self) -> Result<Conn> {
+        let conn = self.cluster.recreate(&self.db()).await?;
+        self.system.setup(&conn).await?;
+        Ok(conn)
+    }
+
+    pub async fn connect(&self) -> Result<Conn> {
+        self.cluster.connect(&self.db()).await
+    }
+}
+
+/// Loads `jobs` ready jobs in batches of 1,000 (not timed), then refreshes
+/// statistics and checkpoints so every drain starts from the same state.
+pub async fn preload(ctx: &Ctx, conn: &mut Conn, queue: &str, jobs: usize) -> Result<()> {
+    let mut left = jobs;
+    while left > 0 {
+        let n = left.min(1_000);
+        let batch: Vec<Value> = (0..n).map(|_| payload()).collect();
+        systems::enqueue_batch(ctx.system, conn, queue, &batch).await?;
+        left -= n;
+    }
+    settle_storage(conn).await
+}
+
+pub async fn settle_storage(conn: &Conn) -> Result<()> {
+    conn.batch("ANALYZE; CHECKPOINT;").await
+}
+
+pub enum EnqueueMode {
+    /// `producers` connections, one job per call (one transaction each).
+    Single { producers: usize },
+    /// One connection, `size` jobs per call.
+    Batch { size: usize },
+}
+
+pub async fn enqueue(ctx: &Ctx, mode: EnqueueMode, jobs: usize) -> Result<Measured> {
+    ctx.fresh().await?;
+    let start = Instant::now();
+    match mode {
+        EnqueueMode::Single { producers } => {
+            let mut tasks = Vec::new();
+            for _ in 0..producers {
+                let mut conn = ctx.connect().await?;
+                let system = ctx.system;
+                let share = jobs / producers;
+                tasks.push(tokio::spawn(async move {
+                    for _ in 0..share {
+                        systems::enqueue_one(system, &mut conn, QUEUE, &payload()).await?;
+                    }
+                    Ok::<_, crate::db::BoxError>(())
+                }));
+            }
+            for t in tasks {
+                t.await??;
+            }
+        }
+        EnqueueMode::Batch { size } => {
+            let mut conn = ctx.connect().await?;
+            let mut left = jobs;
+            while left > 0 {
+                let n = left.min(size);
+                let batch: Vec<Value> = (0..n).map(|_| payload()).collect();
+                systems::enqueue_batch(ctx.system, &mut conn, QUEUE, &batch).await?;
+                left -= n;
+            }
+        }
+    }
+    Ok(Measured { jobs: jobs as u64, seconds: start.elapsed().as_secs_f64(), ..Default::default() })
+}
+
+/// A pool of workers running until told to stop, counting settled jobs.
+struct Workers {
+    stop: Arc<AtomicBool>,
+    done: Arc<AtomicU64>,
+    handles: Vec<tokio::task::JoinHandle<Result<Histogram<u64>>>>,
+}
+
+impl Workers {
+    async fn start(ctx: &Ctx, queue: &'static str, workers: usize, batch: i32) -> Result<Workers> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let done = Arc::new(AtomicU64::new(0));
+        let mut handles = Vec::new();
+        for w in 0..workers {
+            let mut conn = ctx.connect().await?;
+            let (system, stop, done) = (ctx.system, stop.clone(), done.clone());
+            handles.push(tokio::spawn(async move {
+                let owner = format!("w{w}");
+                let mut latency = Histogram::<u64>::new(3).unwrap();
+                while !stop.load(Ordering::Relaxed) {
+                    let settled = work_once(system, &mut conn, queue, &owner, batch, &mut latency).await?;
+                    if settled == 0 {
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                    }
+                    done.fetch_add(settled, Ordering::Relaxed);
+                }
+                Ok(latency)
+            }));
+        }
+        Ok(Workers { stop, done, handles })
+    }
+
+    fn done(&self) -> u64 {
+        self.done.load(Ordering::Relaxed)
+    }
+
+    async fn stop(self) -> Result<Histogram<u64>> {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut all = Histogram::<u64>::new(3).unwrap();
+        for h in self.handles {
+            all.add(h.await??).unwrap();
+        }
+        Ok(all)
+    }
+}
+
+/// One worker iteration: claim in one transaction, settle in the next (how
+/// real workers run). Per-job settlement when `batch` is 1, batched otherwise.
+async fn work_once(
+    system: System,
+    conn: &mut Conn,
+    queue: &str,
+    owner: &str,
+    batch: i32,
+    latency: &mut Histogram<u64>,
+) -> Result<u64> {
+    if system == System::Pgq {
+        let Some(events) = systems::pgq_consume(conn).await? else { return Ok(0) };
+        record(latency, events.iter().copied());
+        return Ok(events.len() as u64);
+    }
+    let jobs = systems::claim(system, conn, queue, owner, batch).await?;
+    record(latency, jobs.iter().map(|j| j.enqueued_micros));
+    if !jobs.is_empty() {
+        systems::complete(system, conn, queue, &jobs, batch == 1).await?;
+    }
+    Ok(jobs.len() as u64)
+}
+
+fn record(latency: &mut Histogram<u64>, enqueued: impl Iterator<Item = Option<i64>>) {
+    let now = now_micros();
+    for t in enqueued.flatten() {
+        latency.saturating_record((now - t).max(0) as u64);
+    }
+}
+
+/// Drains `jobs` preloaded jobs with `workers` workers, or as many as the
+/// window allows; the rate is jobs settled per second from the first claim.
+pub async fn drain(ctx: &Ctx, jobs: usize, workers: usize, batch: i32, window: Duration) -> Result<Measured> {
+    let mut conn = ctx.fresh().await?;
+    preload(ctx, &mut conn, QUEUE, jobs).await?;
+    drain_loaded(ctx, jobs as u64, workers, batch, window).await
+}
+
+pub async fn drain_loaded(ctx: &Ctx, target: u64, workers: usize, batch: i32, window: Duration) -> Result<Measured> {
+    let start = Instant::now();
+    let pool = Workers::start(ctx, QUEUE, workers, batch).await?;
+    while pool.done() < target && start.elapsed() < window {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    let jobs = pool.done();
+    pool.stop().await?;
+    Ok(Measured { jobs, seconds, ..Default::default() })
+}
+
+/// Producers at a fixed rate for `seconds` while `workers` workers process:
+/// pickup latency (claim time − enqueue time) and the backlog left at the end.
+pub async fn steady(ctx: &Ctx, rate: u64, seconds: u64, workers: usize) -> Result<Measured> {
+    let mut conn = ctx.fresh().await?;
+    settle_storage(&conn).await?;
+    let pool = Workers::start(ctx, QUEUE, workers, 1).await?;
+    let tick = Duration::from_millis(10);
+    let per_tick = (rate as f64 * tick.as_secs_f64()).max(1.0);
+    let start = Instant::now();
+    let mut enqueued = 0u64;
+    let mut interval = tokio::time::interval(tick);
+    while start.elapsed() < Duration::from_secs(seconds) {
+        interval.tick().await;
+        // Catch up to the schedule if a tick was late, so the rate holds.
+        let due = (start.elapsed().as_secs_f64() / tick.as_secs_f64() * per_tick) as u64;
+        let n = due.saturating_sub(enqueued);
+        if n > 0 {
+            let batch: Vec<Value> = (0..n).map(|_| payload()).collect();
+            systems::enqueue_batch(ctx.system, &mut conn, QUEUE, &batch).await?;
+            enqueued += n;
+        }
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let done = pool.done();
+    let latency = pool.stop().await?;
+    Ok(Measured {
+        jobs: done,
+        seconds: elapsed,
+        p50_us: Some(latency.value_at_quantile(0.5)),
+        p99_us: Some(latency.value_at_quantile(0.99)),
+        backlog_end: Some(enqueued as i64 - done as i64),
+    })
+}
+
+pub enum Clutter {
+    /// The measured queue itself holds this many ready jobs.
+    Ready(usize),
+    /// Future-dated and dead jobs ahead of (older than) the ready ones.
+    FutureAndDead { future: usize, dead: usize },
+    /// Other queues, each with this many ready jobs, beside the measured one.
+    OtherQueues { queues: usize, each: usize },
+}
+
+/// Loads clutter with set-based SQL (fast, not timed), then the jobs to drain.
+pub async fn clutter(ctx: &Ctx, clutter: &Clutter, jobs: usize, workers: usize, window: Duration) -> Result<Measured> {
+    let conn = ctx.fresh().await?;
+    let mut target = jobs as u64;
+    match *clutter {
+        Clutter::Ready(n) => {
+            bulk_ready(ctx.system, &conn, QUEUE, n).await?;
+            target = n as u64;
+        }
+        Clutter::FutureAndDead { future, dead } => {
+            bulk_future(ctx.system, &conn, future).await?;
+            bulk_dead(ctx.system, &conn, dead).await?;
+            bulk_ready(ctx.system, &conn, QUEUE, jobs).await?;
+        }
+        Clutter::OtherQueues { queues, each } => {
+            for i in 0..queues {
+                bulk_ready(ctx.system, &conn, &format!("other{i}"), each).await?;
+            }
+            bulk_ready(ctx.system, &conn, QUEUE, jobs).await?;
+        }
+    }
+    conn.batch("VACUUM ANALYZE").await?;
+    settle_storage(&conn).await?;
+    drain_loaded(ctx, target, workers, 1, window).await
+}
+
+const PAYLOAD_SQL: &str = "jsonb_build_object('t', (extract(epoch from clock_timestamp()) * 1e6)::bigint, 'kind', 'bench', 'pad', repeat('x', 64))";
+
+async fn bulk_ready(system: System, conn: &Conn, queue: &str, n: usize) -> Result<()> {
+    let sql = match system {
+        System::Aedb => format!(
+            "SELECT count(*) FROM aedb_queue.queue_enqueue_batch('{queue}', ARRAY(SELECT {PAYLOAD_SQL} FROM generate_series(1, {n})))"
+        ),
+        System::Baseline => format!("INSERT INTO jobs (queue, payload) SELECT '{queue}', {PAYLOAD_SQL} FROM generate_series(1, {n})"),
+        _ => unreachable!("clutter runs on aedb_queue and the baseline"),
+    };
+    conn.batch(&sql).await
+}
+
+async fn bulk_future(system: System, conn: &Conn, n: usize) -> Result<()> {
+    let sql = match system {
+        System::Aedb => format!(
+            "SELECT count(*) FROM aedb_queue.queue_enqueue_batch('{QUEUE}', ARRAY(SELECT {PAYLOAD_SQL} FROM generate_series(1, {n})), delay => '1 day')"
+        ),
+        System::Baseline => format!(
+            "INSERT INTO jobs (queue, payload, run_at) SELECT '{QUEUE}', {PAYLOAD_SQL}, now() + interval '1 day' FROM generate_series(1, {n})"
+        ),
+        _ => unreachable!(),
+    };
+    conn.batch(&sql).await
+}
+
+async fn bulk_dead(system: System, conn: &Conn, n: usize) -> Result<()> {
+    bulk_ready(system, conn, QUEUE, n).await?;
+    let sql = match system {
+        System::Aedb => "UPDATE aedb_queue.task SET state = 'dead', attempts = max_attempts WHERE state = 'ready'",
+        System::Baseline => "UPDATE jobs SET state = 'dead' WHERE state = 'ready' AND run_at <= now()",
+        _ => unreachable!(),
+    };
+    conn.batch(sql).await
+}
+
+/// Phase rates of a closed-loop drain (a producer keeps the backlog topped
+/// up) while a REPEATABLE READ snapshot is held for `hold`, then released.
+pub struct LongTx {
+    pub clean: f64,
+    pub held: f64,
+    pub after: Vec<f64>,
+    pub dead_tuples: i64,
+    pub size_bytes: i64,
+}
+
+pub async fn long_transaction(ctx: &Ctx, workers: usize, clean: Duration, hold: Duration, after: Duration) -> Result<LongTx> {
+    let mut conn = ctx.fresh().await?;
+    preload(ctx, &mut conn, QUEUE, 20_000).await?;
+    let pool = Workers::start(ctx, QUEUE, workers, 1).await?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let producer = {
+        let (system, stop, done) = (ctx.system, stop.clone(), pool.done.clone());
+        let mut conn = ctx.connect().await?;
+        tokio::spawn(async move {
+            let mut enqueued = 20_000u64;
+            while !stop.load(Ordering::Relaxed) {
+                if enqueued.saturating_sub(done.load(Ordering::Relaxed)) < 20_000 {
+                    let batch: Vec<Value> = (0..500).map(|_| payload()).collect();
+                    systems::enqueue_batch(system, &mut conn, QUEUE, &batch).await?;
+                    enqueued += 500;
+                } else {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+            Ok::<_, crate::db::BoxError>(())
+        })
+    };
+    let window_rate = |from: u64, secs: f64| move |to: u64| (to - from) as f64 / secs;
+    let mark = pool.done();
+    tokio::time::sleep(clean).await;
+    let clean_rate = window_rate(mark, clean.as_secs_f64())(pool.done());
+
+    let snapshot = ctx.connect().await?;
+    snapshot.batch("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM pg_class;").await?;
+    let mark = pool.done();
+    tokio::time::sleep(hold).await;
+    let held_rate = window_rate(mark, hold.as_secs_f64())(pool.done());
+    let table = hot_table(ctx.system);
+    let dead_tuples = conn
+        .scalar_i64(&format!("SELECT coalesce(sum(n_dead_tup), 0)::bigint FROM pg_stat_user_tables WHERE relname = '{table}'"))
+        .await?;
+    snapshot.batch("COMMIT").await?;
+
+    let mut after_rates = Vec::new();
+    let step = Duration::from_secs(10).min(after);
+    let mut elapsed = Duration::ZERO;
+    while elapsed < after {
+        let mark = pool.done();
+        tokio::time::sleep(step).await;
+        after_rates.push(window_rate(mark, step.as_secs_f64())(pool.done()));
+        elapsed += step;
+    }
+    stop.store(true, Ordering::Relaxed);
+    producer.await??;
+    pool.stop().await?;
+    let size_bytes = conn.scalar_i64(ctx.system.size_sql()).await?;
+    Ok(LongTx { clean: clean_rate, held: held_rate, after: after_rates, dead_tuples, size_bytes })
+}
+
+/// The table the claim path reads, whose dead tuples a held snapshot pins.
+fn hot_table(system: System) -> &'static str {
+    match system {
+        System::Aedb => "task",
+        _ => "jobs",
+    }
+}
+
+/// Processes `total` jobs at a steady backlog of about `backlog` (batched
+/// claims of 100), then reports the tables' size: growth must stay bounded.
+pub async fn churn_size(ctx: &Ctx, total: u64, backlog: u64, workers: usize) -> Result<(f64, i64)> {
+    let mut conn = ctx.fresh().await?;
+    preload(ctx, &mut conn, QUEUE, backlog as usize).await?;
+    let pool = Workers::start(ctx, QUEUE, workers, 100).await?;
+    let start = Instant::now();
+    let mut enqueued = backlog;
+    while pool.done() < total {
+        if enqueued.saturating_sub(pool.done()) < backlog && enqueued < total + backlog {
+            let batch: Vec<Value> = (0..1_000).map(|_| payload()).collect();
+            systems::enqueue_batch(ctx.system, &mut conn, QUEUE, &batch).await?;
+            enqueued += 1_000;
+        } else {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    let rate = pool.done() as f64 / start.elapsed().as_secs_f64();
+    pool.stop().await?;
+    Ok((rate, conn.scalar_i64(ctx.system.size_sql()).await?))
+}
