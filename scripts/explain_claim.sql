@@ -26,18 +26,17 @@ SELECT queue, state, count(*) FROM aedb_queue.task GROUP BY 1, 2 ORDER BY 1, 2;
 \echo 'The claim statement (picks 1 of the 10 ready tasks), rolled back:'
 BEGIN;
 EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF, SUMMARY OFF)
-WITH picked AS (
+UPDATE aedb_queue.task
+SET state = 'in_flight', attempts = attempts + 1, fencing_token = fencing_token + 1,
+    owner_id = 'w', lease_deadline = statement_timestamp() + interval '30 seconds',
+    updated_at = statement_timestamp()
+WHERE task_id = ANY(ARRAY(
     SELECT task_id FROM aedb_queue.task
     WHERE queue = 'busy' AND state = 'ready'
     ORDER BY priority DESC, task_id
     LIMIT 1
-    FOR UPDATE SKIP LOCKED)
-UPDATE aedb_queue.task t
-SET state = 'in_flight', attempts = t.attempts + 1, fencing_token = t.fencing_token + 1,
-    owner_id = 'w', lease_deadline = statement_timestamp() + interval '30 seconds',
-    updated_at = statement_timestamp()
-FROM picked WHERE t.task_id = picked.task_id
-RETURNING t.task_id;
+    FOR UPDATE SKIP LOCKED))
+RETURNING task_id;
 ROLLBACK;
 
 \echo 'The inline promotion and reclaim steps (nothing due, nothing expired):'

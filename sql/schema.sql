@@ -32,7 +32,9 @@ CREATE TABLE aedb_queue.task (
     idempotency_key text,
     created_at      timestamptz NOT NULL,
     updated_at      timestamptz NOT NULL,
-    CHECK (state <> 'in_flight' OR (owner_id IS NOT NULL AND lease_deadline IS NOT NULL))
+    CHECK (state <> 'in_flight' OR owner_id IS NOT NULL),
+    -- A lease exists exactly while the task is in flight.
+    CHECK ((state = 'in_flight') = (lease_deadline IS NOT NULL))
 );
 ALTER SEQUENCE aedb_queue.task_id_seq OWNED BY aedb_queue.task.task_id;
 
@@ -41,7 +43,12 @@ ALTER SEQUENCE aedb_queue.task_id_seq OWNED BY aedb_queue.task.task_id;
 -- tasks (and other queues) never enter its scan.
 CREATE INDEX task_ready_idx     ON aedb_queue.task (queue, priority DESC, task_id) WHERE state = 'ready';
 CREATE INDEX task_scheduled_idx ON aedb_queue.task (queue, not_before)            WHERE state = 'scheduled';
-CREATE INDEX task_in_flight_idx ON aedb_queue.task (queue, lease_deadline)        WHERE state = 'in_flight';
+-- The redundant "lease_deadline IS NOT NULL" keeps fenced point lookups
+-- (complete, fail, heartbeat: task_id = $1 AND state = 'in_flight') on the
+-- primary key: the planner may otherwise pick this small-looking index and
+-- filter every in-flight task of the queue. The reclaim's range condition on
+-- lease_deadline implies it, so reclaims still use the index.
+CREATE INDEX task_in_flight_idx ON aedb_queue.task (queue, lease_deadline)        WHERE state = 'in_flight' AND lease_deadline IS NOT NULL;
 CREATE INDEX task_dead_idx      ON aedb_queue.task (queue, task_id)               WHERE state = 'dead';
 
 -- Keys outlive their tasks, so a retried enqueue after completion still dedups.

@@ -6,7 +6,20 @@ use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
 /// Superuser-only, so an application cannot lift the limit an operator set.
 pub static MAX_PAYLOAD_BYTES: GucSetting<i32> = GucSetting::<i32>::new(1024 * 1024);
 
+/// Whether claims promote due timers and reclaim expired leases of their
+/// queue before serving. Off saves work on every claim when a frequent
+/// `queue_reap()` (pg_cron) does that instead.
+pub static INLINE_REAP: GucSetting<bool> = GucSetting::<bool>::new(true);
+
 pub fn register() {
+    GucRegistry::define_bool_guc(
+        c"aedb_queue.inline_reap",
+        c"Claims promote due timers and reclaim expired leases of their queue first.",
+        c"Turn off only when queue_reap() runs often (pg_cron): then due timers and expired leases wait for it.",
+        &INLINE_REAP,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
     GucRegistry::define_int_guc(
         c"aedb_queue.max_payload_bytes",
         c"Largest jsonb payload, progress or result aedb_queue accepts, in bytes.",
@@ -21,4 +34,8 @@ pub fn register() {
 
 pub fn max_payload_bytes() -> usize {
     MAX_PAYLOAD_BYTES.get().max(1) as usize
+}
+
+pub fn inline_reap() -> bool {
+    INLINE_REAP.get()
 }

@@ -2,6 +2,11 @@
 //!
 //! Each statement is prepared once per backend and reused; every value is a
 //! parameter, so no queue name, key or payload is ever spliced into SQL.
+//! Every statement is shaped to have one good plan whatever its parameters
+//! (partial indexes with literal predicates; rows picked with `LIMIT $n ...
+//! FOR UPDATE SKIP LOCKED` fed to the write through `= ANY(ARRAY(...))`), and
+//! runs with its generic plan: the plan cache would otherwise misjudge
+//! `LIMIT $n` and re-plan the claim on every call.
 //! Statements use schema-qualified names and `statement_timestamp()`, so a
 //! call sees the current time even inside a long transaction.
 
@@ -10,7 +15,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use pgrx::datum::{DatumWithOid, Interval, TimestampWithTimeZone};
-use pgrx::pg_sys::{PgBuiltInOids, PgOid};
+use pgrx::pg_sys::{self, PgBuiltInOids, PgOid};
 use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiHeapTupleData, SpiTupleTable};
 use pgrx::Spi;
 
@@ -87,53 +92,52 @@ static LOOKUP_KEY: Statement = Statement {
     args: &[TEXT, TEXT],
 };
 
-static PROMOTE_DUE: Statement = Statement {
-    sql: "WITH due AS (
-              SELECT task_id FROM aedb_queue.task
-              WHERE queue = $1 AND state = 'scheduled' AND not_before <= statement_timestamp()
-              ORDER BY not_before
-              LIMIT $2
-              FOR UPDATE SKIP LOCKED)
-          UPDATE aedb_queue.task t
-          SET state = 'ready', updated_at = statement_timestamp()
-          FROM due WHERE t.task_id = due.task_id",
-    args: &[TEXT, INT4],
-};
-
-/// An expired lease means the worker vanished, not that the work failed:
-/// back to ready at once (no backoff), or dead when no attempt is left.
-static RECLAIM_EXPIRED: Statement = Statement {
-    sql: "WITH expired AS (
-              SELECT task_id FROM aedb_queue.task
-              WHERE queue = $1 AND state = 'in_flight' AND lease_deadline < statement_timestamp()
-              ORDER BY lease_deadline
-              LIMIT $2
-              FOR UPDATE SKIP LOCKED)
-          UPDATE aedb_queue.task t
-          SET state = CASE WHEN t.attempts >= t.max_attempts THEN 'dead' ELSE 'ready' END::aedb_queue.task_state,
-              last_error = CASE WHEN t.attempts >= t.max_attempts
-                                THEN 'lease expired; attempts exhausted'
-                                ELSE 'lease expired; requeued' END,
-              owner_id = NULL, lease_deadline = NULL, updated_at = statement_timestamp()
-          FROM expired WHERE t.task_id = expired.task_id
-          RETURNING t.state = 'dead'",
-    args: &[TEXT, INT4],
+/// Promotes due timers and reclaims expired leases of one queue, up to $2 and
+/// $3 of each. An expired lease means the worker vanished, not that the work
+/// failed: back to ready at once (no backoff), or dead when no attempt is left.
+static REAP: Statement = Statement {
+    sql: "WITH promoted AS (
+              UPDATE aedb_queue.task
+              SET state = 'ready', updated_at = statement_timestamp()
+              WHERE task_id = ANY(ARRAY(
+                  SELECT task_id FROM aedb_queue.task
+                  WHERE queue = $1 AND state = 'scheduled' AND not_before <= statement_timestamp()
+                  ORDER BY not_before
+                  LIMIT $2
+                  FOR UPDATE SKIP LOCKED))
+              RETURNING 1),
+          reclaimed AS (
+              UPDATE aedb_queue.task
+              SET state = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'ready' END::aedb_queue.task_state,
+                  last_error = CASE WHEN attempts >= max_attempts
+                                    THEN 'lease expired; attempts exhausted'
+                                    ELSE 'lease expired; requeued' END,
+                  owner_id = NULL, lease_deadline = NULL, updated_at = statement_timestamp()
+              WHERE task_id = ANY(ARRAY(
+                  SELECT task_id FROM aedb_queue.task
+                  WHERE queue = $1 AND state = 'in_flight' AND lease_deadline < statement_timestamp()
+                  ORDER BY lease_deadline
+                  LIMIT $3
+                  FOR UPDATE SKIP LOCKED))
+              RETURNING state = 'dead' AS dead)
+          SELECT (SELECT count(*) FROM promoted),
+                 (SELECT count(*) FROM reclaimed WHERE NOT dead),
+                 (SELECT count(*) FROM reclaimed WHERE dead)",
+    args: &[TEXT, INT4, INT4],
 };
 
 static CLAIM: Statement = Statement {
-    sql: "WITH picked AS (
+    sql: "UPDATE aedb_queue.task
+          SET state = 'in_flight', attempts = attempts + 1, fencing_token = fencing_token + 1,
+              owner_id = $3, lease_deadline = statement_timestamp() + $4,
+              updated_at = statement_timestamp()
+          WHERE task_id = ANY(ARRAY(
               SELECT task_id FROM aedb_queue.task
               WHERE queue = $1 AND state = 'ready'
               ORDER BY priority DESC, task_id
               LIMIT $2
-              FOR UPDATE SKIP LOCKED)
-          UPDATE aedb_queue.task t
-          SET state = 'in_flight', attempts = t.attempts + 1, fencing_token = t.fencing_token + 1,
-              owner_id = $3, lease_deadline = statement_timestamp() + $4,
-              updated_at = statement_timestamp()
-          FROM picked WHERE t.task_id = picked.task_id
-          RETURNING t.task_id, t.payload, t.attempts, t.fencing_token, t.lease_deadline,
-                    t.priority, t.created_at, t.progress",
+              FOR UPDATE SKIP LOCKED))
+          RETURNING task_id, payload, attempts, fencing_token, lease_deadline, priority, created_at, progress",
     args: &[TEXT, INT4, TEXT, INTERVAL],
 };
 
@@ -220,7 +224,31 @@ fn execute<'conn>(
             plan
         }
     };
+    let _generic = GenericPlans::force();
     client.update(&*plan, None, args).map_err(internal)
+}
+
+/// Forces generic plans while one of our statements runs; restores the
+/// caller's `plan_cache_mode` when dropped, also when the statement errors
+/// (pgrx unwinds through this frame).
+struct GenericPlans(std::ffi::c_int);
+
+impl GenericPlans {
+    fn force() -> Self {
+        // SAFETY: a plain GUC variable of this single-threaded backend.
+        unsafe {
+            let saved = pg_sys::plan_cache_mode;
+            pg_sys::plan_cache_mode =
+                pg_sys::PlanCacheMode::PLAN_CACHE_MODE_FORCE_GENERIC_PLAN as std::ffi::c_int;
+            GenericPlans(saved)
+        }
+    }
+}
+
+impl Drop for GenericPlans {
+    fn drop(&mut self) {
+        unsafe { pg_sys::plan_cache_mode = self.0 };
+    }
 }
 
 fn with_client<R>(body: impl FnOnce(&mut SpiClient<'_>) -> Result<R>) -> Result<R> {
@@ -313,25 +341,29 @@ pub fn lookup_key(queue: &str, key: &str) -> Result<Option<i64>> {
     with_client(|client| first_i64(execute(client, &LOOKUP_KEY, &[queue.into(), key.into()])?))
 }
 
-/// Moves up to `limit` due timers of `queue` to ready; returns how many.
-pub fn promote_due(queue: &str, limit: i32) -> Result<i64> {
-    with_client(|client| {
-        Ok(execute(client, &PROMOTE_DUE, &[queue.into(), limit.into()])?.len() as i64)
-    })
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Reaped {
+    pub promoted: i64,
+    pub reclaimed: i64,
+    pub dead_lettered: i64,
 }
 
-/// Reclaims up to `limit` expired leases of `queue`; returns (requeued, dead-lettered).
-pub fn reclaim_expired(queue: &str, limit: i32) -> Result<(i64, i64)> {
-    with_client(|client| {
-        let (mut requeued, mut dead) = (0, 0);
-        for row in execute(client, &RECLAIM_EXPIRED, &[queue.into(), limit.into()])? {
-            if required_column::<bool>(&row, 1)? {
-                dead += 1;
-            } else {
-                requeued += 1;
-            }
-        }
-        Ok((requeued, dead))
+/// Promotes up to `promote` due timers and reclaims up to `reclaim` expired leases of `queue`.
+pub fn reap(queue: &str, promote: i32, reclaim: i32) -> Result<Reaped> {
+    with_client(|client| reap_in(client, queue, promote, reclaim))
+}
+
+fn reap_in(client: &mut SpiClient<'_>, queue: &str, promote: i32, reclaim: i32) -> Result<Reaped> {
+    let table = execute(
+        client,
+        &REAP,
+        &[queue.into(), promote.into(), reclaim.into()],
+    )?;
+    let row = table.first();
+    Ok(Reaped {
+        promoted: row.get::<i64>(1).map_err(internal)?.unwrap_or(0),
+        reclaimed: row.get::<i64>(2).map_err(internal)?.unwrap_or(0),
+        dead_lettered: row.get::<i64>(3).map_err(internal)?.unwrap_or(0),
     })
 }
 
@@ -346,8 +378,19 @@ pub struct ClaimedTask {
     pub progress: Option<RawJsonb>,
 }
 
-pub fn claim(queue: &str, owner_id: &str, lease: Interval, max: i32) -> Result<Vec<ClaimedTask>> {
+/// Leases up to `max` ready tasks; with `reap`, first promotes and reclaims
+/// up to that many in the same SPI connection.
+pub fn claim(
+    queue: &str,
+    owner_id: &str,
+    lease: Interval,
+    max: i32,
+    reap: Option<i32>,
+) -> Result<Vec<ClaimedTask>> {
     with_client(|client| {
+        if let Some(limit) = reap {
+            reap_in(client, queue, limit, limit)?;
+        }
         let args = [queue.into(), max.into(), owner_id.into(), lease.into()];
         let mut tasks = Vec::new();
         for row in execute(client, &CLAIM, &args)? {
@@ -383,8 +426,14 @@ pub fn complete(queue: &str, task_id: i64, fencing_token: i64) -> Result<bool> {
 /// Deletes each task in flight under its token; returns the ids that were.
 pub fn complete_many(queue: &str, task_ids: &[i64], fencing_tokens: &[i64]) -> Result<Vec<i64>> {
     with_client(|client| {
-        let args = [queue.into(), task_ids.to_vec().into(), fencing_tokens.to_vec().into()];
-        execute(client, &COMPLETE_MANY, &args)?.map(|row| required_column::<i64>(&row, 1)).collect()
+        let args = [
+            queue.into(),
+            task_ids.to_vec().into(),
+            fencing_tokens.to_vec().into(),
+        ];
+        execute(client, &COMPLETE_MANY, &args)?
+            .map(|row| required_column::<i64>(&row, 1))
+            .collect()
     })
 }
 

@@ -2146,4 +2146,145 @@ mod tests {
             "lease_deadline",
         );
     }
+
+    /// A fenced point lookup (complete, fail, heartbeat) must go through the
+    /// primary key even when statistics say the in-flight index is empty,
+    /// or every completion would filter all in-flight tasks of its queue.
+    #[pg_test]
+    fn a_fenced_lookup_uses_the_primary_key() {
+        fill_with_clutter();
+        for _ in 0..3 {
+            claim_one("clutter");
+        }
+        assert_index_scan(
+            "SELECT task_id FROM aedb_queue.task
+             WHERE task_id = 1 AND queue = 'clutter' AND state = 'in_flight' AND fencing_token = 1",
+            "task_pkey",
+            "task_id",
+        );
+    }
+
+    // ------------------------------------------------------------------
+    // queue_complete_batch: many fenced completions in one statement.
+    // ------------------------------------------------------------------
+
+    fn complete_batch(queue: &str, ids: &[i64], tokens: &[i64], extra: &str) -> Vec<(i64, String)> {
+        let list = |v: &[i64]| v.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+        Spi::connect(|c| {
+            c.select(
+                &format!(
+                    "SELECT task_id, outcome::text FROM aedb_queue.queue_complete_batch('{queue}', \
+                     ARRAY[{}]::bigint[], ARRAY[{}]::bigint[]{extra})",
+                    list(ids),
+                    list(tokens)
+                ),
+                None,
+                &[],
+            )
+            .unwrap()
+            .map(|r| {
+                (
+                    r.get::<i64>(1).unwrap().unwrap(),
+                    r.get::<String>(2).unwrap().unwrap(),
+                )
+            })
+            .collect()
+        })
+    }
+
+    #[pg_test]
+    fn complete_batch_applies_each_task_under_its_own_token() {
+        for _ in 0..3 {
+            enqueue("cb", "");
+        }
+        let claimed = claim("cb", ", max => 3");
+        let ids: Vec<i64> = claimed.iter().map(|c| c.0).collect();
+        let mut tokens: Vec<i64> = claimed.iter().map(|c| c.1).collect();
+        tokens[1] += 1; // a stale token for the second task
+        let rows = complete_batch("cb", &ids, &tokens, "");
+        assert_eq!(
+            rows,
+            vec![
+                (ids[0], "applied".to_string()),
+                (ids[1], "lease_lost".to_string()),
+                (ids[2], "applied".to_string())
+            ]
+        );
+        assert_eq!(state_of("cb", ids[0]), None);
+        assert_eq!(state_of("cb", ids[1]).as_deref(), Some("in_flight"));
+        assert_eq!(state_of("cb", ids[2]), None);
+    }
+
+    #[pg_test]
+    fn complete_batch_is_fenced_by_queue() {
+        let id = enqueue("cb_a", "");
+        let (_, token) = claim_one("cb_a");
+        assert_eq!(
+            complete_batch("cb_b", &[id], &[token], ""),
+            vec![(id, "lease_lost".to_string())]
+        );
+        assert_eq!(state_of("cb_a", id).as_deref(), Some("in_flight"));
+    }
+
+    #[pg_test]
+    fn strict_complete_batch_applies_nothing_when_one_is_fenced_out() {
+        let a = enqueue("cbs", "");
+        let b = enqueue("cbs", "");
+        let claimed = claim("cbs", ", max => 2");
+        let query = format!(
+            "SELECT * FROM aedb_queue.queue_complete_batch('cbs', ARRAY[{a}, {b}], ARRAY[{}, {}], strict => true)",
+            claimed[0].1,
+            claimed[1].1 + 5
+        );
+        expect_error(
+            &query,
+            "40002",
+            &format!(
+                "lease lost: task {b} is no longer in flight under fencing token {}",
+                claimed[1].1 + 5
+            ),
+        );
+        assert_eq!(state_of("cbs", a).as_deref(), Some("in_flight"));
+        assert_eq!(state_of("cbs", b).as_deref(), Some("in_flight"));
+    }
+
+    #[pg_test]
+    fn complete_batch_rejects_unpaired_arrays() {
+        expect_error(
+            "SELECT * FROM aedb_queue.queue_complete_batch('q', ARRAY[1, 2], ARRAY[1])",
+            "22023",
+            "invalid argument \"fencing_tokens\": has 1 elements but task_ids has 2",
+        );
+        expect_error(
+            "SELECT * FROM aedb_queue.queue_complete_batch('q', NULL, ARRAY[1])",
+            "22004",
+            "argument \"task_ids\" must not be NULL",
+        );
+    }
+
+    // ------------------------------------------------------------------
+    // aedb_queue.inline_reap: off leaves timers and leases to queue_reap.
+    // ------------------------------------------------------------------
+
+    #[pg_test]
+    fn with_inline_reap_off_claims_leave_due_work_to_the_reaper() {
+        let timer = enqueue("ir", ", delay => '1 hour'");
+        make_due(timer);
+        exec("SET LOCAL aedb_queue.inline_reap = off");
+        assert!(claim("ir", "").is_empty());
+        assert_eq!(state_of("ir", timer).as_deref(), Some("scheduled"));
+        assert_eq!(
+            ints("SELECT promoted FROM aedb_queue.queue_reap('ir')"),
+            vec![1]
+        );
+        assert_eq!(claim("ir", "").len(), 1);
+    }
+
+    #[pg_test(error = "new row for relation \"task\" violates check constraint \"task_check1\"")]
+    fn in_flight_state_and_lease_go_together() {
+        let id = enqueue("inv", "");
+        exec(&format!(
+            "UPDATE aedb_queue.task SET lease_deadline = now() WHERE task_id = {id}"
+        ));
+    }
 }

@@ -17,7 +17,10 @@ pub struct Cluster {
 
 impl Cluster {
     pub fn url(&self, dbname: &str) -> String {
-        format!("postgres://{}@{}:{}/{}", self.user, self.host, self.port, dbname)
+        format!(
+            "postgres://{}@{}:{}/{}",
+            self.user, self.host, self.port, dbname
+        )
     }
 
     pub async fn connect(&self, dbname: &str) -> Result<Conn> {
@@ -27,14 +30,23 @@ impl Cluster {
                 eprintln!("connection error: {e}");
             }
         });
-        Ok(Conn { client, prepared: HashMap::new() })
+        Ok(Conn {
+            client,
+            prepared: HashMap::new(),
+        })
     }
 
     /// A fresh, empty database: every measurement starts from the same state.
     pub async fn recreate(&self, dbname: &str) -> Result<Conn> {
         let admin = self.connect("postgres").await?;
-        admin.client.batch_execute(&format!("DROP DATABASE IF EXISTS {dbname} WITH (FORCE)")).await?;
-        admin.client.batch_execute(&format!("CREATE DATABASE {dbname}")).await?;
+        admin
+            .client
+            .batch_execute(&format!("DROP DATABASE IF EXISTS {dbname} WITH (FORCE)"))
+            .await?;
+        admin
+            .client
+            .batch_execute(&format!("CREATE DATABASE {dbname}"))
+            .await?;
         self.connect(dbname).await
     }
 }
@@ -54,12 +66,20 @@ impl Conn {
         Ok(stmt)
     }
 
-    pub async fn query(&mut self, sql: &'static str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>> {
+    pub async fn query(
+        &mut self,
+        sql: &'static str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>> {
         let stmt = self.statement(sql).await?;
         Ok(self.client.query(&stmt, params).await?)
     }
 
-    pub async fn execute(&mut self, sql: &'static str, params: &[&(dyn ToSql + Sync)]) -> Result<u64> {
+    pub async fn execute(
+        &mut self,
+        sql: &'static str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<u64> {
         let stmt = self.statement(sql).await?;
         Ok(self.client.execute(&stmt, params).await?)
     }
@@ -75,7 +95,10 @@ impl Conn {
 
 /// Microseconds since the Unix epoch, the clock payloads carry for pickup latency.
 pub fn now_micros() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as i64
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as i64
 }
 
 /// A payload of about 100 bytes of JSON that records when it was enqueued.

@@ -16,7 +16,12 @@ pub enum Floor {
 }
 
 /// Jobs per second for `clients` pgbench clients over `seconds`.
-pub async fn run(cluster: &Cluster, floor: Floor, clients: usize, seconds: Duration) -> Result<f64> {
+pub async fn run(
+    cluster: &Cluster,
+    floor: Floor,
+    clients: usize,
+    seconds: Duration,
+) -> Result<f64> {
     let db = "bench_floor";
     let conn = cluster.recreate(db).await?;
     conn.batch(SCHEMA).await?;
@@ -37,8 +42,23 @@ pub async fn run(cluster: &Cluster, floor: Floor, clients: usize, seconds: Durat
     let path = std::env::temp_dir().join(format!("aedb_floor_{}.sql", std::process::id()));
     std::fs::write(&path, script)?;
     let output = tokio::process::Command::new("/usr/lib/postgresql/15/bin/pgbench")
-        .args(["-n", "-h", &cluster.host, "-p", &cluster.port.to_string(), "-U", &cluster.user])
-        .args(["-c", &clients.to_string(), "-j", &clients.to_string(), "-T", &seconds.as_secs().to_string()])
+        .args([
+            "-n",
+            "-h",
+            &cluster.host,
+            "-p",
+            &cluster.port.to_string(),
+            "-U",
+            &cluster.user,
+        ])
+        .args([
+            "-c",
+            &clients.to_string(),
+            "-j",
+            &clients.to_string(),
+            "-T",
+            &seconds.as_secs().to_string(),
+        ])
         .arg("-f")
         .arg(&path)
         .arg(db)
@@ -48,9 +68,17 @@ pub async fn run(cluster: &Cluster, floor: Floor, clients: usize, seconds: Durat
     let stdout = String::from_utf8_lossy(&output.stdout);
     let tps = stdout
         .lines()
-        .find_map(|l| l.strip_prefix("tps = ").and_then(|rest| rest.split_whitespace().next()))
+        .find_map(|l| {
+            l.strip_prefix("tps = ")
+                .and_then(|rest| rest.split_whitespace().next())
+        })
         .and_then(|v| v.parse::<f64>().ok())
-        .ok_or_else(|| format!("pgbench printed no tps: {stdout} {}", String::from_utf8_lossy(&output.stderr)))?;
+        .ok_or_else(|| {
+            format!(
+                "pgbench printed no tps: {stdout} {}",
+                String::from_utf8_lossy(&output.stderr)
+            )
+        })?;
     // Each pgbench transaction here is two statements, so two commits per "tps".
     Ok(tps * jobs_per_tx)
 }

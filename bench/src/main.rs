@@ -132,20 +132,33 @@ struct Bench {
 
 impl Bench {
     /// Records one measurement, or a note when the system could not run it.
-    fn record(&mut self, table: &str, system: System, col: &str, measured: Result<Measured>) -> Option<Measured> {
+    fn record(
+        &mut self,
+        table: &str,
+        system: System,
+        col: &str,
+        measured: Result<Measured>,
+    ) -> Option<Measured> {
         match measured {
             Ok(m) => {
                 self.results.add(table, system.name(), col, m.rate());
                 if let Some(p) = m.p50_us {
-                    self.results.add(&format!("{table}_p50"), system.name(), col, p as f64);
+                    self.results
+                        .add(&format!("{table}_p50"), system.name(), col, p as f64);
                 }
                 if let Some(p) = m.p99_us {
-                    self.results.add(&format!("{table}_p99"), system.name(), col, p as f64);
+                    self.results
+                        .add(&format!("{table}_p99"), system.name(), col, p as f64);
                 }
                 if let Some(b) = m.backlog_end {
-                    self.results.add(&format!("{table}_backlog"), system.name(), col, b as f64);
+                    self.results
+                        .add(&format!("{table}_backlog"), system.name(), col, b as f64);
                 }
-                println!("  {table:<22} {:<16} {col:<10} {:>10.0} jobs/s", system.name(), m.rate());
+                println!(
+                    "  {table:<22} {:<16} {col:<10} {:>10.0} jobs/s",
+                    system.name(),
+                    m.rate()
+                );
                 Some(m)
             }
             Err(e) => {
@@ -158,20 +171,52 @@ impl Bench {
     }
 
     fn ctx(&self, system: System) -> Ctx {
-        Ctx { cluster: self.cluster.clone(), system }
+        Ctx {
+            cluster: self.cluster.clone(),
+            system,
+        }
     }
 
     async fn enqueue(&mut self) {
         for system in self.systems.clone() {
             let cases = [
-                ("single, 1 producer", EnqueueMode::Single { producers: 1 }, self.plan.enqueue_single, 1, 1),
-                ("single, 8 producers", EnqueueMode::Single { producers: 8 }, self.plan.enqueue_single * 2, 8, 1),
-                ("batch 100", EnqueueMode::Batch { size: 100 }, self.plan.enqueue_batch, 1, 100),
-                ("batch 1000", EnqueueMode::Batch { size: 1_000 }, self.plan.enqueue_batch, 1, 1_000),
+                (
+                    "single, 1 producer",
+                    EnqueueMode::Single { producers: 1 },
+                    self.plan.enqueue_single,
+                    1,
+                    1,
+                ),
+                (
+                    "single, 8 producers",
+                    EnqueueMode::Single { producers: 8 },
+                    self.plan.enqueue_single * 2,
+                    8,
+                    1,
+                ),
+                (
+                    "batch 100",
+                    EnqueueMode::Batch { size: 100 },
+                    self.plan.enqueue_batch,
+                    1,
+                    100,
+                ),
+                (
+                    "batch 1000",
+                    EnqueueMode::Batch { size: 1_000 },
+                    self.plan.enqueue_batch,
+                    1,
+                    1_000,
+                ),
             ];
             for (col, mode, jobs, workers, batch) in cases {
                 let measured = if system.is_node() {
-                    let req = node::Request { jobs, workers, batch, ..Default::default() };
+                    let req = node::Request {
+                        jobs,
+                        workers,
+                        batch,
+                        ..Default::default()
+                    };
                     node::run(&self.cluster, system, "enqueue", req).await
                 } else {
                     scenarios::enqueue(&self.ctx(system), mode, jobs).await
@@ -197,9 +242,21 @@ impl Bench {
                     };
                     node::run(&self.cluster, system, "drain", req).await
                 } else {
-                    scenarios::drain(&self.ctx(system), self.plan.drain_jobs, w, batch, self.plan.window).await
+                    scenarios::drain(
+                        &self.ctx(system),
+                        self.plan.drain_jobs,
+                        w,
+                        batch,
+                        self.plan.window,
+                    )
+                    .await
                 };
-                if self.record(table, system, &w.to_string(), measured).is_some() && w == 8 && batch == 1 {
+                if self
+                    .record(table, system, &w.to_string(), measured)
+                    .is_some()
+                    && w == 8
+                    && batch == 1
+                {
                     self.table_size(system).await;
                 }
             }
@@ -209,7 +266,12 @@ impl Bench {
     async fn table_size(&mut self, system: System) {
         if let Ok(conn) = self.cluster.connect(&system.db_name()).await {
             if let Ok(size) = conn.scalar_i64(system.size_sql()).await {
-                self.results.add("size_after_drain", system.name(), "tables + indexes", size as f64);
+                self.results.add(
+                    "size_after_drain",
+                    system.name(),
+                    "tables + indexes",
+                    size as f64,
+                );
             }
         }
     }
@@ -219,7 +281,13 @@ impl Bench {
             for &rate in &self.plan.steady_rates.clone() {
                 let col = format!("{rate}/s");
                 let measured = if system.is_node() {
-                    let req = node::Request { workers: 4, batch: 1, rate, seconds: self.plan.steady_seconds, ..Default::default() };
+                    let req = node::Request {
+                        workers: 4,
+                        batch: 1,
+                        rate,
+                        seconds: self.plan.steady_seconds,
+                        ..Default::default()
+                    };
                     node::run(&self.cluster, system, "steady", req).await
                 } else {
                     scenarios::steady(&self.ctx(system), rate, self.plan.steady_seconds, 4).await
@@ -232,52 +300,124 @@ impl Bench {
     async fn clutter(&mut self) {
         let p = &self.plan;
         let cases = [
-            (format!("{} ready queued", p.clutter_ready), Clutter::Ready(p.clutter_ready)),
+            (
+                format!("{} ready queued", p.clutter_ready),
+                Clutter::Ready(p.clutter_ready),
+            ),
             (
                 format!("{} future + {} dead", p.clutter_future, p.clutter_dead),
-                Clutter::FutureAndDead { future: p.clutter_future, dead: p.clutter_dead },
+                Clutter::FutureAndDead {
+                    future: p.clutter_future,
+                    dead: p.clutter_dead,
+                },
             ),
-            (format!("{} other queues", p.other_queues), Clutter::OtherQueues { queues: p.other_queues, each: p.other_each }),
+            (
+                format!("{} other queues", p.other_queues),
+                Clutter::OtherQueues {
+                    queues: p.other_queues,
+                    each: p.other_each,
+                },
+            ),
         ];
-        for system in self.systems.clone().into_iter().filter(|s| matches!(s, System::Aedb | System::Baseline)) {
-            let clean = scenarios::drain(&self.ctx(system), self.plan.drain_jobs, 8, 1, self.plan.window).await;
+        for system in self
+            .systems
+            .clone()
+            .into_iter()
+            .filter(|s| matches!(s, System::Aedb | System::Baseline))
+        {
+            let clean = scenarios::drain(
+                &self.ctx(system),
+                self.plan.drain_jobs,
+                8,
+                1,
+                self.plan.window,
+            )
+            .await;
             self.record("clutter", system, "clean", clean);
             for (col, clutter) in &cases {
-                let m = scenarios::clutter(&self.ctx(system), clutter, self.plan.drain_jobs, 8, self.plan.window).await;
+                let m = scenarios::clutter(
+                    &self.ctx(system),
+                    clutter,
+                    self.plan.drain_jobs,
+                    8,
+                    self.plan.window,
+                )
+                .await;
                 self.record("clutter", system, col, m);
             }
         }
     }
 
     async fn long_transaction(&mut self) {
-        for system in self.systems.clone().into_iter().filter(|s| matches!(s, System::Aedb | System::Baseline)) {
-            let (clean, hold, after) = (self.plan.long_clean, self.plan.long_hold, self.plan.long_after);
+        for system in self
+            .systems
+            .clone()
+            .into_iter()
+            .filter(|s| matches!(s, System::Aedb | System::Baseline))
+        {
+            let (clean, hold, after) = (
+                self.plan.long_clean,
+                self.plan.long_hold,
+                self.plan.long_after,
+            );
             match scenarios::long_transaction(&self.ctx(system), 4, clean, hold, after).await {
                 Ok(r) => {
                     let name = system.name();
                     self.results.add("long_tx", name, "clean", r.clean);
                     self.results.add("long_tx", name, "snapshot held", r.held);
                     for (i, rate) in r.after.iter().enumerate() {
-                        self.results.add("long_tx", name, &format!("after +{}s", (i + 1) * 10), *rate);
+                        self.results.add(
+                            "long_tx",
+                            name,
+                            &format!("after +{}s", (i + 1) * 10),
+                            *rate,
+                        );
                     }
-                    self.results.add("long_tx_dead", name, "dead tuples while held", r.dead_tuples as f64);
-                    self.results.add("long_tx_size", name, "tables + indexes", r.size_bytes as f64);
-                    println!("  long_tx {name}: clean {:.0} held {:.0} after {:?}", r.clean, r.held, r.after);
+                    self.results.add(
+                        "long_tx_dead",
+                        name,
+                        "dead tuples while held",
+                        r.dead_tuples as f64,
+                    );
+                    self.results.add(
+                        "long_tx_size",
+                        name,
+                        "tables + indexes",
+                        r.size_bytes as f64,
+                    );
+                    println!(
+                        "  long_tx {name}: clean {:.0} held {:.0} after {:?}",
+                        r.clean, r.held, r.after
+                    );
                 }
-                Err(e) => self.results.notes.push(format!("long_tx / {}: failed: {e}", system.name())),
+                Err(e) => self
+                    .results
+                    .notes
+                    .push(format!("long_tx / {}: failed: {e}", system.name())),
             }
         }
     }
 
     async fn churn(&mut self) {
-        let Some((total, backlog)) = self.plan.churn else { return };
-        for system in self.systems.clone().into_iter().filter(|s| matches!(s, System::Aedb | System::Baseline)) {
+        let Some((total, backlog)) = self.plan.churn else {
+            return;
+        };
+        for system in self
+            .systems
+            .clone()
+            .into_iter()
+            .filter(|s| matches!(s, System::Aedb | System::Baseline))
+        {
             match scenarios::churn_size(&self.ctx(system), total, backlog, 8).await {
                 Ok((rate, size)) => {
                     self.results.add("churn", system.name(), "jobs/s", rate);
-                    self.results.add("churn_size", system.name(), "tables + indexes", size as f64);
+                    self.results
+                        .add("churn_size", system.name(), "tables + indexes", size as f64);
                 }
-                Err(e) => self.results.notes.push(format!("churn / {}: failed: {e}", system.name())),
+                Err(e) => self
+                    .results
+                    .notes
+                    .push(format!("churn / {}: failed: {e}", system.name())),
             }
         }
     }
@@ -291,8 +431,13 @@ impl Bench {
             ("batch 100, 8 clients", floor::Floor::Batch100, 8),
         ] {
             match floor::run(&self.cluster, floor, clients, secs).await {
-                Ok(rate) => self.results.add("floor", "insert + delete (pgbench)", col, rate),
-                Err(e) => self.results.notes.push(format!("floor / {col}: failed: {e}")),
+                Ok(rate) => self
+                    .results
+                    .add("floor", "insert + delete (pgbench)", col, rate),
+                Err(e) => self
+                    .results
+                    .notes
+                    .push(format!("floor / {col}: failed: {e}")),
             }
         }
     }
@@ -301,11 +446,17 @@ impl Bench {
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
-    let mut plan = if args.quick { Plan::quick() } else { Plan::full() };
+    let mut plan = if args.quick {
+        Plan::quick()
+    } else {
+        Plan::full()
+    };
     if let Some(reps) = args.reps {
         plan.reps = reps;
     }
-    let default_systems = if args.quick { vec!["aedb_queue".to_string(), "baseline".to_string()] } else {
+    let default_systems = if args.quick {
+        vec!["aedb_queue".to_string(), "baseline".to_string()]
+    } else {
         System::ALL.iter().map(|s| s.name().to_string()).collect()
     };
     let systems = args
@@ -314,17 +465,31 @@ async fn main() -> Result<()> {
         .iter()
         .map(|n| System::from_name(n).ok_or_else(|| format!("unknown system {n}")))
         .collect::<std::result::Result<Vec<_>, _>>()?;
-    let cluster = Cluster { host: args.host, port: args.port, user: "postgres".into() };
+    let cluster = Cluster {
+        host: args.host,
+        port: args.port,
+        user: "postgres".into(),
+    };
     let started = Instant::now();
-    let mut bench = Bench { cluster, plan, systems, results: Results::default() };
-    let (batched_workers, workers) = (bench.plan.batched_workers.clone(), bench.plan.workers.clone());
+    let mut bench = Bench {
+        cluster,
+        plan,
+        systems,
+        results: Results::default(),
+    };
+    let (batched_workers, workers) = (
+        bench.plan.batched_workers.clone(),
+        bench.plan.workers.clone(),
+    );
     for rep in 1..=bench.plan.reps {
         println!("== repetition {rep}/{}", bench.plan.reps);
         bench.floor().await;
         bench.enqueue().await;
         bench.drain(PER_JOB, 1, workers.clone()).await;
         for batch in [10, 100] {
-            bench.drain(&batched_table(batch), batch, batched_workers.clone()).await;
+            bench
+                .drain(&batched_table(batch), batch, batched_workers.clone())
+                .await;
         }
         bench.steady().await;
         bench.clutter().await;
@@ -340,10 +505,19 @@ async fn main() -> Result<()> {
     chart_workers.extend(batched_workers.iter().copied());
     chart_workers.sort_unstable();
     chart_workers.dedup();
-    if let Err(e) = report::chart(&bench.results, &args.out.join("throughput.png"), &names, &chart_workers) {
+    if let Err(e) = report::chart(
+        &bench.results,
+        &args.out.join("throughput.png"),
+        &names,
+        &chart_workers,
+    ) {
         eprintln!("chart not written: {e}");
     }
-    println!("wrote {} in {:.0} s", args.out.join("latest.md").display(), elapsed.as_secs_f64());
+    println!(
+        "wrote {} in {:.0} s",
+        args.out.join("latest.md").display(),
+        elapsed.as_secs_f64()
+    );
     Ok(())
 }
 
@@ -354,7 +528,11 @@ async fn render(bench: &Bench, quick: bool, elapsed: Duration) -> Result<String>
     let base = names.contains(&"baseline").then_some("baseline");
     let cols = |v: &[usize]| v.iter().map(|w| w.to_string()).collect::<Vec<_>>();
     let admin = bench.cluster.connect("postgres").await?;
-    let version: String = admin.client.query_one("SHOW server_version", &[]).await?.get(0);
+    let version: String = admin
+        .client
+        .query_one("SHOW server_version", &[])
+        .await?
+        .get(0);
     let settings: Vec<String> = admin
         .client
         .query("SELECT name || '=' || setting FROM pg_settings WHERE name IN ('fsync','synchronous_commit','shared_buffers','max_wal_size','autovacuum','wal_level') ORDER BY name", &[])
@@ -363,7 +541,9 @@ async fn render(bench: &Bench, quick: bool, elapsed: Duration) -> Result<String>
         .map(|row| row.get(0))
         .collect();
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
 
     let mut md = String::new();
     let _ = writeln!(md, "# aedb_queue benchmark results\n");
@@ -379,27 +559,90 @@ async fn render(bench: &Bench, quick: bool, elapsed: Duration) -> Result<String>
     let _ = writeln!(md, "![throughput](throughput.png)\n");
 
     let _ = writeln!(md, "## Physical floor (pgbench: insert a row, delete it; each statement its own transaction)\n");
-    let floor_cols = ["per row, 1 client", "per row, 8 clients", "batch 100, 1 client", "batch 100, 8 clients"];
-    let _ = writeln!(md, "{}", r.table("floor", &["insert + delete (pgbench)"], &floor_cols, Unit::PerSecond, None));
+    let floor_cols = [
+        "per row, 1 client",
+        "per row, 8 clients",
+        "batch 100, 1 client",
+        "batch 100, 8 clients",
+    ];
+    let _ = writeln!(
+        md,
+        "{}",
+        r.table(
+            "floor",
+            &["insert + delete (pgbench)"],
+            &floor_cols,
+            Unit::PerSecond,
+            None
+        )
+    );
 
     let _ = writeln!(md, "## Enqueue (jobs/s; single = one job per call and transaction; batch = one call per N jobs)\n");
-    let enqueue_cols = ["single, 1 producer", "single, 8 producers", "batch 100", "batch 1000"];
-    let _ = writeln!(md, "{}", r.table("enqueue", &names, &enqueue_cols, Unit::PerSecond, base));
+    let enqueue_cols = [
+        "single, 1 producer",
+        "single, 8 producers",
+        "batch 100",
+        "batch 1000",
+    ];
+    let _ = writeln!(
+        md,
+        "{}",
+        r.table("enqueue", &names, &enqueue_cols, Unit::PerSecond, base)
+    );
 
     let _ = writeln!(md, "## Drain, one job per claim ({} jobs queued; claim in one transaction, complete in the next; jobs/s by worker count; window {} s)\n", p.drain_jobs, p.window.as_secs());
-    let _ = writeln!(md, "{}", r.table(PER_JOB, &names, &cols(&p.workers).iter().map(String::as_str).collect::<Vec<_>>(), Unit::PerSecond, base));
+    let _ = writeln!(
+        md,
+        "{}",
+        r.table(
+            PER_JOB,
+            &names,
+            &cols(&p.workers)
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>(),
+            Unit::PerSecond,
+            base
+        )
+    );
     for batch in [10, 100] {
         let _ = writeln!(md, "## Drain, claim batches of {batch} (settled in one call per batch where the system allows)\n");
         let c = cols(&p.batched_workers);
-        let _ = writeln!(md, "{}", r.table(&batched_table(batch), &names, &c.iter().map(String::as_str).collect::<Vec<_>>(), Unit::PerSecond, base));
+        let _ = writeln!(
+            md,
+            "{}",
+            r.table(
+                &batched_table(batch),
+                &names,
+                &c.iter().map(String::as_str).collect::<Vec<_>>(),
+                Unit::PerSecond,
+                base
+            )
+        );
     }
 
     let steady_cols: Vec<String> = p.steady_rates.iter().map(|r| format!("{r}/s")).collect();
     let sc: Vec<&str> = steady_cols.iter().map(String::as_str).collect();
-    let _ = writeln!(md, "## Steady state ({} s at a fixed producer rate, 4 workers, one job per claim)\n", p.steady_seconds);
-    let _ = writeln!(md, "Pickup latency p50 (claim time − enqueue time):\n\n{}", r.table("steady_p50", &names, &sc, Unit::Micros, None));
-    let _ = writeln!(md, "Pickup latency p99:\n\n{}", r.table("steady_p99", &names, &sc, Unit::Micros, None));
-    let _ = writeln!(md, "Backlog left when the producers stopped (jobs):\n\n{}", r.table("steady_backlog", &names, &sc, Unit::Count, None));
+    let _ = writeln!(
+        md,
+        "## Steady state ({} s at a fixed producer rate, 4 workers, one job per claim)\n",
+        p.steady_seconds
+    );
+    let _ = writeln!(
+        md,
+        "Pickup latency p50 (claim time − enqueue time):\n\n{}",
+        r.table("steady_p50", &names, &sc, Unit::Micros, None)
+    );
+    let _ = writeln!(
+        md,
+        "Pickup latency p99:\n\n{}",
+        r.table("steady_p99", &names, &sc, Unit::Micros, None)
+    );
+    let _ = writeln!(
+        md,
+        "Backlog left when the producers stopped (jobs):\n\n{}",
+        r.table("steady_backlog", &names, &sc, Unit::Count, None)
+    );
 
     let clutter_cols = [
         "clean".to_string(),
@@ -409,25 +652,68 @@ async fn render(bench: &Bench, quick: bool, elapsed: Duration) -> Result<String>
     ];
     let cc: Vec<&str> = clutter_cols.iter().map(String::as_str).collect();
     let _ = writeln!(md, "## Clutter (drain, 8 workers, one job per claim, {} s window; other queues hold {} ready jobs each)\n", p.window.as_secs(), p.other_each);
-    let _ = writeln!(md, "{}", r.table("clutter", &names, &cc, Unit::PerSecond, base));
+    let _ = writeln!(
+        md,
+        "{}",
+        r.table("clutter", &names, &cc, Unit::PerSecond, base)
+    );
 
     let mut long_cols = vec!["clean".to_string(), "snapshot held".to_string()];
-    long_cols.extend((1..=(p.long_after.as_secs() / 10).max(1)).map(|i| format!("after +{}s", i * 10)));
+    long_cols
+        .extend((1..=(p.long_after.as_secs() / 10).max(1)).map(|i| format!("after +{}s", i * 10)));
     let lc: Vec<&str> = long_cols.iter().map(String::as_str).collect();
     let _ = writeln!(
         md,
         "## Long transaction (a REPEATABLE READ snapshot held {} s during a closed-loop drain, 4 workers; jobs/s per phase)\n",
         p.long_hold.as_secs()
     );
-    let _ = writeln!(md, "{}", r.table("long_tx", &names, &lc, Unit::PerSecond, None));
-    let _ = writeln!(md, "{}", r.table("long_tx_dead", &names, &["dead tuples while held"], Unit::Count, None));
+    let _ = writeln!(
+        md,
+        "{}",
+        r.table("long_tx", &names, &lc, Unit::PerSecond, None)
+    );
+    let _ = writeln!(
+        md,
+        "{}",
+        r.table(
+            "long_tx_dead",
+            &names,
+            &["dead tuples while held"],
+            Unit::Count,
+            None
+        )
+    );
 
     let _ = writeln!(md, "## Table + index size\n");
-    let _ = writeln!(md, "After the 8-worker per-job drain:\n\n{}", r.table("size_after_drain", &names, &["tables + indexes"], Unit::Bytes, None));
+    let _ = writeln!(
+        md,
+        "After the 8-worker per-job drain:\n\n{}",
+        r.table(
+            "size_after_drain",
+            &names,
+            &["tables + indexes"],
+            Unit::Bytes,
+            None
+        )
+    );
     if let Some((total, backlog)) = p.churn {
         let _ = writeln!(md, "After {total} jobs processed at a steady backlog of {backlog} (claim 100, 8 workers):\n");
-        let _ = writeln!(md, "{}", r.table("churn_size", &names, &["tables + indexes"], Unit::Bytes, None));
-        let _ = writeln!(md, "{}", r.table("churn", &names, &["jobs/s"], Unit::PerSecond, None));
+        let _ = writeln!(
+            md,
+            "{}",
+            r.table(
+                "churn_size",
+                &names,
+                &["tables + indexes"],
+                Unit::Bytes,
+                None
+            )
+        );
+        let _ = writeln!(
+            md,
+            "{}",
+            r.table("churn", &names, &["jobs/s"], Unit::PerSecond, None)
+        );
     }
 
     let _ = writeln!(md, "## Targets\n\n{}", targets(bench));
@@ -444,7 +730,12 @@ async fn render(bench: &Bench, quick: bool, elapsed: Duration) -> Result<String>
 fn targets(bench: &Bench) -> String {
     let r = &bench.results;
     let aedb = "aedb_queue";
-    let peers: Vec<&str> = bench.systems.iter().map(|s| s.name()).filter(|n| *n != aedb && *n != "baseline").collect();
+    let peers: Vec<&str> = bench
+        .systems
+        .iter()
+        .map(|s| s.name())
+        .filter(|n| *n != aedb && *n != "baseline")
+        .collect();
     let mut out = String::from("| target | measured | met |\n|---|---|---|\n");
     let mut line = |name: String, measured: Option<String>, met: Option<bool>| {
         let _ = writeln!(
@@ -458,26 +749,51 @@ fn targets(bench: &Bench) -> String {
             }
         );
     };
-    let best_peer = |table: &str, col: &str| peers.iter().filter_map(|p| r.median(table, p, col).map(|v| (*p, v))).max_by(|a, b| a.1.total_cmp(&b.1));
+    let best_peer = |table: &str, col: &str| {
+        peers
+            .iter()
+            .filter_map(|p| r.median(table, p, col).map(|v| (*p, v)))
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+    };
 
     let ours = r.median(PER_JOB, aedb, "8");
     let base = r.median(PER_JOB, "baseline", "8");
     let peer = best_peer(PER_JOB, "8");
     if let (Some(o), Some(b)) = (ours, base) {
         let ahead = peer.is_none_or(|(_, v)| o > v);
-        let peer_txt = peer.map(|(n, v)| format!("; best peer {n} {:.0}", v)).unwrap_or_default();
-        line("per-job drain, 8 workers: ≥ 1.0× baseline and ahead of every peer".into(), Some(format!("{:.2}× baseline{peer_txt}", o / b)), Some(o / b >= 1.0 && ahead));
+        let peer_txt = peer
+            .map(|(n, v)| format!("; best peer {n} {:.0}", v))
+            .unwrap_or_default();
+        line(
+            "per-job drain, 8 workers: ≥ 1.0× baseline and ahead of every peer".into(),
+            Some(format!("{:.2}× baseline{peer_txt}", o / b)),
+            Some(o / b >= 1.0 && ahead),
+        );
     }
     let batched = r.median(&batched_table(100), aedb, "8");
     if let (Some(bt), Some(o)) = (batched, ours) {
         let peer = best_peer(&batched_table(100), "8");
         let ahead = peer.is_none_or(|(_, v)| bt > v);
-        let peer_txt = peer.map(|(n, v)| format!("; best peer {n} {:.0}", v)).unwrap_or_default();
-        line("batched drain (claim 100, 8 workers): ≥ 8× own per-job rate, ahead of every peer".into(), Some(format!("{:.1}× per-job{peer_txt}", bt / o)), Some(bt / o >= 8.0 && ahead));
+        let peer_txt = peer
+            .map(|(n, v)| format!("; best peer {n} {:.0}", v))
+            .unwrap_or_default();
+        line(
+            "batched drain (claim 100, 8 workers): ≥ 8× own per-job rate, ahead of every peer"
+                .into(),
+            Some(format!("{:.1}× per-job{peer_txt}", bt / o)),
+            Some(bt / o >= 8.0 && ahead),
+        );
     }
     for col in ["batch 100", "batch 1000"] {
-        if let (Some(o), Some(b)) = (r.median("enqueue", aedb, col), r.median("enqueue", "baseline", col)) {
-            line(format!("enqueue {col}: ≥ 0.9× plain multi-row INSERT"), Some(format!("{:.2}×", o / b)), Some(o / b >= 0.9));
+        if let (Some(o), Some(b)) = (
+            r.median("enqueue", aedb, col),
+            r.median("enqueue", "baseline", col),
+        ) {
+            line(
+                format!("enqueue {col}: ≥ 0.9× plain multi-row INSERT"),
+                Some(format!("{:.2}×", o / b)),
+                Some(o / b >= 0.9),
+            );
         }
     }
     if let Some(clean) = r.median("clutter", aedb, "clean") {
@@ -488,17 +804,39 @@ fn targets(bench: &Bench) -> String {
             format!("{} other queues", p.other_queues),
         ] {
             if let Some(v) = r.median("clutter", aedb, &col) {
-                line(format!("clutter, {col}: ≥ 0.9× uncluttered"), Some(format!("{:.2}×", v / clean)), Some(v / clean >= 0.9));
+                line(
+                    format!("clutter, {col}: ≥ 0.9× uncluttered"),
+                    Some(format!("{:.2}×", v / clean)),
+                    Some(v / clean >= 0.9),
+                );
             }
         }
     }
-    if let (Some(clean), Some(held)) = (r.median("long_tx", aedb, "clean"), r.median("long_tx", aedb, "snapshot held")) {
-        line("long transaction: ≥ 0.8× clean while the snapshot is held".into(), Some(format!("{:.2}×", held / clean)), Some(held / clean >= 0.8));
-        let recovered = ["after +10s", "after +20s", "after +30s"].iter().filter_map(|c| r.median("long_tx", aedb, c)).any(|v| v >= 0.9 * clean);
-        line("long transaction: recovery (≥ 0.9× clean) within 30 s after".into(), Some(format!("{recovered}")), Some(recovered));
+    if let (Some(clean), Some(held)) = (
+        r.median("long_tx", aedb, "clean"),
+        r.median("long_tx", aedb, "snapshot held"),
+    ) {
+        line(
+            "long transaction: ≥ 0.8× clean while the snapshot is held".into(),
+            Some(format!("{:.2}×", held / clean)),
+            Some(held / clean >= 0.8),
+        );
+        let recovered = ["after +10s", "after +20s", "after +30s"]
+            .iter()
+            .filter_map(|c| r.median("long_tx", aedb, c))
+            .any(|v| v >= 0.9 * clean);
+        line(
+            "long transaction: recovery (≥ 0.9× clean) within 30 s after".into(),
+            Some(format!("{recovered}")),
+            Some(recovered),
+        );
     }
     if let Some(size) = r.median("churn_size", aedb, "tables + indexes") {
-        line("size after 1,000,000 jobs at a 10,000 backlog: reported, bounded".into(), Some(Unit::Bytes.format(size)), None);
+        line(
+            "size after 1,000,000 jobs at a 10,000 backlog: reported, bounded".into(),
+            Some(Unit::Bytes.format(size)),
+            None,
+        );
     }
     out
 }

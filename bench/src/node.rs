@@ -31,7 +31,12 @@ struct Reply {
     backlog_end: Option<i64>,
 }
 
-pub async fn run(cluster: &Cluster, system: System, scenario: &str, req: Request) -> Result<Measured> {
+pub async fn run(
+    cluster: &Cluster,
+    system: System,
+    scenario: &str,
+    req: Request,
+) -> Result<Measured> {
     let db = system.db_name();
     cluster.recreate(&db).await?;
     let request = json!({
@@ -40,7 +45,10 @@ pub async fn run(cluster: &Cluster, system: System, scenario: &str, req: Request
         "rate": req.rate, "seconds": req.seconds, "payload_bytes": 100,
     });
     let output = tokio::process::Command::new("node")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/peers/node/driver.mjs"))
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/peers/node/driver.mjs"
+        ))
         .arg(request.to_string())
         .output()
         .await?;
@@ -48,12 +56,21 @@ pub async fn run(cluster: &Cluster, system: System, scenario: &str, req: Request
         return Err(format!(
             "{} {scenario} driver failed: {}",
             system.name(),
-            String::from_utf8_lossy(&output.stderr).lines().rev().take(5).collect::<Vec<_>>().join(" | ")
+            String::from_utf8_lossy(&output.stderr)
+                .lines()
+                .rev()
+                .take(5)
+                .collect::<Vec<_>>()
+                .join(" | ")
         )
         .into());
     }
     let stdout = String::from_utf8_lossy(&output.stdout);
-    let last = stdout.lines().rev().find(|l| l.trim_start().starts_with('{')).ok_or("driver printed no JSON")?;
+    let last = stdout
+        .lines()
+        .rev()
+        .find(|l| l.trim_start().starts_with('{'))
+        .ok_or("driver printed no JSON")?;
     let reply: Reply = serde_json::from_str(last)?;
     Ok(Measured {
         jobs: reply.jobs,

@@ -19,7 +19,11 @@ pub fn median(values: &[f64]) -> Option<f64> {
         return None;
     }
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    Some(if v.len() % 2 == 1 { v[v.len() / 2] } else { (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0 })
+    Some(if v.len() % 2 == 1 {
+        v[v.len() / 2]
+    } else {
+        (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0
+    })
 }
 
 impl Results {
@@ -35,7 +39,11 @@ impl Results {
     }
 
     pub fn values(&self, table: &str, row: &str, col: &str) -> &[f64] {
-        self.cells.get(table).and_then(|t| t.get(row)).and_then(|r| r.get(col)).map_or(&[], Vec::as_slice)
+        self.cells
+            .get(table)
+            .and_then(|t| t.get(row))
+            .and_then(|r| r.get(col))
+            .map_or(&[], Vec::as_slice)
     }
 
     pub fn median(&self, table: &str, row: &str, col: &str) -> Option<f64> {
@@ -43,7 +51,14 @@ impl Results {
     }
 
     /// A markdown table; with `ratio_to`, each cell also shows its ratio to that row.
-    pub fn table(&self, table: &str, rows: &[&str], cols: &[&str], unit: Unit, ratio_to: Option<&str>) -> String {
+    pub fn table(
+        &self,
+        table: &str,
+        rows: &[&str],
+        cols: &[&str],
+        unit: Unit,
+        ratio_to: Option<&str>,
+    ) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "| system | {} |", cols.join(" | "));
         let _ = writeln!(out, "|---|{}", "---|".repeat(cols.len()));
@@ -52,7 +67,9 @@ impl Results {
                 .iter()
                 .map(|col| {
                     let values = self.values(table, row, col);
-                    let Some(m) = median(values) else { return "–".into() };
+                    let Some(m) = median(values) else {
+                        return "–".into();
+                    };
                     let mut cell = unit.format(m);
                     if let Some(base) = ratio_to.and_then(|b| self.median(table, b, col)) {
                         if base > 0.0 && *row != ratio_to.unwrap() {
@@ -111,15 +128,27 @@ fn thousands(n: i64) -> String {
 }
 
 /// Jobs/s against worker count, one line per system, per-job and batched panels.
-pub fn chart(results: &Results, path: &Path, systems: &[&str], workers: &[usize]) -> Result<(), Box<dyn std::error::Error>> {
+pub fn chart(
+    results: &Results,
+    path: &Path,
+    systems: &[&str],
+    workers: &[usize],
+) -> Result<(), Box<dyn std::error::Error>> {
     let root = BitMapBackend::new(path, (1200, 520)).into_drawing_area();
     root.fill(&WHITE)?;
     let panels = root.split_evenly((1, 2));
-    let specs = [("drain_per_job", "Drain, one job per claim (jobs/s)"), ("drain_batched_100", "Drain, claim batches of 100 (jobs/s)")];
+    let specs = [
+        ("drain_per_job", "Drain, one job per claim (jobs/s)"),
+        ("drain_batched_100", "Drain, claim batches of 100 (jobs/s)"),
+    ];
     for (area, (table, title)) in panels.iter().zip(specs) {
         let max = systems
             .iter()
-            .flat_map(|s| workers.iter().filter_map(move |w| results.median(table, s, &w.to_string())))
+            .flat_map(|s| {
+                workers
+                    .iter()
+                    .filter_map(move |w| results.median(table, s, &w.to_string()))
+            })
             .fold(0.0f64, f64::max)
             .max(1.0);
         let mut chart = ChartBuilder::on(area)
@@ -127,11 +156,24 @@ pub fn chart(results: &Results, path: &Path, systems: &[&str], workers: &[usize]
             .margin(12)
             .x_label_area_size(36)
             .y_label_area_size(64)
-            .build_cartesian_2d(0usize..(workers.iter().max().copied().unwrap_or(1) + 1), 0.0..max * 1.1)?;
-        chart.configure_mesh().x_desc("workers").y_desc("jobs/s").draw()?;
+            .build_cartesian_2d(
+                0usize..(workers.iter().max().copied().unwrap_or(1) + 1),
+                0.0..max * 1.1,
+            )?;
+        chart
+            .configure_mesh()
+            .x_desc("workers")
+            .y_desc("jobs/s")
+            .draw()?;
         for (i, system) in systems.iter().enumerate() {
-            let points: Vec<(usize, f64)> =
-                workers.iter().filter_map(|w| results.median(table, system, &w.to_string()).map(|v| (*w, v))).collect();
+            let points: Vec<(usize, f64)> = workers
+                .iter()
+                .filter_map(|w| {
+                    results
+                        .median(table, system, &w.to_string())
+                        .map(|v| (*w, v))
+                })
+                .collect();
             if points.is_empty() {
                 continue;
             }
@@ -139,10 +181,21 @@ pub fn chart(results: &Results, path: &Path, systems: &[&str], workers: &[usize]
             chart
                 .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))?
                 .label(*system)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2)));
-            chart.draw_series(points.into_iter().map(|p| Circle::new(p, 4, color.filled())))?;
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
+                });
+            chart.draw_series(
+                points
+                    .into_iter()
+                    .map(|p| Circle::new(p, 4, color.filled())),
+            )?;
         }
-        chart.configure_series_labels().position(SeriesLabelPosition::UpperLeft).border_style(BLACK).background_style(WHITE.mix(0.8)).draw()?;
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .border_style(BLACK)
+            .background_style(WHITE.mix(0.8))
+            .draw()?;
     }
     root.present()?;
     Ok(())
@@ -168,8 +221,17 @@ mod tests {
         for v in [200.0, 210.0, 190.0] {
             r.add("t", "aedb_queue", "c", v);
         }
-        let md = r.table("t", &["aedb_queue", "baseline"], &["c"], Unit::PerSecond, Some("baseline"));
-        assert!(md.contains("| aedb_queue | 200 (**2.00×**) [200, 210, 190] |"), "{md}");
+        let md = r.table(
+            "t",
+            &["aedb_queue", "baseline"],
+            &["c"],
+            Unit::PerSecond,
+            Some("baseline"),
+        );
+        assert!(
+            md.contains("| aedb_queue | 200 (**2.00×**) [200, 210, 190] |"),
+            "{md}"
+        );
         assert!(md.contains("| baseline | 100 [100, 90, 110] |"), "{md}");
     }
 

@@ -107,7 +107,11 @@ pub async fn enqueue(ctx: &Ctx, mode: EnqueueMode, jobs: usize) -> Result<Measur
             }
         }
     }
-    Ok(Measured { jobs: jobs as u64, seconds: start.elapsed().as_secs_f64(), ..Default::default() })
+    Ok(Measured {
+        jobs: jobs as u64,
+        seconds: start.elapsed().as_secs_f64(),
+        ..Default::default()
+    })
 }
 
 /// A pool of workers running until told to stop, counting settled jobs.
@@ -129,7 +133,8 @@ impl Workers {
                 let owner = format!("w{w}");
                 let mut latency = Histogram::<u64>::new(3).unwrap();
                 while !stop.load(Ordering::Relaxed) {
-                    let settled = work_once(system, &mut conn, queue, &owner, batch, &mut latency).await?;
+                    let settled =
+                        work_once(system, &mut conn, queue, &owner, batch, &mut latency).await?;
                     if settled == 0 {
                         tokio::time::sleep(Duration::from_millis(2)).await;
                     }
@@ -138,7 +143,11 @@ impl Workers {
                 Ok(latency)
             }));
         }
-        Ok(Workers { stop, done, handles })
+        Ok(Workers {
+            stop,
+            done,
+            handles,
+        })
     }
 
     fn done(&self) -> u64 {
@@ -166,7 +175,9 @@ async fn work_once(
     latency: &mut Histogram<u64>,
 ) -> Result<u64> {
     if system == System::Pgq {
-        let Some(events) = systems::pgq_consume(conn).await? else { return Ok(0) };
+        let Some(events) = systems::pgq_consume(conn).await? else {
+            return Ok(0);
+        };
         record(latency, events.iter().copied());
         return Ok(events.len() as u64);
     }
@@ -187,13 +198,25 @@ fn record(latency: &mut Histogram<u64>, enqueued: impl Iterator<Item = Option<i6
 
 /// Drains `jobs` preloaded jobs with `workers` workers, or as many as the
 /// window allows; the rate is jobs settled per second from the first claim.
-pub async fn drain(ctx: &Ctx, jobs: usize, workers: usize, batch: i32, window: Duration) -> Result<Measured> {
+pub async fn drain(
+    ctx: &Ctx,
+    jobs: usize,
+    workers: usize,
+    batch: i32,
+    window: Duration,
+) -> Result<Measured> {
     let mut conn = ctx.fresh().await?;
     preload(ctx, &mut conn, QUEUE, jobs).await?;
     drain_loaded(ctx, jobs as u64, workers, batch, window).await
 }
 
-pub async fn drain_loaded(ctx: &Ctx, target: u64, workers: usize, batch: i32, window: Duration) -> Result<Measured> {
+pub async fn drain_loaded(
+    ctx: &Ctx,
+    target: u64,
+    workers: usize,
+    batch: i32,
+    window: Duration,
+) -> Result<Measured> {
     let start = Instant::now();
     let pool = Workers::start(ctx, QUEUE, workers, batch).await?;
     while pool.done() < target && start.elapsed() < window {
@@ -202,7 +225,11 @@ pub async fn drain_loaded(ctx: &Ctx, target: u64, workers: usize, batch: i32, wi
     let seconds = start.elapsed().as_secs_f64();
     let jobs = pool.done();
     pool.stop().await?;
-    Ok(Measured { jobs, seconds, ..Default::default() })
+    Ok(Measured {
+        jobs,
+        seconds,
+        ..Default::default()
+    })
 }
 
 /// Producers at a fixed rate for `seconds` while `workers` workers process:
@@ -249,7 +276,13 @@ pub enum Clutter {
 }
 
 /// Loads clutter with set-based SQL (fast, not timed), then the jobs to drain.
-pub async fn clutter(ctx: &Ctx, clutter: &Clutter, jobs: usize, workers: usize, window: Duration) -> Result<Measured> {
+pub async fn clutter(
+    ctx: &Ctx,
+    clutter: &Clutter,
+    jobs: usize,
+    workers: usize,
+    window: Duration,
+) -> Result<Measured> {
     let conn = ctx.fresh().await?;
     let mut target = jobs as u64;
     match *clutter {
@@ -320,7 +353,13 @@ pub struct LongTx {
     pub size_bytes: i64,
 }
 
-pub async fn long_transaction(ctx: &Ctx, workers: usize, clean: Duration, hold: Duration, after: Duration) -> Result<LongTx> {
+pub async fn long_transaction(
+    ctx: &Ctx,
+    workers: usize,
+    clean: Duration,
+    hold: Duration,
+    after: Duration,
+) -> Result<LongTx> {
     let mut conn = ctx.fresh().await?;
     preload(ctx, &mut conn, QUEUE, 20_000).await?;
     let pool = Workers::start(ctx, QUEUE, workers, 1).await?;
@@ -348,7 +387,9 @@ pub async fn long_transaction(ctx: &Ctx, workers: usize, clean: Duration, hold: 
     let clean_rate = window_rate(mark, clean.as_secs_f64())(pool.done());
 
     let snapshot = ctx.connect().await?;
-    snapshot.batch("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM pg_class;").await?;
+    snapshot
+        .batch("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM pg_class;")
+        .await?;
     let mark = pool.done();
     tokio::time::sleep(hold).await;
     let held_rate = window_rate(mark, hold.as_secs_f64())(pool.done());
@@ -371,7 +412,13 @@ pub async fn long_transaction(ctx: &Ctx, workers: usize, clean: Duration, hold: 
     producer.await??;
     pool.stop().await?;
     let size_bytes = conn.scalar_i64(ctx.system.size_sql()).await?;
-    Ok(LongTx { clean: clean_rate, held: held_rate, after: after_rates, dead_tuples, size_bytes })
+    Ok(LongTx {
+        clean: clean_rate,
+        held: held_rate,
+        after: after_rates,
+        dead_tuples,
+        size_bytes,
+    })
 }
 
 /// The table the claim path reads, whose dead tuples a held snapshot pins.

@@ -18,7 +18,13 @@ pub enum System {
 pub const QUEUE: &str = "q";
 
 impl System {
-    pub const ALL: [System; 5] = [System::Aedb, System::Baseline, System::Pgq, System::PgBoss, System::Graphile];
+    pub const ALL: [System; 5] = [
+        System::Aedb,
+        System::Baseline,
+        System::Pgq,
+        System::PgBoss,
+        System::Graphile,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -102,37 +108,66 @@ fn enqueued_at(payload: Option<Value>) -> Option<i64> {
     payload.and_then(|p| p.get("t").and_then(Value::as_i64))
 }
 
-pub async fn enqueue_one(system: System, conn: &mut Conn, queue: &str, payload: &Value) -> Result<()> {
+pub async fn enqueue_one(
+    system: System,
+    conn: &mut Conn,
+    queue: &str,
+    payload: &Value,
+) -> Result<()> {
     match system {
         System::Aedb => {
-            conn.query("SELECT task_id FROM aedb_queue.queue_enqueue($1, $2)", &[&queue, payload]).await?;
+            conn.query(
+                "SELECT task_id FROM aedb_queue.queue_enqueue($1, $2)",
+                &[&queue, payload],
+            )
+            .await?;
         }
         System::Baseline => {
-            conn.execute("INSERT INTO jobs (queue, payload) VALUES ($1, $2)", &[&queue, payload]).await?;
+            conn.execute(
+                "INSERT INTO jobs (queue, payload) VALUES ($1, $2)",
+                &[&queue, payload],
+            )
+            .await?;
         }
         System::Pgq => {
             let text = payload.to_string();
-            conn.query("SELECT pgq.insert_event($1, 'job', $2)", &[&queue, &text]).await?;
+            conn.query("SELECT pgq.insert_event($1, 'job', $2)", &[&queue, &text])
+                .await?;
         }
         _ => unreachable!("node systems enqueue in their driver"),
     }
     Ok(())
 }
 
-pub async fn enqueue_batch(system: System, conn: &mut Conn, queue: &str, payloads: &[Value]) -> Result<()> {
+pub async fn enqueue_batch(
+    system: System,
+    conn: &mut Conn,
+    queue: &str,
+    payloads: &[Value],
+) -> Result<()> {
     match system {
         System::Aedb => {
-            conn.query("SELECT aedb_queue.queue_enqueue_batch($1, $2::jsonb[])", &[&queue, &payloads]).await?;
+            conn.query(
+                "SELECT aedb_queue.queue_enqueue_batch($1, $2::jsonb[])",
+                &[&queue, &payloads],
+            )
+            .await?;
         }
         System::Baseline => {
-            conn.execute("INSERT INTO jobs (queue, payload) SELECT $1, unnest($2::jsonb[])", &[&queue, &payloads])
-                .await?;
+            conn.execute(
+                "INSERT INTO jobs (queue, payload) SELECT $1, unnest($2::jsonb[])",
+                &[&queue, &payloads],
+            )
+            .await?;
         }
         System::Pgq => {
             let texts: Vec<String> = payloads.iter().map(Value::to_string).collect();
             // One tick per batch, as PgQ's ticker would produce under this load.
-            conn.query("SELECT count(pgq.insert_event($1, 'job', p)) FROM unnest($2::text[]) p", &[&queue, &texts])
-                .await?;
+            conn.query(
+                "SELECT count(pgq.insert_event($1, 'job', p)) FROM unnest($2::text[]) p",
+                &[&queue, &texts],
+            )
+            .await?;
             conn.query("SELECT pgq.ticker()", &[]).await?;
         }
         _ => unreachable!("node systems enqueue in their driver"),
@@ -141,7 +176,13 @@ pub async fn enqueue_batch(system: System, conn: &mut Conn, queue: &str, payload
 }
 
 /// One claim transaction: up to `max` jobs leased to `owner`.
-pub async fn claim(system: System, conn: &mut Conn, queue: &str, owner: &str, max: i32) -> Result<Vec<Job>> {
+pub async fn claim(
+    system: System,
+    conn: &mut Conn,
+    queue: &str,
+    owner: &str,
+    max: i32,
+) -> Result<Vec<Job>> {
     let rows = match system {
         System::Aedb => {
             conn.query(
@@ -166,32 +207,51 @@ pub async fn claim(system: System, conn: &mut Conn, queue: &str, owner: &str, ma
     };
     Ok(rows
         .into_iter()
-        .map(|r| Job { id: r.get(0), token: r.get(1), enqueued_micros: enqueued_at(r.get(2)) })
+        .map(|r| Job {
+            id: r.get(0),
+            token: r.get(1),
+            enqueued_micros: enqueued_at(r.get(2)),
+        })
         .collect())
 }
 
 /// Settles claimed jobs: one call per job when `per_job`, else one round trip.
-pub async fn complete(system: System, conn: &mut Conn, queue: &str, jobs: &[Job], per_job: bool) -> Result<()> {
+pub async fn complete(
+    system: System,
+    conn: &mut Conn,
+    queue: &str,
+    jobs: &[Job],
+    per_job: bool,
+) -> Result<()> {
     match system {
         System::Aedb if per_job => {
             for job in jobs {
-                conn.query("SELECT aedb_queue.queue_complete($1, $2, $3)::text", &[&queue, &job.id, &job.token])
-                    .await?;
+                conn.query(
+                    "SELECT aedb_queue.queue_complete($1, $2, $3)::text",
+                    &[&queue, &job.id, &job.token],
+                )
+                .await?;
             }
         }
         System::Aedb => {
             let ids: Vec<i64> = jobs.iter().map(|j| j.id).collect();
             let tokens: Vec<i64> = jobs.iter().map(|j| j.token).collect();
-            conn.query("SELECT aedb_queue.queue_complete_batch($1, $2, $3)", &[&queue, &ids, &tokens]).await?;
+            conn.query(
+                "SELECT aedb_queue.queue_complete_batch($1, $2, $3)",
+                &[&queue, &ids, &tokens],
+            )
+            .await?;
         }
         System::Baseline if per_job => {
             for job in jobs {
-                conn.execute("DELETE FROM jobs WHERE id = $1", &[&job.id]).await?;
+                conn.execute("DELETE FROM jobs WHERE id = $1", &[&job.id])
+                    .await?;
             }
         }
         System::Baseline => {
             let ids: Vec<i64> = jobs.iter().map(|j| j.id).collect();
-            conn.execute("DELETE FROM jobs WHERE id = ANY($1)", &[&ids]).await?;
+            conn.execute("DELETE FROM jobs WHERE id = ANY($1)", &[&ids])
+                .await?;
         }
         _ => unreachable!("{} has no per-job completion", system.name()),
     }
@@ -208,7 +268,9 @@ pub async fn pgq_consume(conn: &mut Conn) -> Result<Option<Vec<Option<i64>>>> {
         conn.batch("COMMIT").await?;
         return Ok(None);
     };
-    let rows = conn.query("SELECT ev_data FROM pgq.get_batch_events($1)", &[&batch]).await?;
+    let rows = conn
+        .query("SELECT ev_data FROM pgq.get_batch_events($1)", &[&batch])
+        .await?;
     conn.query("SELECT pgq.finish_batch($1)", &[&batch]).await?;
     conn.batch("COMMIT").await?;
     Ok(Some(

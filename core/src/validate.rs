@@ -79,7 +79,10 @@ fn in_range(arg: &str, value: i32, low: i32, high: i32) -> Result<i32, QueueErro
 /// Parallel arrays (ids and their tokens) must pair up one to one.
 pub fn same_length(arg: &str, len: usize, other: &str, other_len: usize) -> Result<(), QueueError> {
     if len != other_len {
-        return Err(QueueError::invalid(arg, format!("has {len} elements but {other} has {other_len}")));
+        return Err(QueueError::invalid(
+            arg,
+            format!("has {len} elements but {other} has {other_len}"),
+        ));
     }
     Ok(())
 }
@@ -243,8 +246,13 @@ mod tests {
     #[test]
     fn parallel_arrays_must_match() {
         assert!(same_length("fencing_tokens", 2, "task_ids", 2).is_ok());
-        let e = same_length("fencing_tokens", 1, "task_ids", 2).unwrap_err().to_string();
-        assert!(e.contains("\"fencing_tokens\"") && e.contains("task_ids has 2"), "{e}");
+        let e = same_length("fencing_tokens", 1, "task_ids", 2)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("\"fencing_tokens\"") && e.contains("task_ids has 2"),
+            "{e}"
+        );
     }
 
     #[test]

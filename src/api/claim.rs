@@ -4,9 +4,9 @@ use aedb_queue_core::validate;
 use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::prelude::*;
 
-use super::reap::reap_queue;
 use super::{checked_name, positive_interval, required};
 use crate::errors::run;
+use crate::guc;
 use crate::jsonb::RawJsonb;
 use crate::store;
 
@@ -41,8 +41,8 @@ fn queue_claim(
         let owner_id = checked_name("owner_id", owner_id)?;
         let lease = positive_interval("lease", lease)?;
         let max = validate::claim_max(required("max", max)?)?;
-        reap_queue(queue, max.max(INLINE_REAP_MIN))?;
-        let rows = store::claim(queue, owner_id, lease, max)?
+        let reap = guc::inline_reap().then_some(max.max(INLINE_REAP_MIN));
+        let rows = store::claim(queue, owner_id, lease, max, reap)?
             .into_iter()
             .map(|t| {
                 (

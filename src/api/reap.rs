@@ -6,25 +6,7 @@ use pgrx::prelude::*;
 
 use super::{checked_name, required};
 use crate::errors::{run, Result};
-use crate::store;
-
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Reaped {
-    pub promoted: i64,
-    pub reclaimed: i64,
-    pub dead_lettered: i64,
-}
-
-/// Up to `limit` promotions and `limit` reclaims in `queue`.
-pub(crate) fn reap_queue(queue: &str, limit: i32) -> Result<Reaped> {
-    let promoted = store::promote_due(queue, limit)?;
-    let (reclaimed, dead_lettered) = store::reclaim_expired(queue, limit)?;
-    Ok(Reaped {
-        promoted,
-        reclaimed,
-        dead_lettered,
-    })
-}
+use crate::store::{self, Reaped};
 
 /// Reaps every registered queue, `max` of each kind of work in total.
 fn reap_all(max: i32) -> Result<Reaped> {
@@ -35,14 +17,14 @@ fn reap_all(max: i32) -> Result<Reaped> {
         if promote_left <= 0 && reclaim_left <= 0 {
             break;
         }
-        if promote_left > 0 {
-            total.promoted += store::promote_due(&queue, promote_left as i32)?;
-        }
-        if reclaim_left > 0 {
-            let (reclaimed, dead) = store::reclaim_expired(&queue, reclaim_left as i32)?;
-            total.reclaimed += reclaimed;
-            total.dead_lettered += dead;
-        }
+        let reaped = store::reap(
+            &queue,
+            promote_left.max(0) as i32,
+            reclaim_left.max(0) as i32,
+        )?;
+        total.promoted += reaped.promoted;
+        total.reclaimed += reaped.reclaimed;
+        total.dead_lettered += reaped.dead_lettered;
     }
     Ok(total)
 }
@@ -62,7 +44,7 @@ fn queue_reap(
     run(|| {
         let max = validate::reap_max(required("max", max)?)?;
         let reaped = match queue {
-            Some(_) => reap_queue(checked_name("queue", queue)?, max)?,
+            Some(_) => store::reap(checked_name("queue", queue)?, max, max)?,
             None => reap_all(max)?,
         };
         Ok(TableIterator::once((

@@ -3,9 +3,9 @@
 use aedb_queue_core::spec::parse_follow_ups;
 use aedb_queue_core::transition::{on_failure, FailOutcome, FailRequest, RetryPolicy};
 use aedb_queue_core::{validate, QueueError};
-use std::collections::HashSet;
 use pgrx::datum::{Interval, JsonB};
 use pgrx::prelude::*;
+use std::collections::HashSet;
 
 use super::enqueue::CheckedEnqueue;
 use super::{checked_json, checked_name, interval, micros, positive_interval, required};
@@ -71,12 +71,25 @@ fn queue_complete_batch(
         let task_ids = required("task_ids", task_ids)?;
         let fencing_tokens = required("fencing_tokens", fencing_tokens)?;
         let strict = required("strict", strict)?;
-        validate::same_length("fencing_tokens", fencing_tokens.len(), "task_ids", task_ids.len())?;
-        let applied: HashSet<i64> = store::complete_many(queue, &task_ids, &fencing_tokens)?.into_iter().collect();
-        let rows: Vec<_> = task_ids.iter().map(|id| (*id, Outcome::from_applied(applied.contains(id)))).collect();
+        validate::same_length(
+            "fencing_tokens",
+            fencing_tokens.len(),
+            "task_ids",
+            task_ids.len(),
+        )?;
+        let applied: HashSet<i64> = store::complete_many(queue, &task_ids, &fencing_tokens)?
+            .into_iter()
+            .collect();
+        let rows: Vec<_> = task_ids
+            .iter()
+            .map(|id| (*id, Outcome::from_applied(applied.contains(id))))
+            .collect();
         if strict {
             if let Some(i) = rows.iter().position(|(_, o)| *o == Outcome::LeaseLost) {
-                return Err(QueueError::LeaseLost { task_id: task_ids[i], fencing_token: fencing_tokens[i] });
+                return Err(QueueError::LeaseLost {
+                    task_id: task_ids[i],
+                    fencing_token: fencing_tokens[i],
+                });
             }
         }
         Ok(TableIterator::new(rows))
