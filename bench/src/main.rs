@@ -32,9 +32,12 @@ struct Args {
     /// Comma-separated systems (default: all; with --quick: aedb_queue,baseline).
     #[arg(long, value_delimiter = ',')]
     systems: Option<Vec<String>>,
-    /// Repetitions of each measurement (default 3; 1 with --quick).
+    /// Repetitions of each throughput measurement (default 3; 1 with --quick).
     #[arg(long)]
     reps: Option<usize>,
+    /// Repetitions of the long scenarios: steady state, clutter, long transaction (default 1).
+    #[arg(long)]
+    long_reps: Option<usize>,
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
     #[arg(long, default_value_t = 54329)]
@@ -53,6 +56,8 @@ struct Plan {
     workers: Vec<usize>,
     window: Duration,
     batched_workers: Vec<usize>,
+    /// Repetitions of the long scenarios (steady, clutter, long transaction).
+    long_reps: usize,
     steady_rates: Vec<u64>,
     steady_seconds: u64,
     clutter_ready: usize,
@@ -76,7 +81,8 @@ impl Plan {
             drain_jobs: 5_000,
             workers: vec![1, 4, 8],
             window: Duration::from_secs(6),
-            batched_workers: vec![4],
+            batched_workers: vec![1, 4],
+            long_reps: 1,
             steady_rates: vec![500],
             steady_seconds: 6,
             clutter_ready: 100_000,
@@ -95,24 +101,25 @@ impl Plan {
     fn full() -> Plan {
         Plan {
             reps: 3,
-            enqueue_single: 5_000,
+            enqueue_single: 3_000,
             enqueue_batch: 50_000,
             drain_jobs: 50_000,
             workers: vec![1, 4, 8, 16],
-            window: Duration::from_secs(12),
+            window: Duration::from_secs(8),
             batched_workers: vec![1, 4, 8, 16],
+            long_reps: 1,
             steady_rates: vec![500, 2_000],
-            steady_seconds: 60,
+            steady_seconds: 20,
             clutter_ready: 1_000_000,
             clutter_future: 200_000,
             clutter_dead: 100_000,
             other_queues: 100,
             other_each: 2_000,
-            long_clean: Duration::from_secs(20),
+            long_clean: Duration::from_secs(10),
             long_hold: Duration::from_secs(60),
             long_after: Duration::from_secs(30),
             churn: Some((1_000_000, 10_000)),
-            floor_seconds: Duration::from_secs(10),
+            floor_seconds: Duration::from_secs(5),
         }
     }
 }
@@ -229,7 +236,9 @@ impl Bench {
     async fn drain(&mut self, table: &str, batch: i32, workers: Vec<usize>) {
         for system in self.systems.clone() {
             for &w in &workers {
-                if system.max_workers().is_some_and(|max| w > max) {
+                // PgQ consumes whole tick batches with one consumer: it
+                // appears once, among the batched drains.
+                if system == System::Pgq && (batch != 100 || w != 1) {
                     continue;
                 }
                 let measured = if system.is_node() {
@@ -454,6 +463,9 @@ async fn main() -> Result<()> {
     if let Some(reps) = args.reps {
         plan.reps = reps;
     }
+    if let Some(reps) = args.long_reps {
+        plan.long_reps = reps;
+    }
     let default_systems = if args.quick {
         vec!["aedb_queue".to_string(), "baseline".to_string()]
     } else {
@@ -541,6 +553,12 @@ async fn render(bench: &Bench, quick: bool, elapsed: Duration) -> Result<String>
         .map(|row| row.get(0))
         .collect();
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let commit = std::process::Command::new("git")
+        .args(["describe", "--always", "--dirty"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
     let cpus = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(0);
@@ -549,11 +567,13 @@ async fn render(bench: &Bench, quick: bool, elapsed: Duration) -> Result<String>
     let _ = writeln!(md, "# aedb_queue benchmark results\n");
     let _ = writeln!(
         md,
-        "Command: `cargo run --release -p aedb_queue_bench --{}` ({} repetition(s), median shown with raw values in brackets; {:.0} s in all).  ",
+        "Command: `bash bench/run.sh{}` ({} repetition(s) of each throughput measurement, median shown with the raw values in brackets; {} of the long scenarios; {:.0} s in all).  ",
         if quick { " --quick" } else { "" },
         p.reps,
+        p.long_reps,
         elapsed.as_secs_f64()
     );
+    let _ = writeln!(md, "Code: commit `{commit}`. Run finished {}.  ", now_utc());
     let _ = writeln!(md, "Machine: {cpus} CPUs, load average at the end `{}`. PostgreSQL {version} on 127.0.0.1, `{}`.  ", load.trim(), settings.join(" "));
     let _ = writeln!(md, "Clients run on the same machine over TCP. Ratios in **bold** are against the hand-written baseline in the same run.\n");
     let _ = writeln!(md, "![throughput](throughput.png)\n");
@@ -839,4 +859,12 @@ fn targets(bench: &Bench) -> String {
         );
     }
     out
+}
+
+fn now_utc() -> String {
+    std::process::Command::new("date")
+        .args(["-u", "+%Y-%m-%d %H:%M UTC"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
 }

@@ -49,12 +49,6 @@ impl System {
         matches!(self, System::PgBoss | System::Graphile)
     }
 
-    /// PgQ is a log with one cursor per consumer: no per-job claims, and
-    /// extra consumers each see every event, so it has exactly one worker.
-    pub fn max_workers(self) -> Option<usize> {
-        (self == System::Pgq).then_some(1)
-    }
-
     pub async fn setup(self, conn: &Conn) -> Result<()> {
         match self {
             System::Aedb => conn.batch("CREATE EXTENSION aedb_queue").await,
