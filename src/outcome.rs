@@ -1,15 +1,19 @@
 //! `aedb_queue.outcome`, the result of a fenced call.
 //!
-//! The enum type is created in `sql/schema.sql` inside the extension schema;
-//! it is looked up by its qualified name because callers rarely have
-//! `aedb_queue` on their search_path.
+//! The enum type is created in `sql/schema.sql` inside the extension schema.
+//! Its labels are found through the system caches by schema and name: callers
+//! rarely have `aedb_queue` on their search_path, and parsing a qualified
+//! type name on every fenced call would cost more than the call's own lookup.
+
+use std::ffi::CStr;
 
 use pgrx::callconv::{BoxRet, FcInfo};
 use pgrx::datum::Datum;
-use pgrx::enum_helper::lookup_enum_by_label;
-use pgrx::{pg_sys, regtypein, IntoDatum};
+use pgrx::pg_sys::{self, SysCacheIdentifier};
+use pgrx::IntoDatum;
 
-const TYPE_NAME: &str = "aedb_queue.outcome";
+const SCHEMA: &CStr = c"aedb_queue";
+const TYPE_NAME: &CStr = c"outcome";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -26,21 +30,54 @@ impl Outcome {
         }
     }
 
-    pub fn label(self) -> &'static str {
+    fn label(self) -> &'static CStr {
         match self {
-            Outcome::Applied => "applied",
-            Outcome::LeaseLost => "lease_lost",
+            Outcome::Applied => c"applied",
+            Outcome::LeaseLost => c"lease_lost",
         }
+    }
+}
+
+fn type_oid() -> pg_sys::Oid {
+    unsafe {
+        let namespace = pg_sys::get_namespace_oid(SCHEMA.as_ptr(), false);
+        pg_sys::GetSysCacheOid(
+            SysCacheIdentifier::TYPENAMENSP as i32,
+            pg_sys::Anum_pg_type_oid as pg_sys::AttrNumber,
+            pg_sys::Datum::from(TYPE_NAME.as_ptr()),
+            pg_sys::Datum::from(namespace),
+            pg_sys::Datum::from(0usize),
+            pg_sys::Datum::from(0usize),
+        )
+    }
+}
+
+fn label_oid(label: &CStr) -> pg_sys::Oid {
+    unsafe {
+        let tuple = pg_sys::SearchSysCache(
+            SysCacheIdentifier::ENUMTYPOIDNAME as i32,
+            pg_sys::Datum::from(type_oid()),
+            pg_sys::Datum::from(label.as_ptr()),
+            pg_sys::Datum::from(0usize),
+            pg_sys::Datum::from(0usize),
+        );
+        assert!(
+            !tuple.is_null(),
+            "aedb_queue.outcome has no label {label:?}"
+        );
+        let oid = (*(pg_sys::GETSTRUCT(tuple) as pg_sys::Form_pg_enum)).oid;
+        pg_sys::ReleaseSysCache(tuple);
+        oid
     }
 }
 
 impl IntoDatum for Outcome {
     fn into_datum(self) -> Option<pg_sys::Datum> {
-        Some(lookup_enum_by_label(TYPE_NAME, self.label()))
+        Some(pg_sys::Datum::from(label_oid(self.label())))
     }
 
     fn type_oid() -> pg_sys::Oid {
-        regtypein(TYPE_NAME)
+        type_oid()
     }
 }
 

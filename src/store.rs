@@ -95,6 +95,16 @@ static LOOKUP_KEY: Statement = Statement {
 /// Promotes due timers and reclaims expired leases of one queue, up to $2 and
 /// $3 of each. An expired lease means the worker vanished, not that the work
 /// failed: back to ready at once (no backoff), or dead when no attempt is left.
+/// Whether the queue has a due timer or an expired lease: two index probes,
+/// so a claim skips the heavier REAP when there is nothing to do.
+static REAP_NEEDED: Statement = Statement {
+    sql: "SELECT EXISTS (SELECT 1 FROM aedb_queue.task
+                         WHERE queue = $1 AND state = 'scheduled' AND not_before <= statement_timestamp())
+              OR EXISTS (SELECT 1 FROM aedb_queue.task
+                         WHERE queue = $1 AND state = 'in_flight' AND lease_deadline < statement_timestamp())",
+    args: &[TEXT],
+};
+
 static REAP: Statement = Statement {
     sql: "WITH promoted AS (
               UPDATE aedb_queue.task
@@ -389,7 +399,13 @@ pub fn claim(
 ) -> Result<Vec<ClaimedTask>> {
     with_client(|client| {
         if let Some(limit) = reap {
-            reap_in(client, queue, limit, limit)?;
+            let needed = execute(client, &REAP_NEEDED, &[queue.into()])?
+                .first()
+                .get::<bool>(1)
+                .map_err(internal)?;
+            if needed == Some(true) {
+                reap_in(client, queue, limit, limit)?;
+            }
         }
         let args = [queue.into(), max.into(), owner_id.into(), lease.into()];
         let mut tasks = Vec::new();

@@ -131,7 +131,7 @@ impl Workers {
             let (system, stop, done) = (ctx.system, stop.clone(), done.clone());
             handles.push(tokio::spawn(async move {
                 let owner = format!("w{w}");
-                let mut latency = Histogram::<u64>::new(3).unwrap();
+                let mut latency = latency_histogram();
                 while !stop.load(Ordering::Relaxed) {
                     let settled =
                         work_once(system, &mut conn, queue, &owner, batch, &mut latency).await?;
@@ -156,7 +156,7 @@ impl Workers {
 
     async fn stop(self) -> Result<Histogram<u64>> {
         self.stop.store(true, Ordering::Relaxed);
-        let mut all = Histogram::<u64>::new(3).unwrap();
+        let mut all = latency_histogram();
         for h in self.handles {
             all.add(h.await??).unwrap();
         }
@@ -187,6 +187,12 @@ async fn work_once(
         systems::complete(system, conn, queue, &jobs, batch == 1).await?;
     }
     Ok(jobs.len() as u64)
+}
+
+/// Pickup latencies from 1 µs to an hour at 3 significant digits. Fixed
+/// bounds: `saturating_record` never resizes, it clamps to the bounds.
+fn latency_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds")
 }
 
 fn record(latency: &mut Histogram<u64>, enqueued: impl Iterator<Item = Option<i64>>) {
