@@ -7,8 +7,8 @@ mod inspect;
 mod reap;
 mod settle;
 
-use aedb_queue_core::validate;
-use aedb_queue_core::{QueueError, MICROS_PER_DAY};
+pub(crate) use aedb_queue_core::validate::required;
+use aedb_queue_core::{validate, MICROS_PER_DAY};
 use pgrx::datum::Interval;
 
 use crate::errors::Result;
@@ -45,11 +45,4 @@ pub(crate) fn positive_interval(arg: &'static str, value: Option<Interval>) -> R
     let value = validate::required(arg, value)?;
     validate::positive_duration(arg, micros(value))?;
     Ok(value)
-}
-
-pub(crate) fn required<T>(
-    arg: &'static str,
-    value: Option<T>,
-) -> std::result::Result<T, QueueError> {
-    validate::required(arg, value)
 }

@@ -112,7 +112,7 @@ fn queue_fail(
         let fencing_token = required("fencing_token", fencing_token)?;
         let error = required("error", error)?;
         let retry_in_micros = retry_in
-            .map(|r| aedb_queue_core::validate::non_negative_duration("retry_in", micros(r)))
+            .map(|r| validate::non_negative_duration("retry_in", micros(r)))
             .transpose()?;
         let request = FailRequest {
             retry_in_micros,
