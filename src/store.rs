@@ -95,13 +95,18 @@ static LOOKUP_KEY: Statement = Statement {
 /// Promotes due timers and reclaims expired leases of one queue, up to $2 and
 /// $3 of each. An expired lease means the worker vanished, not that the work
 /// failed: back to ready at once (no backoff), or dead when no attempt is left.
-/// Whether the queue has a due timer or an expired lease: two index probes,
-/// so a claim skips the heavier REAP when there is nothing to do.
+/// Whether the queue has a due timer or an expired lease, so a claim can skip
+/// the heavier REAP when there is nothing to do. Each side reads the first
+/// entry of its index in index order: an `EXISTS` with the time filter may be
+/// planned as a scan that stops at the first match, and with many future
+/// timers and no match that scan reads the whole table.
 static REAP_NEEDED: Statement = Statement {
-    sql: "SELECT EXISTS (SELECT 1 FROM aedb_queue.task
-                         WHERE queue = $1 AND state = 'scheduled' AND not_before <= statement_timestamp())
-              OR EXISTS (SELECT 1 FROM aedb_queue.task
-                         WHERE queue = $1 AND state = 'in_flight' AND lease_deadline < statement_timestamp())",
+    sql: "SELECT coalesce((SELECT not_before FROM aedb_queue.task
+                           WHERE queue = $1 AND state = 'scheduled'
+                           ORDER BY not_before LIMIT 1) <= statement_timestamp(), false)
+              OR coalesce((SELECT lease_deadline FROM aedb_queue.task
+                           WHERE queue = $1 AND state = 'in_flight' AND lease_deadline IS NOT NULL
+                           ORDER BY lease_deadline LIMIT 1) < statement_timestamp(), false)",
     args: &[TEXT],
 };
 

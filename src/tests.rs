@@ -2089,7 +2089,7 @@ mod tests {
             "{query}\nplan: {nodes:?}"
         );
         assert!(
-            nodes.iter().any(|(kind, name, cond)| kind == "Index Scan"
+            nodes.iter().any(|(kind, name, cond)| (kind == "Index Scan" || kind == "Index Only Scan")
                 && name.as_deref() == Some(index)
                 && cond.as_deref().is_some_and(|c| c.contains(cond_mentions))),
             "{query}\nexpected an Index Scan on {index} with a condition on {cond_mentions}; plan: {nodes:?}"
@@ -2286,5 +2286,29 @@ mod tests {
         exec(&format!(
             "UPDATE aedb_queue.task SET lease_deadline = now() WHERE task_id = {id}"
         ));
+    }
+
+    /// The check a claim runs before reaping (store.rs REAP_NEEDED) must read
+    /// the first index entries, never scan the table for a due timer: with
+    /// 20,000 future timers and none due, a scan would read every row.
+    #[pg_test]
+    fn the_reap_check_reads_only_the_head_of_each_index() {
+        fill_with_clutter();
+        assert_index_scan(
+            "SELECT not_before FROM aedb_queue.task
+             WHERE queue = 'clutter' AND state = 'scheduled'
+             ORDER BY not_before LIMIT 1",
+            "task_scheduled_idx",
+            "queue",
+        );
+        assert_index_scan(
+            "SELECT lease_deadline FROM aedb_queue.task
+             WHERE queue = 'clutter' AND state = 'in_flight' AND lease_deadline IS NOT NULL
+             ORDER BY lease_deadline LIMIT 1",
+            "task_in_flight_idx",
+            "queue",
+        );
+        // With nothing due, a claim still serves the ready tasks.
+        assert_eq!(claim("clutter", ", max => 10").len(), 5);
     }
 }

@@ -20,16 +20,16 @@ pub(crate) struct CheckedEnqueue {
 }
 
 impl CheckedEnqueue {
+    /// `prefix` names where the arguments came from in errors: empty for
+    /// `queue_enqueue`'s own, `follow_ups[2].` for a follow-up spec.
     fn new(
         queue: &str,
-        queue_arg: &str,
         payload: Option<RawJsonb>,
-        payload_arg: &str,
         options: EnqueueOptions,
         prefix: &str,
     ) -> Result<Self> {
-        validate::name(queue_arg, queue)?;
-        let payload = checked_json(payload_arg, payload)?;
+        validate::name(&format!("{prefix}queue"), queue)?;
+        let payload = checked_json(&format!("{prefix}payload"), payload)?;
         let options = validate::resolve_enqueue(options, prefix)?;
         Ok(CheckedEnqueue {
             queue: queue.to_string(),
@@ -48,15 +48,7 @@ impl CheckedEnqueue {
             backoff_max_micros: spec.backoff_max,
             idempotency_key: spec.idempotency_key,
         };
-        let at = |key: &str| format!("{}{key}", spec.path);
-        Self::new(
-            &spec.queue,
-            &at("queue"),
-            payload,
-            &at("payload"),
-            options,
-            &spec.path,
-        )
+        Self::new(&spec.queue, payload, options, &spec.path)
     }
 
     fn new_task(&self) -> NewTask<'_> {
@@ -134,8 +126,7 @@ fn queue_enqueue(
             backoff_max,
             idempotency_key,
         )?;
-        let (task_id, deduplicated) =
-            CheckedEnqueue::new(queue, "queue", payload, "payload", options, "")?.insert()?;
+        let (task_id, deduplicated) = CheckedEnqueue::new(queue, payload, options, "")?.insert()?;
         Ok(TableIterator::once((task_id, deduplicated)))
     })
 }
