@@ -5,9 +5,8 @@ use aedb_queue_core::validate::{self, EnqueueOptions, ResolvedEnqueue};
 use pgrx::datum::Interval;
 use pgrx::prelude::*;
 
-use super::{checked_json, checked_name, interval, micros, required};
+use super::{checked_json, checked_name, checked_size, interval, micros, required};
 use crate::errors::{internal, run, Result};
-use crate::guc;
 use crate::jsonb::{RawJsonb, RawJsonbArray};
 use crate::store::{self, NewTask};
 
@@ -149,11 +148,7 @@ fn queue_enqueue_batch(
         let sizes = payloads.element_sizes();
         for (i, size) in sizes.iter().enumerate() {
             if let Some(size) = size {
-                validate::payload_size(
-                    &format!("payloads[{}]", i + 1),
-                    *size,
-                    guc::max_payload_bytes(),
-                )?;
+                checked_size(&format!("payloads[{}]", i + 1), *size)?;
             }
         }
         let options = options(

@@ -36,9 +36,14 @@ pub(crate) fn checked_name<'a>(arg: &'static str, value: Option<&'a str>) -> Res
 
 pub(crate) fn checked_json(arg: &str, value: Option<RawJsonb>) -> Result<Option<RawJsonb>> {
     if let Some(json) = value {
-        validate::payload_size(arg, json.byte_size(), guc::max_payload_bytes())?;
+        checked_size(arg, json.byte_size())?;
     }
     Ok(value)
+}
+
+/// Checks a jsonb value's size against `aedb_queue.max_payload_bytes`.
+pub(crate) fn checked_size(arg: &str, bytes: usize) -> Result<()> {
+    validate::payload_size(arg, bytes, guc::max_payload_bytes())
 }
 
 pub(crate) fn positive_interval(arg: &'static str, value: Option<Interval>) -> Result<Interval> {
