@@ -33,7 +33,7 @@ SET state = 'in_flight', attempts = attempts + 1, fencing_token = fencing_token 
 WHERE task_id = ANY(ARRAY(
     SELECT task_id FROM aedb_queue.task
     WHERE queue = 'busy' AND state = 'ready'
-    ORDER BY priority DESC, task_id
+    ORDER BY priority DESC, -task_id DESC
     LIMIT 1
     FOR UPDATE SKIP LOCKED))
 RETURNING task_id;

@@ -23,7 +23,7 @@ BEGIN
     RETURN QUERY
     (SELECT * FROM aedb_queue.tasks t
       WHERE t.queue = $1 AND t.state = 'ready' AND ($2 IS NULL OR $2 = 'ready')
-      ORDER BY t.priority DESC, t.task_id LIMIT $3)
+      ORDER BY t.priority DESC, -t.task_id DESC LIMIT $3)
     UNION ALL
     (SELECT * FROM aedb_queue.tasks t
       WHERE t.queue = $1 AND t.state = 'in_flight' AND ($2 IS NULL OR $2 = 'in_flight')

@@ -40,8 +40,11 @@ ALTER SEQUENCE aedb_queue.task_id_seq OWNED BY aedb_queue.task.task_id;
 
 -- One partial index per state, each leading with the queue: a claim reads
 -- only the ready entries of its own queue, so future, dead and in-flight
--- tasks (and other queues) never enter its scan.
-CREATE INDEX task_ready_idx     ON aedb_queue.task (queue, priority DESC, task_id) WHERE state = 'ready';
+-- tasks (and other queues) never enter its scan. The ready index is in
+-- service order (priority descending, then FIFO) with both keys descending,
+-- so a claim can resume after a position with one row comparison,
+-- (priority, -task_id) < (p, -t), which the primary key cannot serve.
+CREATE INDEX task_ready_idx     ON aedb_queue.task (queue, priority DESC, (-task_id) DESC) WHERE state = 'ready';
 CREATE INDEX task_scheduled_idx ON aedb_queue.task (queue, not_before)            WHERE state = 'scheduled';
 -- The redundant "lease_deadline IS NOT NULL" keeps fenced point lookups
 -- (complete, fail, heartbeat: task_id = $1 AND state = 'in_flight') on the

@@ -11,7 +11,22 @@ pub static MAX_PAYLOAD_BYTES: GucSetting<i32> = GucSetting::<i32>::new(1024 * 10
 /// `queue_reap()` (pg_cron) does that instead.
 pub static INLINE_REAP: GucSetting<bool> = GucSetting::<bool>::new(true);
 
+/// How long a backend's claims may resume their index scans where its last
+/// claim on the queue stopped (see `aedb_queue_core::scan_hint`), in ms.
+/// 0 makes every claim read its indexes from the head.
+pub static CLAIM_RESCAN_INTERVAL_MS: GucSetting<i32> = GucSetting::<i32>::new(1000);
+
 pub fn register() {
+    GucRegistry::define_int_guc(
+        c"aedb_queue.claim_rescan_interval",
+        c"How long claims may resume their index scans where this session's last claim stopped.",
+        c"Under a long-held snapshot, skips index entries of claimed and completed tasks that VACUUM cannot remove yet. A task that becomes due behind the resume point waits at most this long while the queue has other ready tasks. 0 reads from the head on every claim.",
+        &CLAIM_RESCAN_INTERVAL_MS,
+        0,
+        3_600_000,
+        GucContext::Userset,
+        GucFlags::UNIT_MS,
+    );
     GucRegistry::define_bool_guc(
         c"aedb_queue.inline_reap",
         c"Claims promote due timers and reclaim expired leases of their queue first.",
@@ -38,4 +53,8 @@ pub fn max_payload_bytes() -> usize {
 
 pub fn inline_reap() -> bool {
     INLINE_REAP.get()
+}
+
+pub fn claim_rescan_interval() -> std::time::Duration {
+    std::time::Duration::from_millis(CLAIM_RESCAN_INTERVAL_MS.get().max(0) as u64)
 }

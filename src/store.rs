@@ -13,6 +13,9 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
+use std::time::Instant;
+
+use aedb_queue_core::scan_hint::ScanHints;
 
 use pgrx::datum::{DatumWithOid, Interval, TimestampWithTimeZone};
 use pgrx::pg_sys::{self, PgBuiltInOids, PgOid};
@@ -20,6 +23,7 @@ use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiHeapTupleData, SpiTupleTab
 use pgrx::Spi;
 
 use crate::errors::{internal, Result};
+use crate::guc;
 use crate::jsonb::{RawJsonb, RawJsonbArray};
 
 struct Statement {
@@ -35,6 +39,7 @@ const INTERVAL: PgBuiltInOids = PgBuiltInOids::INTERVALOID;
 const JSONB: PgBuiltInOids = PgBuiltInOids::JSONBOID;
 const JSONB_ARRAY: PgBuiltInOids = PgBuiltInOids::JSONBARRAYOID;
 const TEXT: PgBuiltInOids = PgBuiltInOids::TEXTOID;
+const TIMESTAMPTZ: PgBuiltInOids = PgBuiltInOids::TIMESTAMPTZOID;
 
 /// The queue registry row is created on first use; `DO NOTHING` costs an index
 /// probe when it exists. `reap` of all queues walks this registry.
@@ -92,31 +97,38 @@ static LOOKUP_KEY: Statement = Statement {
     args: &[TEXT, TEXT],
 };
 
-/// Promotes due timers and reclaims expired leases of one queue, up to $2 and
-/// $3 of each. An expired lease means the worker vanished, not that the work
-/// failed: back to ready at once (no backoff), or dead when no attempt is left.
-/// Whether the queue has a due timer or an expired lease, so a claim can skip
-/// the heavier REAP when there is nothing to do. Each side reads the first
-/// entry of its index in index order: an `EXISTS` with the time filter may be
-/// planned as a scan that stops at the first match, and with many future
-/// timers and no match that scan reads the whole table.
+/// Whether the queue has a due timer or an expired lease from $2 on, so a
+/// claim can skip the heavier REAP when there is nothing to do, and the time
+/// of the check. Each side reads one range of its index in index order: an
+/// `EXISTS` may be planned as a table scan that stops at the first match, and
+/// with many future timers and no match that scan reads the whole table. The
+/// upper bound keeps the in-flight scan off the entries of completed tasks,
+/// whose deadlines lie in the future.
 static REAP_NEEDED: Statement = Statement {
-    sql: "SELECT coalesce((SELECT not_before FROM aedb_queue.task
-                           WHERE queue = $1 AND state = 'scheduled'
-                           ORDER BY not_before LIMIT 1) <= statement_timestamp(), false)
-              OR coalesce((SELECT lease_deadline FROM aedb_queue.task
-                           WHERE queue = $1 AND state = 'in_flight' AND lease_deadline IS NOT NULL
-                           ORDER BY lease_deadline LIMIT 1) < statement_timestamp(), false)",
-    args: &[TEXT],
+    sql: "SELECT (SELECT not_before FROM aedb_queue.task
+                  WHERE queue = $1 AND state = 'scheduled'
+                    AND not_before >= $2 AND not_before <= statement_timestamp()
+                  ORDER BY not_before LIMIT 1) IS NOT NULL
+              OR (SELECT lease_deadline FROM aedb_queue.task
+                  WHERE queue = $1 AND state = 'in_flight' AND lease_deadline IS NOT NULL
+                    AND lease_deadline >= $2 AND lease_deadline < statement_timestamp()
+                  ORDER BY lease_deadline LIMIT 1) IS NOT NULL,
+             statement_timestamp()",
+    args: &[TEXT, TIMESTAMPTZ],
 };
 
+/// Promotes due timers and reclaims expired leases of one queue, up to $2 and
+/// $3 of each, due at or after $4. An expired lease means the worker vanished,
+/// not that the work failed: back to ready at once (no backoff), or dead when
+/// no attempt is left.
 static REAP: Statement = Statement {
     sql: "WITH promoted AS (
               UPDATE aedb_queue.task
               SET state = 'ready', updated_at = statement_timestamp()
               WHERE task_id = ANY(ARRAY(
                   SELECT task_id FROM aedb_queue.task
-                  WHERE queue = $1 AND state = 'scheduled' AND not_before <= statement_timestamp()
+                  WHERE queue = $1 AND state = 'scheduled'
+                    AND not_before >= $4 AND not_before <= statement_timestamp()
                   ORDER BY not_before
                   LIMIT $2
                   FOR UPDATE SKIP LOCKED))
@@ -130,7 +142,8 @@ static REAP: Statement = Statement {
                   owner_id = NULL, lease_deadline = NULL, updated_at = statement_timestamp()
               WHERE task_id = ANY(ARRAY(
                   SELECT task_id FROM aedb_queue.task
-                  WHERE queue = $1 AND state = 'in_flight' AND lease_deadline < statement_timestamp()
+                  WHERE queue = $1 AND state = 'in_flight'
+                    AND lease_deadline >= $4 AND lease_deadline < statement_timestamp()
                   ORDER BY lease_deadline
                   LIMIT $3
                   FOR UPDATE SKIP LOCKED))
@@ -138,22 +151,56 @@ static REAP: Statement = Statement {
           SELECT (SELECT count(*) FROM promoted),
                  (SELECT count(*) FROM reclaimed WHERE NOT dead),
                  (SELECT count(*) FROM reclaimed WHERE dead)",
-    args: &[TEXT, INT4, INT4],
+    args: &[TEXT, INT4, INT4, TIMESTAMPTZ],
 };
 
+/// One claim statement around the subquery that picks and locks the tasks.
+macro_rules! claim_picked {
+    ($pick:literal) => {
+        concat!(
+            "UPDATE aedb_queue.task
+             SET state = 'in_flight', attempts = attempts + 1, fencing_token = fencing_token + 1,
+                 owner_id = $3, lease_deadline = statement_timestamp() + $4,
+                 updated_at = statement_timestamp()
+             WHERE task_id = ANY(ARRAY(",
+            $pick,
+            "))
+             RETURNING task_id, payload, attempts, fencing_token, lease_deadline, priority,
+                       created_at, progress"
+        )
+    };
+}
+
 static CLAIM: Statement = Statement {
-    sql: "UPDATE aedb_queue.task
-          SET state = 'in_flight', attempts = attempts + 1, fencing_token = fencing_token + 1,
-              owner_id = $3, lease_deadline = statement_timestamp() + $4,
-              updated_at = statement_timestamp()
-          WHERE task_id = ANY(ARRAY(
-              SELECT task_id FROM aedb_queue.task
-              WHERE queue = $1 AND state = 'ready'
-              ORDER BY priority DESC, task_id
-              LIMIT $2
-              FOR UPDATE SKIP LOCKED))
-          RETURNING task_id, payload, attempts, fencing_token, lease_deadline, priority, created_at, progress",
+    sql: claim_picked!(
+        "SELECT task_id FROM aedb_queue.task
+         WHERE queue = $1 AND state = 'ready'
+         ORDER BY priority DESC, -task_id DESC
+         LIMIT $2
+         FOR UPDATE SKIP LOCKED"
+    ),
     args: &[TEXT, INT4, TEXT, INTERVAL],
+};
+
+/// CLAIM resumed after position ($5 priority, $6 task id) in service order
+/// (see `scan_hint`): higher priorities from their head, then the ready index
+/// from that position on, one range each. The outer LIMIT stops pulling (and
+/// locking) once it has $2 tasks. Locking clauses are not allowed on UNION
+/// members, hence the subqueries.
+static CLAIM_AFTER: Statement = Statement {
+    sql: claim_picked!(
+        "SELECT task_id FROM (
+             SELECT task_id FROM (SELECT task_id FROM aedb_queue.task
+                 WHERE queue = $1 AND state = 'ready' AND priority > $5
+                 ORDER BY priority DESC, -task_id DESC LIMIT $2 FOR UPDATE SKIP LOCKED) AS higher
+             UNION ALL
+             SELECT task_id FROM (SELECT task_id FROM aedb_queue.task
+                 WHERE queue = $1 AND state = 'ready' AND (priority, -task_id) < ($5, -$6)
+                 ORDER BY priority DESC, -task_id DESC LIMIT $2 FOR UPDATE SKIP LOCKED) AS after
+         ) AS resumed
+         LIMIT $2"
+    ),
+    args: &[TEXT, INT4, TEXT, INTERVAL, INT8, INT8],
 };
 
 /// The fence: a settlement applies only to the task in flight under this token.
@@ -365,15 +412,20 @@ pub struct Reaped {
 
 /// Promotes up to `promote` due timers and reclaims up to `reclaim` expired leases of `queue`.
 pub fn reap(queue: &str, promote: i32, reclaim: i32) -> Result<Reaped> {
-    with_client(|client| reap_in(client, queue, promote, reclaim))
+    let from_head = TimestampWithTimeZone::negative_infinity();
+    with_client(|client| reap_in(client, queue, promote, reclaim, from_head))
 }
 
-fn reap_in(client: &mut SpiClient<'_>, queue: &str, promote: i32, reclaim: i32) -> Result<Reaped> {
-    let table = execute(
-        client,
-        &REAP,
-        &[queue.into(), promote.into(), reclaim.into()],
-    )?;
+/// REAP over the index entries due at or after `due_after`.
+fn reap_in(
+    client: &mut SpiClient<'_>,
+    queue: &str,
+    promote: i32,
+    reclaim: i32,
+    due_after: TimestampWithTimeZone,
+) -> Result<Reaped> {
+    let args = [queue.into(), promote.into(), reclaim.into(), due_after.into()];
+    let table = execute(client, &REAP, &args)?;
     let row = table.first();
     Ok(Reaped {
         promoted: row.get::<i64>(1).map_err(internal)?.unwrap_or(0),
@@ -393,8 +445,19 @@ pub struct ClaimedTask {
     pub progress: Option<RawJsonb>,
 }
 
+type Hints = ScanHints<TimestampWithTimeZone>;
+
+/// Queues whose hints one backend keeps; past this many, it starts over.
+const HINTED_QUEUES_MAX: usize = 1024;
+
+thread_local! {
+    /// This backend's scan hints, per queue.
+    static HINTS: RefCell<HashMap<String, Hints>> = RefCell::new(HashMap::new());
+}
+
 /// Leases up to `max` ready tasks; with `reap`, first promotes and reclaims
-/// up to that many in the same SPI connection.
+/// up to that many in the same SPI connection. Scans resume where this
+/// backend's last claim on the queue stopped while its hints are fresh.
 pub fn claim(
     queue: &str,
     owner_id: &str,
@@ -402,34 +465,89 @@ pub fn claim(
     max: i32,
     reap: Option<i32>,
 ) -> Result<Vec<ClaimedTask>> {
-    with_client(|client| {
+    let now = Instant::now();
+    let mut hints = HINTS
+        .with(|all| all.borrow().get(queue).copied())
+        .unwrap_or_else(|| Hints::new(now));
+    hints.refresh(now, guc::claim_rescan_interval());
+    let tasks = with_client(|client| {
         if let Some(limit) = reap {
-            let needed = execute(client, &REAP_NEEDED, &[queue.into()])?
-                .first()
-                .get::<bool>(1)
-                .map_err(internal)?;
-            if needed == Some(true) {
-                reap_in(client, queue, limit, limit)?;
+            reap_if_due(client, queue, limit, &mut hints)?;
+        }
+        let mut tasks = Vec::new();
+        if let Some((priority, task_id)) = hints.ready_after() {
+            let args = [
+                queue.into(),
+                max.into(),
+                owner_id.into(),
+                lease.into(),
+                priority.into(),
+                task_id.into(),
+            ];
+            tasks = claimed_tasks(execute(client, &CLAIM_AFTER, &args)?)?;
+            if tasks.len() < max as usize {
+                hints.came_up_short();
             }
         }
-        let args = [queue.into(), max.into(), owner_id.into(), lease.into()];
-        let mut tasks = Vec::new();
-        for row in execute(client, &CLAIM, &args)? {
-            tasks.push(ClaimedTask {
-                task_id: required_column(&row, 1)?,
-                payload: column(&row, 2)?,
-                attempts: required_column(&row, 3)?,
-                fencing_token: required_column(&row, 4)?,
-                lease_deadline: required_column(&row, 5)?,
-                priority: required_column(&row, 6)?,
-                enqueued_at: required_column(&row, 7)?,
-                progress: column(&row, 8)?,
-            });
+        let missing = max - tasks.len() as i32;
+        if missing > 0 {
+            let args = [queue.into(), missing.into(), owner_id.into(), lease.into()];
+            tasks.extend(claimed_tasks(execute(client, &CLAIM, &args)?)?);
         }
         // UPDATE … RETURNING has no order; hand tasks out in service order.
         tasks.sort_unstable_by_key(|t| (std::cmp::Reverse(t.priority), t.task_id));
         Ok(tasks)
-    })
+    })?;
+    hints.claimed(tasks.last().map(|t| (t.priority, t.task_id)));
+    HINTS.with(|all| {
+        let mut all = all.borrow_mut();
+        if all.len() >= HINTED_QUEUES_MAX && !all.contains_key(queue) {
+            all.clear();
+        }
+        all.insert(queue.to_owned(), hints);
+    });
+    Ok(tasks)
+}
+
+/// Runs REAP when the cheap check finds a due timer or an expired lease past
+/// the hint; moves the hint when everything due was handled.
+fn reap_if_due(client: &mut SpiClient<'_>, queue: &str, limit: i32, hints: &mut Hints) -> Result<()> {
+    let due_after = hints
+        .due_after()
+        .unwrap_or_else(TimestampWithTimeZone::negative_infinity);
+    let table = execute(client, &REAP_NEEDED, &[queue.into(), due_after.into()])?;
+    let row = table.first();
+    let needed = row.get::<bool>(1).map_err(internal)? == Some(true);
+    let checked_at: TimestampWithTimeZone = row
+        .get(2)
+        .map_err(internal)?
+        .ok_or_else(|| internal("REAP_NEEDED returned no time"))?;
+    if !needed {
+        hints.reaped(checked_at, true, false);
+        return Ok(());
+    }
+    let reaped = reap_in(client, queue, limit, limit, due_after)?;
+    let cut_short = reaped.promoted >= limit as i64 || reaped.reclaimed + reaped.dead_lettered >= limit as i64;
+    hints.reaped(checked_at, !cut_short, reaped.promoted + reaped.reclaimed > 0);
+    Ok(())
+}
+
+/// The tasks a claim statement returned.
+fn claimed_tasks(table: SpiTupleTable<'_>) -> Result<Vec<ClaimedTask>> {
+    let mut tasks = Vec::new();
+    for row in table {
+        tasks.push(ClaimedTask {
+            task_id: required_column(&row, 1)?,
+            payload: column(&row, 2)?,
+            attempts: required_column(&row, 3)?,
+            fencing_token: required_column(&row, 4)?,
+            lease_deadline: required_column(&row, 5)?,
+            priority: required_column(&row, 6)?,
+            enqueued_at: required_column(&row, 7)?,
+            progress: column(&row, 8)?,
+        });
+    }
+    Ok(tasks)
 }
 
 /// Deletes the task if it is in flight under `fencing_token`; true if it was.

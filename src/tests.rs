@@ -154,8 +154,15 @@ mod tests {
         field::<String>(id, &format!("({expr})::text"))
     }
 
+    /// Time is frozen inside a test, so a simulated expiry lands behind this
+    /// backend's scan hints, which assume time moves forward: read from the head.
+    fn without_scan_hints() {
+        exec("SET LOCAL aedb_queue.claim_rescan_interval = 0");
+    }
+
     /// Simulates the lease running out (time is frozen inside a test).
     fn expire_lease(id: i64) {
+        without_scan_hints();
         exec(&format!(
             "UPDATE aedb_queue.task SET lease_deadline = statement_timestamp() - interval '1 second'
              WHERE task_id = {id} AND state = 'in_flight'"
@@ -164,6 +171,7 @@ mod tests {
 
     /// Simulates a timer falling due (time is frozen inside a test).
     fn make_due(id: i64) {
+        without_scan_hints();
         exec(&format!(
             "UPDATE aedb_queue.task SET not_before = statement_timestamp() - interval '1 second'
              WHERE task_id = {id} AND state = 'scheduled'"
@@ -1392,6 +1400,7 @@ mod tests {
         );
         let urgent = enqueue("q", ", delay => '1 hour', priority => 10");
         // All are due; the backlog fell due first.
+        without_scan_hints();
         exec(&format!(
             "UPDATE aedb_queue.task SET not_before = statement_timestamp() - interval '1 hour'
              WHERE task_id IN ({})",
@@ -2103,7 +2112,7 @@ mod tests {
         assert_index_scan(
             "SELECT task_id FROM aedb_queue.task
              WHERE queue = 'clutter' AND state = 'ready'
-             ORDER BY priority DESC, task_id
+             ORDER BY priority DESC, -task_id DESC
              LIMIT 1
              FOR UPDATE SKIP LOCKED",
             "task_ready_idx",
@@ -2115,6 +2124,38 @@ mod tests {
             count("aedb_queue.task WHERE queue = 'clutter' AND state = 'scheduled'"),
             20_000
         );
+    }
+
+    /// The resumed pick of store.rs CLAIM_AFTER, as the generic plan claims
+    /// run with: a range of the ready index, never the primary key (which
+    /// also orders by task id and would read every later task of any queue).
+    #[pg_test]
+    fn the_resumed_claim_pick_reads_a_range_of_the_ready_index() {
+        fill_with_clutter();
+        let from = ints("SELECT min(task_id) FROM aedb_queue.task WHERE queue = 'clutter' AND state = 'ready'")[0];
+        exec(
+            "INSERT INTO aedb_queue.task (queue, state, not_before, max_attempts, backoff_base, backoff_max,
+                                          created_at, updated_at)
+             SELECT 'other', 'ready', statement_timestamp(), 5, '1 second', '1 minute',
+                    statement_timestamp(), statement_timestamp()
+             FROM generate_series(1, 20000)",
+        );
+        exec("ANALYZE aedb_queue.task");
+        exec("SET LOCAL plan_cache_mode = force_generic_plan");
+        exec(
+            "PREPARE resumed_pick(text, int, bigint, bigint) AS
+             SELECT task_id FROM aedb_queue.task
+             WHERE queue = $1 AND state = 'ready' AND (priority, -task_id) < ($3, -$4)
+             ORDER BY priority DESC, -task_id DESC LIMIT $2 FOR UPDATE SKIP LOCKED",
+        );
+        let query = format!("EXECUTE resumed_pick('clutter', 1, 0, {from})");
+        assert_index_scan(&query, "task_ready_idx", "task_id");
+        let nodes = plan_nodes(&query);
+        assert!(
+            nodes.iter().all(|(_, name, _)| name.as_deref() != Some("task_pkey")),
+            "plan: {nodes:?}"
+        );
+        exec("DEALLOCATE resumed_pick");
     }
 
     /// The SELECT part of store.rs PROMOTE_DUE: bounded by not_before in the index.
@@ -2310,5 +2351,59 @@ mod tests {
         );
         // With nothing due, a claim still serves the ready tasks.
         assert_eq!(claim("clutter", ", max => 10").len(), 5);
+    }
+
+    // Scan hints (core scan_hint.rs): claims resume after this backend's last
+    // position while the hints are fresh.
+
+    fn claim_ids(queue: &str, max: i32) -> Vec<i64> {
+        claim(queue, &format!(", max => {max}"))
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect()
+    }
+
+    /// A task that becomes ready behind the resume point (here retried at
+    /// once) waits while later tasks are served, and is served as soon as a
+    /// resumed claim comes up short: skipped for a while, never lost.
+    #[pg_test]
+    fn a_resumed_claim_serves_a_task_behind_it_once_it_comes_up_short() {
+        exec("SET LOCAL aedb_queue.claim_rescan_interval = '1h'");
+        let ids: Vec<i64> = (0..4).map(|_| enqueue("hint_behind", "")).collect();
+        let first = claim("hint_behind", ", max => 2");
+        assert_eq!(first.iter().map(|t| t.0).collect::<Vec<_>>(), ids[..2]);
+        let (a, token) = first[0];
+        assert_eq!(fail("hint_behind", a, token, ", retry_in => '0'"), "applied");
+        assert_eq!(claim_ids("hint_behind", 1), vec![ids[2]], "resumes after its last task");
+        assert_eq!(claim_ids("hint_behind", 1), vec![ids[3]]);
+        assert_eq!(claim_ids("hint_behind", 1), vec![a], "a short resumed claim reads from the head");
+        assert!(claim_ids("hint_behind", 1).is_empty());
+    }
+
+    /// The same steps with the interval at 0 keep strict service order.
+    #[pg_test]
+    fn with_a_zero_rescan_interval_claims_keep_strict_order() {
+        exec("SET LOCAL aedb_queue.claim_rescan_interval = 0");
+        let ids: Vec<i64> = (0..4).map(|_| enqueue("hint_zero", "")).collect();
+        let first = claim("hint_zero", ", max => 2");
+        let (a, token) = first[0];
+        assert_eq!(a, ids[0]);
+        assert_eq!(fail("hint_zero", a, token, ", retry_in => '0'"), "applied");
+        assert_eq!(claim_ids("hint_zero", 3), vec![a, ids[2], ids[3]]);
+    }
+
+    /// Resuming never delays a higher priority: it is read from its head.
+    /// Past the hint's priority, the claim moves on to lower ones.
+    #[pg_test]
+    fn a_resumed_claim_serves_higher_priorities_first_and_moves_on_to_lower() {
+        exec("SET LOCAL aedb_queue.claim_rescan_interval = '1h'");
+        let a = enqueue("hint_prio", "");
+        let b = enqueue("hint_prio", "");
+        assert_eq!(claim_ids("hint_prio", 1), vec![a]);
+        let urgent = enqueue("hint_prio", ", priority => 5");
+        let low = enqueue("hint_prio", ", priority => -5");
+        assert_eq!(claim_ids("hint_prio", 1), vec![urgent]);
+        assert_eq!(claim_ids("hint_prio", 2), vec![b, low]);
+        assert!(claim_ids("hint_prio", 1).is_empty());
     }
 }

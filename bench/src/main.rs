@@ -42,6 +42,10 @@ struct Args {
     host: String,
     #[arg(long, default_value_t = 54329)]
     port: u16,
+    /// Run only these scenarios (floor, enqueue, drain, steady, clutter,
+    /// long_tx, churn), for investigating one; the default runs them all.
+    #[arg(long, value_delimiter = ',')]
+    only: Option<Vec<String>>,
     /// Where latest.md and throughput.png go.
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/results"))]
     out: PathBuf,
@@ -493,26 +497,41 @@ async fn main() -> Result<()> {
         bench.plan.batched_workers.clone(),
         bench.plan.workers.clone(),
     );
+    let runs = |scenario: &str| args.only.as_ref().is_none_or(|only| only.iter().any(|o| o == scenario));
     for rep in 1..=bench.plan.reps {
         println!("== repetition {rep}/{}", bench.plan.reps);
-        bench.floor().await;
-        bench.enqueue().await;
-        bench.drain(PER_JOB, 1, workers.clone()).await;
-        bench.drain(&batched_table(10), 10, vec![8]).await;
-        bench
-            .drain(&batched_table(100), 100, batched_workers.clone())
-            .await;
+        if runs("floor") {
+            bench.floor().await;
+        }
+        if runs("enqueue") {
+            bench.enqueue().await;
+        }
+        if runs("drain") {
+            bench.drain(PER_JOB, 1, workers.clone()).await;
+            bench.drain(&batched_table(10), 10, vec![8]).await;
+            bench
+                .drain(&batched_table(100), 100, batched_workers.clone())
+                .await;
+        }
     }
     for rep in 1..=bench.plan.long_reps {
         println!(
             "== long scenarios, repetition {rep}/{}",
             bench.plan.long_reps
         );
-        bench.steady().await;
-        bench.clutter().await;
-        bench.long_transaction().await;
+        if runs("steady") {
+            bench.steady().await;
+        }
+        if runs("clutter") {
+            bench.clutter().await;
+        }
+        if runs("long_tx") {
+            bench.long_transaction().await;
+        }
     }
-    bench.churn().await;
+    if runs("churn") {
+        bench.churn().await;
+    }
     let elapsed = started.elapsed();
     std::fs::create_dir_all(&args.out)?;
     let md = render(&bench, args.quick, elapsed).await?;

@@ -5,9 +5,11 @@
 //! - [`validate`]: argument checks shared by every SQL entry point.
 //! - [`backoff`] and [`transition`]: what a failure does to a task.
 //! - [`spec`]: parsing of follow-up enqueue specs (JSON).
+//! - [`scan_hint`]: where a backend's next claim may resume its index scans.
 
 pub mod backoff;
 pub mod error;
+pub mod scan_hint;
 pub mod spec;
 pub mod transition;
 pub mod validate;

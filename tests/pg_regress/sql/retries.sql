@@ -11,7 +11,10 @@ SELECT state, attempts, last_error, not_before - updated_at AS retry_after FROM 
 SELECT count(*) FROM aedb_queue.queue_claim('jobs', 'w');
 
 -- retry_in overrides the backoff: retry_in => '0' makes it ready at once.
--- (Test shortcut: move the timer into the past instead of sleeping.)
+-- (Test shortcut: move the timer into the past instead of sleeping. Claims
+-- assume time only moves forward and resume their scans for up to
+-- aedb_queue.claim_rescan_interval; 0 makes them see the edit at once.)
+SET aedb_queue.claim_rescan_interval = 0;
 UPDATE aedb_queue.task SET not_before = now() - interval '1 second' WHERE task_id = :t;
 SELECT fencing_token AS tok FROM aedb_queue.queue_claim('jobs', 'w') \gset
 SELECT aedb_queue.queue_fail('jobs', :t, :tok, 'flaky', retry_in => '0');
