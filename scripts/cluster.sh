@@ -13,9 +13,16 @@ start)
     if [ ! -f "$DIR/data/PG_VERSION" ]; then
         as_postgres "$PG_BIN/initdb" -D "$DIR/data" -U postgres --auth=trust >/dev/null
     fi
+    # A cluster started before pg_cron was preloaded here: restart it with it.
+    if as_postgres "$PG_BIN/pg_ctl" -D "$DIR/data" status >/dev/null 2>&1 \
+        && ! grep -q pg_cron "$DIR/data/postmaster.opts"; then
+        as_postgres "$PG_BIN/pg_ctl" -D "$DIR/data" -m fast -w stop >/dev/null
+    fi
+    # pg_cron's scheduler serves one database: the demo's (scripts/demo.sql).
     if ! as_postgres "$PG_BIN/pg_ctl" -D "$DIR/data" status >/dev/null 2>&1; then
         as_postgres "$PG_BIN/pg_ctl" -D "$DIR/data" -l "$DIR/server.log" -w start \
-            -o "-p $PORT -c listen_addresses=127.0.0.1 -c unix_socket_directories=$DIR" >/dev/null
+            -o "-p $PORT -c listen_addresses=127.0.0.1 -c unix_socket_directories=$DIR \
+                -c shared_preload_libraries=pg_cron -c cron.database_name=aedb_demo" >/dev/null
     fi
     echo "cluster up: psql -h 127.0.0.1 -p $PORT -U postgres"
     ;;

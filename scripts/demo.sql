@@ -1,10 +1,12 @@
 -- aedb_queue demo: a producer, a worker, a dead letter and inspection, in psql.
 \pset footer off
 \set QUIET on
-DROP DATABASE IF EXISTS aedb_demo;
+-- FORCE: pg_cron's scheduler stays connected to this database (it restarts by itself).
+DROP DATABASE IF EXISTS aedb_demo WITH (FORCE);
 CREATE DATABASE aedb_demo;
 \c aedb_demo
 CREATE EXTENSION aedb_queue;
+CREATE EXTENSION pg_cron;
 CREATE TABLE orders (id serial PRIMARY KEY, email text NOT NULL);
 CREATE TABLE sent_emails (order_id int PRIMARY KEY, sent_at timestamptz DEFAULT now());
 \set QUIET off
@@ -65,7 +67,10 @@ SELECT task_id, state, attempts, max_attempts, last_error, payload FROM aedb_que
 \echo '--- The retrying newsletter task'
 SELECT task_id, state, attempts, last_error, not_before - updated_at AS retry_after
   FROM aedb_queue.queue_get('newsletter', :news_id);
-\echo '--- Due work is promoted and expired leases reclaimed by queue_reap (pg_cron runs it)'
+\echo '--- Due work is promoted and expired leases reclaimed by queue_reap'
 SELECT * FROM aedb_queue.queue_reap();
+\echo '... which pg_cron runs every minute once the reaper is scheduled'
+SELECT aedb_queue.schedule_reaper('1 minute') AS reaper_job;
+SELECT jobid, jobname, schedule, command, database, active FROM cron.job;
 \echo '--- What the application recorded'
 SELECT o.id, o.email, s.sent_at IS NOT NULL AS receipt_sent FROM orders o LEFT JOIN sent_emails s ON s.order_id = o.id;

@@ -1,41 +1,51 @@
--- Inspection: plain SQL over the tasks view; arguments are checked in Rust
--- so errors match the rest of the API.
+-- Views for psql. Both show only the queues the current role may read
+-- (aedb_queue.can_read applies the per-queue grants); security_barrier keeps
+-- a caller's own functions in a WHERE clause from seeing the other rows.
 
-CREATE FUNCTION aedb_queue.queue_get(queue text, task_id bigint)
-RETURNS SETOF aedb_queue.tasks
-LANGUAGE plpgsql STABLE AS $$
-#variable_conflict use_column
-BEGIN
-    PERFORM aedb_queue.check_get_args($1, $2);
-    RETURN QUERY SELECT * FROM aedb_queue.tasks t WHERE t.queue = $1 AND t.task_id = $2;
-END
-$$;
+-- One row per task, made for reading: ages and time left as intervals,
+-- payloads and errors cut short. queue_get / queue_list give full rows.
+CREATE VIEW aedb_queue.tasks WITH (security_barrier) AS
+SELECT t.task_id,
+       t.queue,
+       t.state,
+       t.priority,
+       t.attempts || '/' || t.max_attempts AS attempts,
+       date_trunc('second', now() - t.created_at) AS age,
+       CASE WHEN t.state = 'scheduled' THEN date_trunc('second', t.not_before - now()) END AS due_in,
+       CASE WHEN t.state = 'in_flight' THEN date_trunc('second', t.lease_deadline - now()) END AS lease_left,
+       t.owner_id AS owner,
+       CASE WHEN length(t.payload::text) > 40 THEN left(t.payload::text, 39) || '…'
+            ELSE t.payload::text END AS payload,
+       CASE WHEN length(t.last_error) > 40 THEN left(t.last_error, 39) || '…'
+            ELSE t.last_error END AS last_error
+FROM aedb_queue.task t
+WHERE aedb_queue.can_read(t.queue);
 
--- Each state is read through its own partial index in its natural order:
--- ready in service order, in-flight by lease deadline, scheduled by due time,
--- dead oldest first.
-CREATE FUNCTION aedb_queue.queue_list(queue text, state text DEFAULT NULL, "limit" int DEFAULT 100)
-RETURNS SETOF aedb_queue.tasks
-LANGUAGE plpgsql STABLE AS $$
-#variable_conflict use_column
-BEGIN
-    PERFORM aedb_queue.check_list_args($1, $2, $3);
-    RETURN QUERY
-    (SELECT * FROM aedb_queue.tasks t
-      WHERE t.queue = $1 AND t.state = 'ready' AND ($2 IS NULL OR $2 = 'ready')
-      ORDER BY t.priority DESC, -t.task_id DESC LIMIT $3)
-    UNION ALL
-    (SELECT * FROM aedb_queue.tasks t
-      WHERE t.queue = $1 AND t.state = 'in_flight' AND ($2 IS NULL OR $2 = 'in_flight')
-      ORDER BY t.lease_deadline LIMIT $3)
-    UNION ALL
-    (SELECT * FROM aedb_queue.tasks t
-      WHERE t.queue = $1 AND t.state = 'scheduled' AND ($2 IS NULL OR $2 = 'scheduled')
-      ORDER BY t.not_before LIMIT $3)
-    UNION ALL
-    (SELECT * FROM aedb_queue.tasks t
-      WHERE t.queue = $1 AND t.state = 'dead' AND ($2 IS NULL OR $2 = 'dead')
-      ORDER BY t.task_id LIMIT $3)
-    LIMIT $3;
-END
-$$;
+-- One row per registered queue. Each figure reads one partial index range
+-- of its queue (see docs/operations.md for the cost): counts are
+-- index-only scans proportional to that state's size; next_due and the
+-- head of the ready index are single index probes.
+CREATE VIEW aedb_queue.queue_stats WITH (security_barrier) AS
+SELECT q.name AS queue,
+       (SELECT count(*) FROM aedb_queue.task t
+         WHERE t.queue = q.name AND t.state = 'scheduled') AS scheduled,
+       (SELECT count(*) FROM aedb_queue.task t
+         WHERE t.queue = q.name AND t.state = 'ready') AS ready,
+       (SELECT count(*) FROM aedb_queue.task t
+         WHERE t.queue = q.name AND t.state = 'in_flight' AND t.lease_deadline IS NOT NULL) AS in_flight,
+       (SELECT count(*) FROM aedb_queue.task t
+         WHERE t.queue = q.name AND t.state = 'dead') AS dead,
+       (SELECT count(*) FROM aedb_queue.completed_task c
+         WHERE c.queue = q.name) AS completed_kept,
+       date_trunc('second', now() - (
+           SELECT o.created_at FROM aedb_queue.task o
+            WHERE o.task_id = (SELECT min(t.task_id) FROM aedb_queue.task t
+                                WHERE t.queue = q.name AND t.state = 'ready'))) AS oldest_ready_age,
+       (SELECT min(t.not_before) FROM aedb_queue.task t
+         WHERE t.queue = q.name AND t.state = 'scheduled') AS next_due,
+       (SELECT count(*) FROM aedb_queue.task t
+         WHERE t.queue = q.name AND t.state = 'in_flight' AND t.lease_deadline IS NOT NULL
+           AND t.lease_deadline < now()) AS expired_leases,
+       q.paused
+FROM aedb_queue.queue q
+WHERE aedb_queue.can_read(q.name);

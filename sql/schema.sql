@@ -8,9 +8,22 @@ CREATE TYPE aedb_queue.outcome AS ENUM ('applied', 'lease_lost');
 -- Task ids double as the FIFO order within a priority.
 CREATE SEQUENCE aedb_queue.task_id_seq AS bigint;
 
+-- The queue registry and per-queue settings (queue_configure). A NULL
+-- setting means the extension's default.
 CREATE TABLE aedb_queue.queue (
-    name       text PRIMARY KEY,
-    created_at timestamptz NOT NULL DEFAULT now()
+    name                  text PRIMARY KEY,
+    created_at            timestamptz NOT NULL DEFAULT now(),
+    max_attempts          integer CHECK (max_attempts >= 1),
+    backoff_base          interval,
+    backoff_max           interval,
+    default_lease         interval,
+    max_payload_bytes     integer CHECK (max_payload_bytes >= 1),
+    -- How long completed tasks stay readable in completed_task; NULL: not kept.
+    keep_completed        interval,
+    -- How long idempotency keys of finished tasks dedup; NULL: forever.
+    keep_idempotency_keys interval,
+    notify                boolean NOT NULL DEFAULT false,
+    paused                boolean NOT NULL DEFAULT false
 );
 
 CREATE TABLE aedb_queue.task (
@@ -63,9 +76,37 @@ CREATE TABLE aedb_queue.idempotency_key (
     PRIMARY KEY (queue, key)
 );
 
--- The stable row type of queue_get / queue_list.
-CREATE VIEW aedb_queue.tasks AS
-SELECT task_id, queue, state, not_before, priority, attempts, max_attempts, owner_id,
-       fencing_token, lease_deadline, payload, progress, last_error, idempotency_key,
-       backoff_base, backoff_max, created_at, updated_at
-FROM aedb_queue.task;
+-- Completed tasks of queues that keep them (queue_configure keep_completed),
+-- readable through queue_get until queue_reap deletes them.
+CREATE TABLE aedb_queue.completed_task (
+    task_id         bigint PRIMARY KEY,
+    queue           text NOT NULL,
+    priority        bigint NOT NULL,
+    attempts        integer NOT NULL,
+    max_attempts    integer NOT NULL,
+    fencing_token   bigint NOT NULL,
+    owner_id        text,
+    payload         jsonb,
+    progress        jsonb,
+    result          jsonb,
+    idempotency_key text,
+    created_at      timestamptz NOT NULL,
+    completed_at    timestamptz NOT NULL
+);
+CREATE INDEX completed_task_age_idx ON aedb_queue.completed_task (queue, completed_at);
+
+-- Per-queue grants (queue_grant): a role holding any is confined to them.
+CREATE TABLE aedb_queue.queue_grant (
+    role      regrole NOT NULL,
+    pattern   text NOT NULL,
+    privilege text NOT NULL CHECK (privilege IN ('producer', 'worker', 'admin')),
+    PRIMARY KEY (role, pattern, privilege)
+);
+
+-- pg_dump skips the contents of extension tables unless told otherwise.
+SELECT pg_catalog.pg_extension_config_dump('aedb_queue.queue', '');
+SELECT pg_catalog.pg_extension_config_dump('aedb_queue.task', '');
+SELECT pg_catalog.pg_extension_config_dump('aedb_queue.task_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('aedb_queue.idempotency_key', '');
+SELECT pg_catalog.pg_extension_config_dump('aedb_queue.completed_task', '');
+SELECT pg_catalog.pg_extension_config_dump('aedb_queue.queue_grant', '');

@@ -12,6 +12,7 @@ fn code(error: &QueueError) -> PgSqlErrorCode {
         QueueError::InvalidArgument { .. } => PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
         QueueError::PayloadTooLarge { .. } => PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
         QueueError::LeaseLost { .. } => PgSqlErrorCode::ERRCODE_T_R_INTEGRITY_CONSTRAINT_VIOLATION,
+        QueueError::PermissionDenied { .. } => PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
         QueueError::Internal(_) => PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
     }
 }
@@ -21,6 +22,9 @@ fn hint(error: &QueueError) -> Option<&'static str> {
         QueueError::LeaseLost { .. } => Some(
             "The lease expired and the task was reclaimed, or it was cancelled or settled; \
              this transaction is rolled back so its writes do not apply twice.",
+        ),
+        QueueError::PermissionDenied { .. } => Some(
+            "An aedb_queue admin can grant it with aedb_queue.queue_grant(queue_pattern, role, privilege).",
         ),
         _ => None,
     }

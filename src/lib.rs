@@ -4,28 +4,37 @@
 //! - `aedb_queue_core` (crate `core/`): pure rules — validation, backoff,
 //!   state transitions, follow-up specs, the error enum. No Postgres.
 //! - [`store`]: every SQL statement the extension runs, prepared once per
-//!   backend, all values passed as parameters.
+//!   backend, all values passed as parameters, run as the tables' owner.
+//! - [`security`]: who is calling and what per-queue grants allow them;
+//!   [`cache`]: per-backend copies of settings and grants.
 //! - [`api`]: the `#[pg_extern]` entry points, thin glue between the two.
 //! - `sql/`: schema DDL and the SQL-language inspection functions.
 
 use pgrx::prelude::*;
 
 mod api;
+mod cache;
 mod errors;
 mod guc;
 mod jsonb;
 mod outcome;
+mod security;
 mod store;
 #[cfg(any(test, feature = "pg_test"))]
 mod tests;
+#[cfg(any(test, feature = "pg_test"))]
+mod tests_cron;
 
 ::pgrx::pg_module_magic!();
 
 extension_sql_file!("../sql/schema.sql", name = "schema", bootstrap);
+extension_sql_file!("../sql/security.sql", name = "security", finalize);
+extension_sql_file!("../sql/cron.sql", name = "cron", requires = ["schema"]);
 
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
     guc::register();
+    cache::register();
 }
 
 /// Hooks for `cargo pgrx test`.

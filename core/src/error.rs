@@ -16,6 +16,8 @@ pub enum QueueError {
     },
     /// A strict completion was fenced out (the task is no longer in flight under that token).
     LeaseLost { task_id: i64, fencing_token: i64 },
+    /// The calling role may not do this on this queue (per-queue grants).
+    PermissionDenied { action: String, queue: String },
     /// SPI or another internal step failed; never caused by user input.
     Internal(String),
 }
@@ -36,6 +38,7 @@ impl QueueError {
             QueueError::InvalidArgument { .. } => "22023",
             QueueError::PayloadTooLarge { .. } => "54000",
             QueueError::LeaseLost { .. } => "40002",
+            QueueError::PermissionDenied { .. } => "42501",
             QueueError::Internal(_) => "XX000",
         }
     }
@@ -55,6 +58,10 @@ impl fmt::Display for QueueError {
             QueueError::LeaseLost { task_id, fencing_token } => write!(
                 f,
                 "lease lost: task {task_id} is no longer in flight under fencing token {fencing_token}"
+            ),
+            QueueError::PermissionDenied { action, queue } => write!(
+                f,
+                "permission denied to {action} on queue {queue:?}: no aedb_queue grant of this role covers it"
             ),
             QueueError::Internal(msg) => write!(f, "aedb_queue internal error: {msg}"),
         }
@@ -80,6 +87,10 @@ mod tests {
             QueueError::LeaseLost {
                 task_id: 1,
                 fencing_token: 2,
+            },
+            QueueError::PermissionDenied {
+                action: "claim".into(),
+                queue: "q".into(),
             },
             QueueError::Internal("x".into()),
         ];

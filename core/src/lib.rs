@@ -4,11 +4,13 @@
 //! - [`error`]: the typed error enum and its SQLSTATEs.
 //! - [`validate`]: argument checks shared by every SQL entry point.
 //! - [`backoff`] and [`transition`]: what a failure does to a task.
+//! - [`grants`]: per-queue grants, patterns and what each privilege allows.
 //! - [`spec`]: parsing of follow-up enqueue specs (JSON).
 //! - [`scan_hint`]: where a backend's next claim may resume its index scans.
 
 pub mod backoff;
 pub mod error;
+pub mod grants;
 pub mod scan_hint;
 pub mod spec;
 pub mod transition;

@@ -98,6 +98,20 @@ pub fn payload_size(arg: &str, bytes: usize, limit: usize) -> Result<(), QueueEr
     Ok(())
 }
 
+/// A state `queue_list` and `queue_purge` accept: a task state, or
+/// `completed` for the tasks a queue keeps after completion.
+pub fn listed_state(value: &str) -> Result<(), QueueError> {
+    match value {
+        "completed" => Ok(()),
+        _ => state(value).map_err(|_| {
+            QueueError::invalid(
+                "state",
+                format!("must be one of scheduled, ready, in_flight, dead, completed; got {value:?}"),
+            )
+        }),
+    }
+}
+
 pub fn state(value: &str) -> Result<(), QueueError> {
     match value {
         "scheduled" | "ready" | "in_flight" | "dead" => Ok(()),
@@ -137,15 +151,30 @@ impl ResolvedEnqueue {
     }
 }
 
-/// Checks `options`; `prefix` qualifies argument names in errors (for
-/// follow-up specs, e.g. `follow_ups[2].`).
+/// A queue's own retry defaults (`queue_configure`); `None` falls back to
+/// the extension's defaults.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RetryDefaults {
+    pub max_attempts: Option<i32>,
+    pub backoff_base_micros: Option<i64>,
+    pub backoff_max_micros: Option<i64>,
+}
+
+/// Checks `options` and fills in what the caller left out: the task's own
+/// option, else the queue's default, else the extension's. `prefix`
+/// qualifies argument names in errors (for follow-up specs, e.g.
+/// `follow_ups[2].`).
 pub fn resolve_enqueue(
     options: EnqueueOptions,
+    defaults: RetryDefaults,
     prefix: &str,
 ) -> Result<ResolvedEnqueue, QueueError> {
     let arg = |name: &str| format!("{prefix}{name}");
     non_negative_duration(&arg("delay"), options.delay_micros)?;
-    let max_attempts = options.max_attempts.unwrap_or(DEFAULT_MAX_ATTEMPTS);
+    let max_attempts = options
+        .max_attempts
+        .or(defaults.max_attempts)
+        .unwrap_or(DEFAULT_MAX_ATTEMPTS);
     if max_attempts < 1 {
         return Err(QueueError::invalid(
             arg("max_attempts"),
@@ -154,12 +183,17 @@ pub fn resolve_enqueue(
     }
     let base = match options.backoff_base_micros {
         Some(base) => positive_duration(&arg("backoff_base"), base)?,
-        None => DEFAULT_BACKOFF_BASE_MICROS,
+        None => defaults
+            .backoff_base_micros
+            .unwrap_or(DEFAULT_BACKOFF_BASE_MICROS),
     };
-    // An explicit base above the default ceiling raises the default ceiling with it.
+    // A base above the default ceiling raises the default ceiling with it.
     let ceiling = match options.backoff_max_micros {
         Some(ceiling) => positive_duration(&arg("backoff_max"), ceiling)?,
-        None => DEFAULT_BACKOFF_MAX_MICROS.max(base),
+        None => defaults
+            .backoff_max_micros
+            .unwrap_or(DEFAULT_BACKOFF_MAX_MICROS)
+            .max(base),
     };
     if ceiling < base {
         return Err(QueueError::invalid(
@@ -267,11 +301,13 @@ mod tests {
             assert!(state(s).is_ok());
         }
         assert!(state("done").is_err() && state("").is_err());
+        assert!(state("completed").is_err() && listed_state("completed").is_ok());
+        assert!(listed_state("done").unwrap_err().to_string().contains("completed"));
     }
 
     #[test]
     fn defaults_are_five_attempts_one_second_sixty_seconds() {
-        let r = resolve_enqueue(EnqueueOptions::default(), "").unwrap();
+        let r = resolve_enqueue(EnqueueOptions::default(), RetryDefaults::default(), "").unwrap();
         assert_eq!(
             (r.max_attempts, r.backoff_base_micros, r.backoff_max_micros),
             (5, S, 60 * S)
@@ -286,6 +322,7 @@ mod tests {
                 delay_micros: 1,
                 ..Default::default()
             },
+            RetryDefaults::default(),
             "",
         )
         .unwrap();
@@ -295,7 +332,7 @@ mod tests {
     #[test]
     fn rejects_bad_options_naming_them() {
         let bad = |o: EnqueueOptions| {
-            resolve_enqueue(o, "follow_ups[1].")
+            resolve_enqueue(o, RetryDefaults::default(), "follow_ups[1].")
                 .unwrap_err()
                 .to_string()
         };
@@ -339,9 +376,35 @@ mod tests {
                 backoff_base_micros: Some(120 * S),
                 ..Default::default()
             },
+            RetryDefaults::default(),
             "",
         )
         .unwrap();
         assert_eq!(r.backoff_max_micros, 120 * S);
+    }
+
+    #[test]
+    fn queue_defaults_sit_between_task_options_and_the_extension_defaults() {
+        let queue = RetryDefaults {
+            max_attempts: Some(9),
+            backoff_base_micros: Some(2 * S),
+            backoff_max_micros: Some(10 * S),
+        };
+        let r = resolve_enqueue(EnqueueOptions::default(), queue, "").unwrap();
+        assert_eq!(
+            (r.max_attempts, r.backoff_base_micros, r.backoff_max_micros),
+            (9, 2 * S, 10 * S)
+        );
+        let own = EnqueueOptions {
+            max_attempts: Some(2),
+            backoff_base_micros: Some(20 * S),
+            ..Default::default()
+        };
+        let r = resolve_enqueue(own, queue, "").unwrap();
+        assert_eq!(
+            (r.max_attempts, r.backoff_base_micros, r.backoff_max_micros),
+            (2, 20 * S, 20 * S),
+            "the task's base lifts the queue's ceiling"
+        );
     }
 }

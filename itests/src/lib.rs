@@ -37,6 +37,11 @@ const PORT_RANGE: std::ops::Range<u16> = 29000..30000;
 /// A throw-away PostgreSQL 15 cluster bound to 127.0.0.1 on a free port, with
 /// database `aedb_itests` and `CREATE EXTENSION aedb_queue` done.
 ///
+/// pg_cron is preloaded with `cron.database_name = aedb_itests`: its scheduler
+/// serves one database per cluster, and the tests use only this one. Only
+/// `tests/cron.rs` runs `CREATE EXTENSION pg_cron`; elsewhere the scheduler
+/// idles.
+///
 /// Dropping it stops the server (`-m fast`) and removes its directory. A
 /// cluster kept in a `static` (see [`Cluster::shared`]) is never dropped, so
 /// every live cluster is also registered for an `atexit` cleanup, and a small
@@ -314,7 +319,8 @@ fn write_conf(data: &Path, port: u16) {
         f,
         "\n# aedb_itests\nport = {port}\nlisten_addresses = '127.0.0.1'\n\
          unix_socket_directories = '{}'\nmax_connections = 100\nfsync = on\n\
-         synchronous_commit = on\nlog_min_messages = warning\n",
+         synchronous_commit = on\nlog_min_messages = warning\n\
+         shared_preload_libraries = 'pg_cron'\ncron.database_name = '{DB_NAME}'\n",
         data.display()
     )
     .expect("write postgresql.conf");

@@ -1,5 +1,6 @@
 //! `queue_claim`: lease up to `max` due tasks to one owner.
 
+use aedb_queue_core::grants::Action;
 use aedb_queue_core::validate;
 use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::prelude::*;
@@ -8,6 +9,7 @@ use super::{checked_name, positive_interval, required};
 use crate::errors::run;
 use crate::guc;
 use crate::jsonb::RawJsonb;
+use crate::security;
 use crate::store;
 
 /// Timers promoted and leases reclaimed inline per claim, at least. Due timers
@@ -16,12 +18,15 @@ use crate::store;
 /// unbounded work, and `queue_reap` clears larger backlogs.
 const INLINE_REAP_MIN: i32 = 1000;
 
+/// The lease when neither the call nor the queue's settings give one.
+const DEFAULT_LEASE_SECONDS: i64 = 30;
+
 #[pg_extern]
 #[allow(clippy::type_complexity)]
 fn queue_claim(
     queue: Option<&str>,
     owner_id: Option<&str>,
-    lease: default!(Option<Interval>, "'30 seconds'"),
+    lease: default!(Option<Interval>, "NULL"),
     max: default!(Option<i32>, 1),
 ) -> TableIterator<
     'static,
@@ -39,8 +44,18 @@ fn queue_claim(
     run(|| {
         let queue = checked_name("queue", queue)?;
         let owner_id = checked_name("owner_id", owner_id)?;
-        let lease = positive_interval("lease", lease)?;
         let max = validate::claim_max(required("max", max)?)?;
+        security::authorize(Action::Work, queue)?;
+        let settings = store::settings(queue)?;
+        let lease = match lease {
+            Some(_) => positive_interval("lease", lease)?,
+            None => settings
+                .default_lease
+                .unwrap_or_else(|| Interval::from_micros(DEFAULT_LEASE_SECONDS * 1_000_000)),
+        };
+        if settings.paused {
+            return Ok(TableIterator::new(Vec::new()));
+        }
         let reap = guc::inline_reap().then_some(max.max(INLINE_REAP_MIN));
         let rows = store::claim(queue, owner_id, lease, max, reap)?
             .into_iter()

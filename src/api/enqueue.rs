@@ -1,5 +1,6 @@
 //! `queue_enqueue`, `queue_enqueue_batch`, and the enqueue path follow-ups share.
 
+use aedb_queue_core::grants::Action;
 use aedb_queue_core::spec::EnqueueSpec;
 use aedb_queue_core::validate::{self, EnqueueOptions, ResolvedEnqueue};
 use pgrx::datum::Interval;
@@ -8,7 +9,8 @@ use pgrx::prelude::*;
 use super::{checked_json, checked_name, checked_size, interval, micros, required};
 use crate::errors::{internal, run, Result};
 use crate::jsonb::{RawJsonb, RawJsonbArray};
-use crate::store::{self, NewTask};
+use crate::security;
+use crate::store::{self, NewTask, QueueSettings};
 
 /// An enqueue whose every argument has been checked: inserting it can only
 /// fail on a database error, so a batch of them is all-or-nothing.
@@ -16,6 +18,7 @@ pub(crate) struct CheckedEnqueue {
     queue: String,
     payload: Option<RawJsonb>,
     options: ResolvedEnqueue,
+    notify: bool,
 }
 
 impl CheckedEnqueue {
@@ -28,10 +31,13 @@ impl CheckedEnqueue {
         prefix: &str,
     ) -> Result<Self> {
         validate::name(&format!("{prefix}queue"), queue)?;
-        let payload = checked_json(&format!("{prefix}payload"), payload)?;
-        let options = validate::resolve_enqueue(options, prefix)?;
+        security::authorize(Action::Enqueue, queue)?;
+        let settings = store::settings(queue)?;
+        let payload = checked_json(&format!("{prefix}payload"), payload, &settings)?;
+        let options = validate::resolve_enqueue(options, settings.retry, prefix)?;
         Ok(CheckedEnqueue {
             queue: queue.to_string(),
+            notify: wakes_workers(&settings, &options),
             payload,
             options,
         })
@@ -56,6 +62,14 @@ impl CheckedEnqueue {
 
     /// Inserts the task; returns its id and whether an idempotency key matched.
     pub(crate) fn insert(&self) -> Result<(i64, bool)> {
+        let (task_id, deduplicated) = self.insert_once()?;
+        if self.notify && !deduplicated {
+            store::notify(&self.queue)?;
+        }
+        Ok((task_id, deduplicated))
+    }
+
+    fn insert_once(&self) -> Result<(i64, bool)> {
         let task = self.new_task();
         let Some(key) = self.options.idempotency_key.as_deref() else {
             return Ok((store::insert_task(&task, None, self.payload, None)?, false));
@@ -70,6 +84,12 @@ impl CheckedEnqueue {
                 .ok_or_else(|| internal("idempotency key vanished between reserve and lookup")),
         }
     }
+}
+
+/// Listeners are woken for tasks they can claim now; a delayed task wakes
+/// them when a reap promotes it.
+fn wakes_workers(settings: &QueueSettings, options: &ResolvedEnqueue) -> bool {
+    settings.notify && !options.is_scheduled()
 }
 
 fn new_task<'a>(queue: &'a str, options: &ResolvedEnqueue) -> NewTask<'a> {
@@ -145,10 +165,12 @@ fn queue_enqueue_batch(
     run(|| {
         let queue = checked_name("queue", queue)?;
         let payloads = required("payloads", payloads)?;
+        security::authorize(Action::Enqueue, queue)?;
+        let settings = store::settings(queue)?;
         let sizes = payloads.element_sizes();
         for (i, size) in sizes.iter().enumerate() {
             if let Some(size) = size {
-                checked_size(&format!("payloads[{}]", i + 1), *size)?;
+                checked_size(&format!("payloads[{}]", i + 1), *size, &settings)?;
             }
         }
         let options = options(
@@ -159,11 +181,14 @@ fn queue_enqueue_batch(
             backoff_max,
             None,
         )?;
-        let resolved = validate::resolve_enqueue(options, "")?;
+        let resolved = validate::resolve_enqueue(options, settings.retry, "")?;
         if sizes.is_empty() {
             return Ok(SetOfIterator::new(Vec::new()));
         }
         let ids = store::insert_batch(&new_task(queue, &resolved), payloads)?;
+        if wakes_workers(&settings, &resolved) {
+            store::notify(queue)?;
+        }
         Ok(SetOfIterator::new(ids))
     })
 }

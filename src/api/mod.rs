@@ -1,6 +1,7 @@
 //! The `#[pg_extern]` entry points: check arguments with the pure rules,
 //! call the store, shape the result. No SQL and no queue rules live here.
 
+mod admin;
 mod claim;
 mod enqueue;
 mod inspect;
@@ -14,6 +15,7 @@ use pgrx::datum::Interval;
 use crate::errors::Result;
 use crate::guc;
 use crate::jsonb::RawJsonb;
+use crate::store::QueueSettings;
 
 /// Interval length in microseconds, counting a month as 30 days as Postgres
 /// does when it compares intervals.
@@ -34,16 +36,25 @@ pub(crate) fn checked_name<'a>(arg: &'static str, value: Option<&'a str>) -> Res
     Ok(value)
 }
 
-pub(crate) fn checked_json(arg: &str, value: Option<RawJsonb>) -> Result<Option<RawJsonb>> {
+/// Checks a jsonb value's size against the payload limit of `settings`'s queue.
+pub(crate) fn checked_json(
+    arg: &str,
+    value: Option<RawJsonb>,
+    settings: &QueueSettings,
+) -> Result<Option<RawJsonb>> {
     if let Some(json) = value {
-        checked_size(arg, json.byte_size())?;
+        checked_size(arg, json.byte_size(), settings)?;
     }
     Ok(value)
 }
 
-/// Checks a jsonb value's size against `aedb_queue.max_payload_bytes`.
-pub(crate) fn checked_size(arg: &str, bytes: usize) -> Result<()> {
-    validate::payload_size(arg, bytes, guc::max_payload_bytes())
+/// A queue's own limit applies below `aedb_queue.max_payload_bytes`, never above it.
+pub(crate) fn checked_size(arg: &str, bytes: usize, settings: &QueueSettings) -> Result<()> {
+    let global = guc::max_payload_bytes();
+    let limit = settings
+        .max_payload_bytes
+        .map_or(global, |own| global.min(own.max(1) as usize));
+    validate::payload_size(arg, bytes, limit)
 }
 
 pub(crate) fn positive_interval(arg: &'static str, value: Option<Interval>) -> Result<Interval> {

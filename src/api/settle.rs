@@ -1,5 +1,6 @@
 //! Fenced settlements (`queue_complete`, `queue_fail`, `queue_heartbeat`) and `queue_cancel`.
 
+use aedb_queue_core::grants::Action;
 use aedb_queue_core::spec::parse_follow_ups;
 use aedb_queue_core::transition::{on_failure, FailOutcome, FailRequest, RetryPolicy};
 use aedb_queue_core::{validate, QueueError};
@@ -12,6 +13,7 @@ use super::{checked_json, checked_name, interval, micros, positive_interval, req
 use crate::errors::{run, Result};
 use crate::jsonb::RawJsonb;
 use crate::outcome::Outcome;
+use crate::security;
 use crate::store;
 
 /// Removes the task and, in the same transaction, enqueues its follow-ups.
@@ -31,7 +33,9 @@ fn queue_complete(
         let task_id = required("task_id", task_id)?;
         let fencing_token = required("fencing_token", fencing_token)?;
         let strict = required("strict", strict)?;
-        checked_json("result", result)?;
+        security::authorize(Action::Work, queue)?;
+        let settings = store::settings(queue)?;
+        checked_json("result", result, &settings)?;
         // Check every follow-up before touching anything.
         let follow_ups = match follow_ups {
             Some(JsonB(value)) => parse_follow_ups("follow_ups", &value)?
@@ -40,7 +44,12 @@ fn queue_complete(
                 .collect::<Result<Vec<_>>>()?,
             None => Vec::new(),
         };
-        if !store::complete(queue, task_id, fencing_token)? {
+        let applied = if settings.keep_completed.is_some() {
+            store::complete_keeping(queue, task_id, fencing_token, result)?
+        } else {
+            store::complete(queue, task_id, fencing_token)?
+        };
+        if !applied {
             if strict {
                 return Err(QueueError::LeaseLost {
                     task_id,
@@ -77,9 +86,20 @@ fn queue_complete_batch(
             "task_ids",
             task_ids.len(),
         )?;
-        let applied: HashSet<i64> = store::complete_many(queue, &task_ids, &fencing_tokens)?
-            .into_iter()
-            .collect();
+        security::authorize(Action::Work, queue)?;
+        let applied: HashSet<i64> = if store::settings(queue)?.keep_completed.is_some() {
+            let mut applied = Vec::new();
+            for (&id, &token) in task_ids.iter().zip(&fencing_tokens) {
+                if store::complete_keeping(queue, id, token, None)? {
+                    applied.push(id);
+                }
+            }
+            applied.into_iter().collect()
+        } else {
+            store::complete_many(queue, &task_ids, &fencing_tokens)?
+                .into_iter()
+                .collect()
+        };
         let rows: Vec<_> = task_ids
             .iter()
             .map(|id| (*id, Outcome::from_applied(applied.contains(id))))
@@ -118,6 +138,7 @@ fn queue_fail(
             retry_in_micros,
             dead_letter: required("dead_letter", dead_letter)?,
         };
+        security::authorize(Action::Work, queue)?;
         let Some(task) = store::lock_for_fail(queue, task_id, fencing_token)? else {
             return Ok(Outcome::LeaseLost);
         };
@@ -153,7 +174,8 @@ fn queue_heartbeat(
         let task_id = required("task_id", task_id)?;
         let fencing_token = required("fencing_token", fencing_token)?;
         let extend = positive_interval("extend", extend)?;
-        let progress = checked_json("progress", progress)?;
+        security::authorize(Action::Work, queue)?;
+        let progress = checked_json("progress", progress, &store::settings(queue)?)?;
         Ok(Outcome::from_applied(store::heartbeat(
             queue,
             task_id,
@@ -169,6 +191,8 @@ fn queue_heartbeat(
 fn queue_cancel(queue: Option<&str>, task_id: Option<i64>) -> bool {
     run(|| {
         let queue = checked_name("queue", queue)?;
-        store::cancel(queue, required("task_id", task_id)?)
+        let task_id = required("task_id", task_id)?;
+        security::authorize(Action::Administer, queue)?;
+        store::cancel(queue, task_id)
     })
 }

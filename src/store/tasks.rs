@@ -1,45 +1,21 @@
-//! Every SQL statement the extension runs, in one place.
-//!
-//! Each statement is prepared once per backend and reused; every value is a
-//! parameter, so no queue name, key or payload is ever spliced into SQL.
-//! Every statement is shaped to have one good plan whatever its parameters
-//! (partial indexes with literal predicates; rows picked with `LIMIT $n ...
-//! FOR UPDATE SKIP LOCKED` fed to the write through `= ANY(ARRAY(...))`), and
-//! runs with its generic plan: the plan cache would otherwise misjudge
-//! `LIMIT $n` and re-plan the claim on every call.
-//! Statements use schema-qualified names and `statement_timestamp()`, so a
-//! call sees the current time even inside a long transaction.
+//! Statements on tasks: enqueue, claim, settle, reap.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::rc::Rc;
 use std::time::Instant;
 
 use aedb_queue_core::scan_hint::ScanHints;
+use pgrx::datum::{Interval, TimestampWithTimeZone};
+use pgrx::spi::{SpiClient, SpiTupleTable};
 
-use pgrx::datum::{DatumWithOid, Interval, TimestampWithTimeZone};
-use pgrx::pg_sys::{self, PgBuiltInOids, PgOid};
-use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiHeapTupleData, SpiTupleTable};
-use pgrx::Spi;
-
+use super::{
+    column, execute, first_i64, required_column, with_client, Statement, BOOL, INT4, INT8,
+    INT8_ARRAY, INTERVAL, JSONB, JSONB_ARRAY, TEXT, TIMESTAMPTZ,
+};
 use crate::errors::{internal, Result};
 use crate::guc;
 use crate::jsonb::{RawJsonb, RawJsonbArray};
 
-struct Statement {
-    sql: &'static str,
-    args: &'static [PgBuiltInOids],
-}
-
-const BOOL: PgBuiltInOids = PgBuiltInOids::BOOLOID;
-const INT4: PgBuiltInOids = PgBuiltInOids::INT4OID;
-const INT8: PgBuiltInOids = PgBuiltInOids::INT8OID;
-const INT8_ARRAY: PgBuiltInOids = PgBuiltInOids::INT8ARRAYOID;
-const INTERVAL: PgBuiltInOids = PgBuiltInOids::INTERVALOID;
-const JSONB: PgBuiltInOids = PgBuiltInOids::JSONBOID;
-const JSONB_ARRAY: PgBuiltInOids = PgBuiltInOids::JSONBARRAYOID;
-const TEXT: PgBuiltInOids = PgBuiltInOids::TEXTOID;
-const TIMESTAMPTZ: PgBuiltInOids = PgBuiltInOids::TIMESTAMPTZOID;
 
 /// The queue registry row is created on first use; `DO NOTHING` costs an index
 /// probe when it exists. `reap` of all queues walks this registry.
@@ -257,86 +233,6 @@ static QUEUE_NAMES: Statement = Statement {
     sql: "SELECT name FROM aedb_queue.queue ORDER BY name",
     args: &[],
 };
-
-thread_local! {
-    static PLANS: RefCell<HashMap<usize, Rc<OwnedPreparedStatement>>> = RefCell::new(HashMap::new());
-}
-
-/// Runs `stmt`, preparing it on first use in this backend. The plan is
-/// cloned out of the cache before running, so a nested call (a trigger that
-/// enqueues) never finds the cache borrowed.
-fn execute<'conn>(
-    client: &mut SpiClient<'conn>,
-    stmt: &'static Statement,
-    args: &[DatumWithOid<'_>],
-) -> Result<SpiTupleTable<'conn>> {
-    let key = stmt as *const Statement as usize;
-    let cached = PLANS.with(|plans| plans.borrow().get(&key).cloned());
-    let plan = match cached {
-        Some(plan) => plan,
-        None => {
-            let oids: Vec<PgOid> = stmt.args.iter().map(|&oid| PgOid::BuiltIn(oid)).collect();
-            let plan = Rc::new(
-                client
-                    .prepare_mut(stmt.sql, &oids)
-                    .map_err(internal)?
-                    .keep(),
-            );
-            PLANS.with(|plans| plans.borrow_mut().insert(key, plan.clone()));
-            plan
-        }
-    };
-    let _generic = GenericPlans::force();
-    client.update(&*plan, None, args).map_err(internal)
-}
-
-/// Forces generic plans while one of our statements runs; restores the
-/// caller's `plan_cache_mode` when dropped, also when the statement errors
-/// (pgrx unwinds through this frame).
-struct GenericPlans(std::ffi::c_int);
-
-impl GenericPlans {
-    fn force() -> Self {
-        // SAFETY: a plain GUC variable of this single-threaded backend.
-        unsafe {
-            let saved = pg_sys::plan_cache_mode;
-            pg_sys::plan_cache_mode =
-                pg_sys::PlanCacheMode::PLAN_CACHE_MODE_FORCE_GENERIC_PLAN as std::ffi::c_int;
-            GenericPlans(saved)
-        }
-    }
-}
-
-impl Drop for GenericPlans {
-    fn drop(&mut self) {
-        unsafe { pg_sys::plan_cache_mode = self.0 };
-    }
-}
-
-fn with_client<R>(body: impl FnOnce(&mut SpiClient<'_>) -> Result<R>) -> Result<R> {
-    Spi::connect_mut(body)
-}
-
-fn column<T: pgrx::FromDatum + pgrx::IntoDatum>(
-    row: &SpiHeapTupleData<'_>,
-    ordinal: usize,
-) -> Result<Option<T>> {
-    row.get::<T>(ordinal).map_err(internal)
-}
-
-fn required_column<T: pgrx::FromDatum + pgrx::IntoDatum>(
-    row: &SpiHeapTupleData<'_>,
-    ordinal: usize,
-) -> Result<T> {
-    column(row, ordinal)?.ok_or_else(|| internal(format!("column {ordinal} is unexpectedly NULL")))
-}
-
-fn first_i64(table: SpiTupleTable<'_>) -> Result<Option<i64>> {
-    match table.into_iter().next() {
-        Some(row) => column::<i64>(&row, 1),
-        None => Ok(None),
-    }
-}
 
 /// A new task's stored fields.
 pub struct NewTask<'a> {

@@ -1,0 +1,36 @@
+-- Roles and privileges. Runs last, once every function exists.
+--
+-- Applications get rights only through three roles: grant them to login
+-- roles (GRANT aedb_queue_worker TO app_worker). Roles are cluster-wide and
+-- outlive DROP EXTENSION; they are created only if absent.
+DO $$
+DECLARE
+    r text;
+BEGIN
+    FOREACH r IN ARRAY ARRAY['aedb_queue_producer', 'aedb_queue_worker', 'aedb_queue_admin'] LOOP
+        IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = r) THEN
+            EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', r);
+        END IF;
+    END LOOP;
+END
+$$;
+
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA aedb_queue FROM PUBLIC;
+REVOKE ALL ON ALL TABLES IN SCHEMA aedb_queue FROM PUBLIC;
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA aedb_queue FROM PUBLIC;
+GRANT USAGE ON SCHEMA aedb_queue TO aedb_queue_producer, aedb_queue_worker, aedb_queue_admin;
+
+GRANT EXECUTE ON FUNCTION
+    aedb_queue.queue_enqueue, aedb_queue.queue_enqueue_batch
+TO aedb_queue_producer;
+
+GRANT EXECUTE ON FUNCTION
+    aedb_queue.queue_claim, aedb_queue.queue_complete, aedb_queue.queue_complete_batch,
+    aedb_queue.queue_fail, aedb_queue.queue_heartbeat, aedb_queue.queue_get,
+    aedb_queue.queue_list, aedb_queue.can_read
+TO aedb_queue_worker;
+
+-- Admins can do everything, including what the other two roles can.
+GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA aedb_queue TO aedb_queue_admin;
+GRANT SELECT ON aedb_queue.tasks, aedb_queue.queue_stats TO aedb_queue_admin;
+GRANT aedb_queue_producer, aedb_queue_worker TO aedb_queue_admin;

@@ -1,0 +1,206 @@
+//! Queue administration: settings, pause/resume, dead letters, purges and
+//! per-queue grants. Every call needs the admin privilege on its queue.
+
+use aedb_queue_core::grants::{Action, Pattern, Privilege};
+use aedb_queue_core::{validate, QueueError};
+use pgrx::datum::Interval;
+use pgrx::prelude::*;
+
+use super::{checked_name, micros, required};
+use crate::errors::{run, Result};
+use crate::security;
+use crate::store::{self, QueueSettings, SettingsChange};
+
+type SettingsRow = (
+    String, // queue
+    Option<i32>, // max_attempts
+    Option<Interval>, // backoff_base
+    Option<Interval>, // backoff_max
+    Option<Interval>, // default_lease
+    Option<i32>, // max_payload_bytes
+    Option<Interval>, // keep_completed
+    Option<Interval>, // keep_idempotency_keys
+    bool, // notify
+    bool, // paused
+);
+
+fn settings_row(queue: &str, s: QueueSettings) -> SettingsRow {
+    let interval = |m: Option<i64>| m.map(Interval::from_micros);
+    (
+        queue.to_string(),
+        s.retry.max_attempts,
+        interval(s.retry.backoff_base_micros),
+        interval(s.retry.backoff_max_micros),
+        s.default_lease,
+        s.max_payload_bytes,
+        s.keep_completed,
+        s.keep_idempotency_keys,
+        s.notify,
+        s.paused,
+    )
+}
+
+fn positive(arg: &'static str, value: Option<Interval>) -> Result<Option<Interval>> {
+    if let Some(v) = value {
+        validate::positive_duration(arg, micros(v))?;
+    }
+    Ok(value)
+}
+
+fn at_least_one(arg: &'static str, value: Option<i32>) -> Result<Option<i32>> {
+    match value {
+        Some(v) if v < 1 => Err(QueueError::invalid(arg, format!("must be at least 1, got {v}"))),
+        _ => Ok(value),
+    }
+}
+
+/// Sets per-queue defaults (NULL leaves a setting as it is; `reset` first
+/// returns every setting not given to the extension's default). Defaults
+/// apply to tasks enqueued afterwards; a task's own options still win.
+/// Returns the settings now in force.
+#[pg_extern]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+fn queue_configure(
+    queue: Option<&str>,
+    max_attempts: default!(Option<i32>, "NULL"),
+    backoff_base: default!(Option<Interval>, "NULL"),
+    backoff_max: default!(Option<Interval>, "NULL"),
+    default_lease: default!(Option<Interval>, "NULL"),
+    max_payload_bytes: default!(Option<i32>, "NULL"),
+    keep_completed: default!(Option<Interval>, "NULL"),
+    keep_idempotency_keys: default!(Option<Interval>, "NULL"),
+    notify: default!(Option<bool>, "NULL"),
+    reset: default!(Option<bool>, false),
+) -> TableIterator<
+    'static,
+    (
+        name!(queue, String),
+        name!(max_attempts, Option<i32>),
+        name!(backoff_base, Option<Interval>),
+        name!(backoff_max, Option<Interval>),
+        name!(default_lease, Option<Interval>),
+        name!(max_payload_bytes, Option<i32>),
+        name!(keep_completed, Option<Interval>),
+        name!(keep_idempotency_keys, Option<Interval>),
+        name!(notify, bool),
+        name!(paused, bool),
+    ),
+> {
+    run(|| {
+        let queue = checked_name("queue", queue)?;
+        let change = SettingsChange {
+            max_attempts: at_least_one("max_attempts", max_attempts)?,
+            backoff_base: positive("backoff_base", backoff_base)?,
+            backoff_max: positive("backoff_max", backoff_max)?,
+            default_lease: positive("default_lease", default_lease)?,
+            max_payload_bytes: at_least_one("max_payload_bytes", max_payload_bytes)?,
+            keep_completed: positive("keep_completed", keep_completed)?,
+            keep_idempotency_keys: positive("keep_idempotency_keys", keep_idempotency_keys)?,
+            notify,
+            reset: required("reset", reset)?,
+        };
+        security::authorize(Action::Administer, queue)?;
+        let settings = store::configure(queue, &change)?;
+        // Checked on the result, so a new base is compared with the kept ceiling.
+        if let (Some(base), Some(ceiling)) = (
+            settings.retry.backoff_base_micros,
+            settings.retry.backoff_max_micros,
+        ) {
+            if ceiling < base {
+                return Err(QueueError::invalid(
+                    "backoff_max",
+                    "must not be below backoff_base",
+                ));
+            }
+        }
+        Ok(TableIterator::once(settings_row(queue, settings)))
+    })
+}
+
+/// Stops the queue handing out tasks (enqueues still land); true if it was running.
+#[pg_extern]
+fn queue_pause(queue: Option<&str>) -> bool {
+    run(|| set_paused(queue, true))
+}
+
+/// Lets the queue hand out tasks again; true if it was paused.
+#[pg_extern]
+fn queue_resume(queue: Option<&str>) -> bool {
+    run(|| set_paused(queue, false))
+}
+
+fn set_paused(queue: Option<&str>, paused: bool) -> Result<bool> {
+    let queue = checked_name("queue", queue)?;
+    security::authorize(Action::Administer, queue)?;
+    store::set_paused(queue, paused)
+}
+
+/// Moves one dead task (or all, up to `max`) back to ready with its attempts
+/// reset; returns how many moved. Fencing tokens keep counting up.
+#[pg_extern]
+fn queue_retry_dead(
+    queue: Option<&str>,
+    task_id: default!(Option<i64>, "NULL"),
+    max: default!(Option<i32>, "NULL"),
+) -> i64 {
+    run(|| {
+        let queue = checked_name("queue", queue)?;
+        let max = match max {
+            Some(m) => validate::reap_max(m).map_err(|_| {
+                QueueError::invalid("max", format!("must be at least 1, got {m}"))
+            })?,
+            None => i32::MAX,
+        };
+        security::authorize(Action::Administer, queue)?;
+        store::retry_dead(queue, task_id, max)
+    })
+}
+
+/// Deletes every task of the queue in `state` (`completed`: the kept
+/// completed tasks); in-flight tasks only with `force`. Returns how many.
+#[pg_extern]
+fn queue_purge(queue: Option<&str>, state: Option<&str>, force: default!(Option<bool>, false)) -> i64 {
+    run(|| {
+        let queue = checked_name("queue", queue)?;
+        let state = required("state", state)?;
+        validate::listed_state(state)?;
+        if state == "in_flight" && !required("force", force)? {
+            return Err(QueueError::invalid(
+                "state",
+                "in_flight tasks belong to running workers; pass force => true to purge them",
+            ));
+        }
+        security::authorize(Action::Administer, queue)?;
+        store::purge(queue, state)
+    })
+}
+
+/// Confines `role` to the queues `queue_pattern` matches (an exact name, or
+/// a prefix followed by `*`) for `privilege` (producer, worker or admin).
+/// Returns false when the grant already existed.
+#[pg_extern]
+fn queue_grant(queue_pattern: Option<&str>, role: Option<&str>, privilege: Option<&str>) -> bool {
+    run(|| change_grant(queue_pattern, role, privilege, false))
+}
+
+/// Removes a grant made by `queue_grant`; returns whether it existed. A
+/// role left with no grant at all is no longer confined to any queue.
+#[pg_extern]
+fn queue_revoke(queue_pattern: Option<&str>, role: Option<&str>, privilege: Option<&str>) -> bool {
+    run(|| change_grant(queue_pattern, role, privilege, true))
+}
+
+fn change_grant(
+    queue_pattern: Option<&str>,
+    role: Option<&str>,
+    privilege: Option<&str>,
+    revoke: bool,
+) -> Result<bool> {
+    let text = required("queue_pattern", queue_pattern)?;
+    let pattern = Pattern::parse("queue_pattern", text)?;
+    let role = required("role", role)?;
+    let privilege = Privilege::parse("privilege", required("privilege", privilege)?)?;
+    security::authorize_pattern(Action::Administer, &pattern, text)?;
+    let role_oid = security::role_oid(role)?;
+    store::change_grant(role_oid, text, privilege, revoke)
+}

@@ -1,0 +1,104 @@
+//! Per-backend copies of small, rarely written tables (queue settings and
+//! grants), read on every call.
+//!
+//! Writers (`queue_configure`, `queue_grant`, …) send a relcache
+//! invalidation for the table they changed; Postgres delivers it to every
+//! backend before that backend's next statement (and locally at once, and
+//! again on rollback), and our callback then drops the copies. So a cached
+//! value is never older than the last committed change a new statement
+//! could see.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+
+use pgrx::pg_sys::{self, Oid};
+
+thread_local! {
+    /// Bumped by every invalidation that may touch our tables.
+    static GENERATION: Cell<u64> = const { Cell::new(0) };
+    /// Relations whose invalidation drops the copies (filled lazily).
+    static WATCHED: RefCell<Vec<Oid>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Tables whose writes invalidate the copies.
+const WATCHED_TABLES: [&std::ffi::CStr; 2] = [c"queue", c"queue_grant"];
+
+pub fn register() {
+    // SAFETY: called once from _PG_init; the callback only touches thread-locals.
+    unsafe { pg_sys::CacheRegisterRelcacheCallback(Some(on_relcache_invalidation), pg_sys::Datum::from(0)) };
+}
+
+unsafe extern "C-unwind" fn on_relcache_invalidation(_arg: pg_sys::Datum, relid: Oid) {
+    let ours = relid == pg_sys::InvalidOid
+        || WATCHED.with(|w| w.try_borrow().map(|w| w.is_empty() || w.contains(&relid)).unwrap_or(true));
+    if ours {
+        GENERATION.with(|g| g.set(g.get() + 1));
+    }
+}
+
+/// Sends the invalidation that drops every backend's copies of `table`.
+pub fn invalidate(table: &std::ffi::CStr) {
+    if let Some(relid) = relation_oid(table) {
+        // SAFETY: registers an invalidation message for an existing relation.
+        unsafe { pg_sys::CacheInvalidateRelcacheByRelid(relid) };
+    }
+}
+
+fn relation_oid(table: &std::ffi::CStr) -> Option<Oid> {
+    // SAFETY: catalog lookups by name; missing objects give InvalidOid.
+    unsafe {
+        let schema = pg_sys::get_namespace_oid(c"aedb_queue".as_ptr(), true);
+        if schema == pg_sys::InvalidOid {
+            return None;
+        }
+        let relid = pg_sys::get_relname_relid(table.as_ptr(), schema);
+        (relid != pg_sys::InvalidOid).then_some(relid)
+    }
+}
+
+fn watch_tables() {
+    WATCHED.with(|w| {
+        let mut w = w.borrow_mut();
+        if w.is_empty() {
+            w.extend(WATCHED_TABLES.iter().filter_map(|t| relation_oid(t)));
+        }
+    });
+}
+
+/// A map whose entries last until the next invalidation of our tables.
+pub struct Copies<K, V> {
+    generation: u64,
+    entries: HashMap<K, V>,
+}
+
+impl<K: std::hash::Hash + Eq, V: Clone> Copies<K, V> {
+    pub fn new() -> Self {
+        Copies {
+            generation: u64::MAX,
+            entries: HashMap::new(),
+        }
+    }
+
+    /// The cached value of `key`, or `None` after an invalidation.
+    pub fn get(&mut self, key: &K) -> Option<V> {
+        let current = GENERATION.with(Cell::get);
+        if self.generation != current {
+            self.entries.clear();
+            self.generation = current;
+            watch_tables();
+        }
+        self.entries.get(key).cloned()
+    }
+
+    /// Keeps `value` unless an invalidation arrived while it was being read.
+    pub fn put(&mut self, key: K, value: V, read_at_generation: u64) {
+        if read_at_generation == self.generation && self.entries.len() < 10_000 {
+            self.entries.insert(key, value);
+        }
+    }
+}
+
+/// The generation to pass to [`Copies::put`]: take it before reading.
+pub fn generation() -> u64 {
+    GENERATION.with(Cell::get)
+}

@@ -1,0 +1,462 @@
+//! Statements on queues rather than single tasks: settings, grants, dead
+//! letters, purges, the completed-task archive, wake-ups and inspection.
+
+use std::cell::RefCell;
+
+use aedb_queue_core::grants::{Grant, Pattern, Privilege};
+use aedb_queue_core::validate::RetryDefaults;
+use pgrx::datum::{Interval, TimestampWithTimeZone};
+use pgrx::pg_sys::Oid;
+use pgrx::spi::SpiHeapTupleData;
+
+use super::{
+    column, execute, first_i64, required_column, with_client, Statement, BOOL, INT4, INT8,
+    INTERVAL, JSONB, TEXT,
+};
+use crate::api::micros;
+use crate::cache::{self, Copies};
+use crate::errors::{internal, Result};
+use crate::jsonb::RawJsonb;
+
+/// One queue's settings; every field `None` (or false) for a queue never configured.
+#[derive(Debug, Clone, Default)]
+pub struct QueueSettings {
+    pub retry: RetryDefaults,
+    pub default_lease: Option<Interval>,
+    pub max_payload_bytes: Option<i32>,
+    pub keep_completed: Option<Interval>,
+    pub keep_idempotency_keys: Option<Interval>,
+    pub notify: bool,
+    pub paused: bool,
+}
+
+static LOAD_SETTINGS: Statement = Statement {
+    sql: "SELECT max_attempts, backoff_base, backoff_max, default_lease, max_payload_bytes,
+                 keep_completed, keep_idempotency_keys, notify, paused
+          FROM aedb_queue.queue WHERE name = $1",
+    args: &[TEXT],
+};
+
+/// Sets the given settings, or with $11 first resets every one to the default.
+static CONFIGURE: Statement = Statement {
+    sql: "INSERT INTO aedb_queue.queue AS q
+              (name, max_attempts, backoff_base, backoff_max, default_lease, max_payload_bytes,
+               keep_completed, keep_idempotency_keys, notify)
+          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, coalesce($9, false))
+          ON CONFLICT (name) DO UPDATE SET
+              max_attempts = coalesce($2, CASE WHEN $10 THEN NULL ELSE q.max_attempts END),
+              backoff_base = coalesce($3, CASE WHEN $10 THEN NULL ELSE q.backoff_base END),
+              backoff_max = coalesce($4, CASE WHEN $10 THEN NULL ELSE q.backoff_max END),
+              default_lease = coalesce($5, CASE WHEN $10 THEN NULL ELSE q.default_lease END),
+              max_payload_bytes = coalesce($6, CASE WHEN $10 THEN NULL ELSE q.max_payload_bytes END),
+              keep_completed = coalesce($7, CASE WHEN $10 THEN NULL ELSE q.keep_completed END),
+              keep_idempotency_keys = coalesce($8, CASE WHEN $10 THEN NULL ELSE q.keep_idempotency_keys END),
+              notify = coalesce($9, CASE WHEN $10 THEN false ELSE q.notify END)
+          RETURNING max_attempts, backoff_base, backoff_max, default_lease, max_payload_bytes,
+                    keep_completed, keep_idempotency_keys, notify, paused",
+    args: &[
+        TEXT, INT4, INTERVAL, INTERVAL, INTERVAL, INT4, INTERVAL, INTERVAL, BOOL, BOOL,
+    ],
+};
+
+/// Returns whether the flag changed.
+static SET_PAUSED: Statement = Statement {
+    sql: "WITH before AS (SELECT paused FROM aedb_queue.queue WHERE name = $1)
+          INSERT INTO aedb_queue.queue AS q (name, paused) VALUES ($1, $2)
+          ON CONFLICT (name) DO UPDATE SET paused = $2
+          RETURNING coalesce((SELECT paused FROM before), false) <> $2",
+    args: &[TEXT, BOOL],
+};
+
+static ALL_GRANTS: Statement = Statement {
+    sql: "SELECT role::oid, pattern, privilege FROM aedb_queue.queue_grant",
+    args: &[],
+};
+
+static INSERT_GRANT: Statement = Statement {
+    sql: "INSERT INTO aedb_queue.queue_grant (role, pattern, privilege) VALUES ($1::oid::regrole, $2, $3)
+          ON CONFLICT DO NOTHING RETURNING 1",
+    args: &[INT8, TEXT, TEXT],
+};
+
+static DELETE_GRANT: Statement = Statement {
+    sql: "DELETE FROM aedb_queue.queue_grant
+          WHERE role = $1::oid::regrole AND pattern = $2 AND privilege = $3 RETURNING 1",
+    args: &[INT8, TEXT, TEXT],
+};
+
+/// Dead tasks back to ready with their attempts reset; $2 one task (NULL: all), up to $3.
+static RETRY_DEAD: Statement = Statement {
+    sql: "WITH retried AS (
+              UPDATE aedb_queue.task
+              SET state = 'ready', attempts = 0, not_before = statement_timestamp(),
+                  updated_at = statement_timestamp()
+              WHERE task_id = ANY(ARRAY(
+                  SELECT task_id FROM aedb_queue.task
+                  WHERE queue = $1 AND state = 'dead'
+                    AND task_id >= coalesce($2, 0) AND task_id <= coalesce($2, 9223372036854775807)
+                  ORDER BY task_id LIMIT $3 FOR UPDATE SKIP LOCKED))
+              RETURNING 1)
+          SELECT count(*) FROM retried",
+    args: &[TEXT, INT8, INT4],
+};
+
+static PURGE: Statement = Statement {
+    sql: "WITH purged AS (
+              DELETE FROM aedb_queue.task WHERE queue = $1 AND state = $2::aedb_queue.task_state
+              RETURNING 1)
+          SELECT count(*) FROM purged",
+    args: &[TEXT, TEXT],
+};
+
+static PURGE_COMPLETED: Statement = Statement {
+    sql: "WITH purged AS (DELETE FROM aedb_queue.completed_task WHERE queue = $1 RETURNING 1)
+          SELECT count(*) FROM purged",
+    args: &[TEXT],
+};
+
+/// COMPLETE that keeps the task, with its result, in the archive.
+static COMPLETE_KEEPING: Statement = Statement {
+    sql: "WITH done AS (
+              DELETE FROM aedb_queue.task
+              WHERE task_id = $1 AND queue = $2 AND state = 'in_flight' AND fencing_token = $3
+              RETURNING *)
+          INSERT INTO aedb_queue.completed_task
+              (task_id, queue, priority, attempts, max_attempts, fencing_token, owner_id, payload,
+               progress, result, idempotency_key, created_at, completed_at)
+          SELECT task_id, queue, priority, attempts, max_attempts, fencing_token, owner_id, payload,
+                 progress, $4, idempotency_key, created_at, statement_timestamp()
+          FROM done
+          RETURNING task_id",
+    args: &[INT8, TEXT, INT8, JSONB],
+};
+
+/// Archived tasks completed longer than $2 ago, up to $3.
+static EXPIRE_COMPLETED: Statement = Statement {
+    sql: "WITH expired AS (
+              DELETE FROM aedb_queue.completed_task
+              WHERE task_id = ANY(ARRAY(
+                  SELECT task_id FROM aedb_queue.completed_task
+                  WHERE queue = $1 AND completed_at < statement_timestamp() - $2
+                  ORDER BY completed_at LIMIT $3))
+              RETURNING 1)
+          SELECT count(*) FROM expired",
+    args: &[TEXT, INTERVAL, INT4],
+};
+
+/// Idempotency keys taken longer than $2 ago whose task is gone, up to $3.
+static EXPIRE_KEYS: Statement = Statement {
+    sql: "WITH expired AS (
+              DELETE FROM aedb_queue.idempotency_key k
+              USING (SELECT key FROM aedb_queue.idempotency_key i
+                     WHERE i.queue = $1 AND i.created_at < statement_timestamp() - $2
+                       AND NOT EXISTS (SELECT 1 FROM aedb_queue.task t WHERE t.task_id = i.task_id)
+                     ORDER BY i.created_at LIMIT $3) AS old
+              WHERE k.queue = $1 AND k.key = old.key
+              RETURNING 1)
+          SELECT count(*) FROM expired",
+    args: &[TEXT, INTERVAL, INT4],
+};
+
+/// Wakes listeners; Postgres delivers it at commit, once per transaction and queue.
+static NOTIFY: Statement = Statement {
+    sql: "SELECT pg_catalog.pg_notify('aedb_queue', $1)",
+    args: &[TEXT],
+};
+
+macro_rules! task_record_select {
+    ($where:literal) => {
+        concat!(
+            "SELECT task_id, queue, state::text, not_before, priority, attempts, max_attempts,
+                    owner_id, fencing_token, lease_deadline, payload, progress, last_error,
+                    idempotency_key, backoff_base, backoff_max, created_at, updated_at,
+                    NULL::jsonb AS result, NULL::timestamptz AS completed_at
+             FROM aedb_queue.task t ",
+            $where
+        )
+    };
+}
+
+macro_rules! completed_record_select {
+    ($where:literal) => {
+        concat!(
+            "SELECT task_id, queue, 'completed', NULL::timestamptz, priority, attempts,
+                    max_attempts, owner_id, fencing_token, NULL::timestamptz, payload, progress,
+                    NULL::text, idempotency_key, NULL::interval, NULL::interval, created_at,
+                    completed_at, result, completed_at
+             FROM aedb_queue.completed_task t ",
+            $where
+        )
+    };
+}
+
+static GET_TASK: Statement = Statement {
+    sql: concat!(
+        task_record_select!("WHERE t.queue = $1 AND t.task_id = $2"),
+        " UNION ALL ",
+        completed_record_select!("WHERE t.queue = $1 AND t.task_id = $2")
+    ),
+    args: &[TEXT, INT8],
+};
+
+/// Each state through its own index in its natural order; $2 NULL lists all.
+static LIST_TASKS: Statement = Statement {
+    sql: concat!(
+        "(", task_record_select!("WHERE t.queue = $1 AND t.state = 'ready' AND ($2 IS NULL OR $2 = 'ready')
+              ORDER BY t.priority DESC, -t.task_id DESC LIMIT $3"), ")
+         UNION ALL
+         (", task_record_select!("WHERE t.queue = $1 AND t.state = 'in_flight' AND t.lease_deadline IS NOT NULL
+              AND ($2 IS NULL OR $2 = 'in_flight') ORDER BY t.lease_deadline LIMIT $3"), ")
+         UNION ALL
+         (", task_record_select!("WHERE t.queue = $1 AND t.state = 'scheduled' AND ($2 IS NULL OR $2 = 'scheduled')
+              ORDER BY t.not_before LIMIT $3"), ")
+         UNION ALL
+         (", task_record_select!("WHERE t.queue = $1 AND t.state = 'dead' AND ($2 IS NULL OR $2 = 'dead')
+              ORDER BY t.task_id LIMIT $3"), ")
+         UNION ALL
+         (", completed_record_select!("WHERE t.queue = $1 AND ($2 IS NULL OR $2 = 'completed')
+              ORDER BY t.queue, t.completed_at DESC LIMIT $3"), ")
+         LIMIT $3"
+    ),
+    args: &[TEXT, TEXT, INT4],
+};
+
+thread_local! {
+    static SETTINGS: RefCell<Copies<String, QueueSettings>> = RefCell::new(Copies::new());
+    static GRANTS: RefCell<Copies<(), Vec<(Oid, Grant)>>> = RefCell::new(Copies::new());
+}
+
+/// The queue's settings, from this backend's copy while no change was committed.
+pub fn settings(queue: &str) -> Result<QueueSettings> {
+    let key = queue.to_string();
+    if let Some(found) = SETTINGS.with(|s| s.borrow_mut().get(&key)) {
+        return Ok(found);
+    }
+    let generation = cache::generation();
+    let loaded = with_client(|client| {
+        let table = execute(client, &LOAD_SETTINGS, &[queue.into()])?;
+        match table.into_iter().next() {
+            Some(row) => settings_of(&row),
+            None => Ok(QueueSettings::default()),
+        }
+    })?;
+    SETTINGS.with(|s| s.borrow_mut().put(key, loaded.clone(), generation));
+    Ok(loaded)
+}
+
+fn settings_of(row: &SpiHeapTupleData<'_>) -> Result<QueueSettings> {
+    Ok(QueueSettings {
+        retry: RetryDefaults {
+            max_attempts: column(row, 1)?,
+            backoff_base_micros: column::<Interval>(row, 2)?.map(micros),
+            backoff_max_micros: column::<Interval>(row, 3)?.map(micros),
+        },
+        default_lease: column(row, 4)?,
+        max_payload_bytes: column(row, 5)?,
+        keep_completed: column(row, 6)?,
+        keep_idempotency_keys: column(row, 7)?,
+        notify: column(row, 8)?.unwrap_or(false),
+        paused: column(row, 9)?.unwrap_or(false),
+    })
+}
+
+/// New values for `configure`; `None` leaves a setting as it is.
+pub struct SettingsChange {
+    pub max_attempts: Option<i32>,
+    pub backoff_base: Option<Interval>,
+    pub backoff_max: Option<Interval>,
+    pub default_lease: Option<Interval>,
+    pub max_payload_bytes: Option<i32>,
+    pub keep_completed: Option<Interval>,
+    pub keep_idempotency_keys: Option<Interval>,
+    pub notify: Option<bool>,
+    /// Reset every setting not given to its default first.
+    pub reset: bool,
+}
+
+/// Applies `change` (creating the queue if new); returns the settings now in force.
+pub fn configure(queue: &str, change: &SettingsChange) -> Result<QueueSettings> {
+    let settings = with_client(|client| {
+        let args = [
+            queue.into(),
+            change.max_attempts.into(),
+            change.backoff_base.into(),
+            change.backoff_max.into(),
+            change.default_lease.into(),
+            change.max_payload_bytes.into(),
+            change.keep_completed.into(),
+            change.keep_idempotency_keys.into(),
+            change.notify.into(),
+            change.reset.into(),
+        ];
+        let row = execute(client, &CONFIGURE, &args)?
+            .next()
+            .ok_or_else(|| internal("CONFIGURE returned no row"))?;
+        settings_of(&row)
+    })?;
+    cache::invalidate(c"queue");
+    Ok(settings)
+}
+
+/// Pauses or resumes the queue; true if that changed its state.
+pub fn set_paused(queue: &str, paused: bool) -> Result<bool> {
+    let changed = with_client(|client| {
+        let table = execute(client, &SET_PAUSED, &[queue.into(), paused.into()])?;
+        table.first().get::<bool>(1).map_err(internal)
+    })?;
+    cache::invalidate(c"queue");
+    Ok(changed == Some(true))
+}
+
+/// Every per-queue grant, with the role it was given to.
+pub fn all_grants() -> Result<Vec<(Oid, Grant)>> {
+    if let Some(found) = GRANTS.with(|g| g.borrow_mut().get(&())) {
+        return Ok(found);
+    }
+    let generation = cache::generation();
+    let loaded = with_client(|client| {
+        execute(client, &ALL_GRANTS, &[])?
+            .map(|row| {
+                let role: Oid = required_column(&row, 1)?;
+                let pattern: String = required_column(&row, 2)?;
+                let privilege: String = required_column(&row, 3)?;
+                Ok((
+                    role,
+                    Grant {
+                        pattern: Pattern::parse("pattern", &pattern)?,
+                        privilege: Privilege::parse("privilege", &privilege)?,
+                    },
+                ))
+            })
+            .collect::<Result<Vec<_>>>()
+    })?;
+    GRANTS.with(|g| g.borrow_mut().put((), loaded.clone(), generation));
+    Ok(loaded)
+}
+
+/// Adds (or with `revoke`, removes) a grant; true if that changed anything.
+pub fn change_grant(role: Oid, pattern: &str, privilege: Privilege, revoke: bool) -> Result<bool> {
+    let statement = if revoke { &DELETE_GRANT } else { &INSERT_GRANT };
+    let changed = with_client(|client| {
+        let args = [i64::from(u32::from(role)).into(), pattern.into(), privilege.as_str().into()];
+        Ok(!execute(client, statement, &args)?.is_empty())
+    })?;
+    cache::invalidate(c"queue_grant");
+    Ok(changed)
+}
+
+/// Moves dead tasks (one, or all when `task_id` is None) back to ready, up to `max`.
+pub fn retry_dead(queue: &str, task_id: Option<i64>, max: i32) -> Result<i64> {
+    with_client(|client| {
+        let table = execute(client, &RETRY_DEAD, &[queue.into(), task_id.into(), max.into()])?;
+        Ok(first_i64(table)?.unwrap_or(0))
+    })
+}
+
+/// Deletes the queue's tasks in `state` ("completed": its archived tasks).
+pub fn purge(queue: &str, state: &str) -> Result<i64> {
+    with_client(|client| {
+        let table = if state == "completed" {
+            execute(client, &PURGE_COMPLETED, &[queue.into()])?
+        } else {
+            execute(client, &PURGE, &[queue.into(), state.into()])?
+        };
+        Ok(first_i64(table)?.unwrap_or(0))
+    })
+}
+
+/// COMPLETE, keeping the task and `result` in the archive; true if the fence held.
+pub fn complete_keeping(queue: &str, task_id: i64, fencing_token: i64, result: Option<RawJsonb>) -> Result<bool> {
+    with_client(|client| {
+        let args = [task_id.into(), queue.into(), fencing_token.into(), result.into()];
+        Ok(!execute(client, &COMPLETE_KEEPING, &args)?.is_empty())
+    })
+}
+
+/// Deletes up to `max` archived tasks completed longer than `keep` ago.
+pub fn expire_completed(queue: &str, keep: Interval, max: i32) -> Result<i64> {
+    with_client(|client| {
+        let table = execute(client, &EXPIRE_COMPLETED, &[queue.into(), keep.into(), max.into()])?;
+        Ok(first_i64(table)?.unwrap_or(0))
+    })
+}
+
+/// Deletes up to `max` idempotency keys taken longer than `keep` ago whose task is gone.
+pub fn expire_keys(queue: &str, keep: Interval, max: i32) -> Result<i64> {
+    with_client(|client| {
+        let table = execute(client, &EXPIRE_KEYS, &[queue.into(), keep.into(), max.into()])?;
+        Ok(first_i64(table)?.unwrap_or(0))
+    })
+}
+
+pub fn notify(queue: &str) -> Result<()> {
+    with_client(|client| {
+        execute(client, &NOTIFY, &[queue.into()])?;
+        Ok(())
+    })
+}
+
+/// One task as `queue_get` and `queue_list` show it (live or completed).
+pub struct TaskRecord {
+    pub task_id: i64,
+    pub queue: String,
+    pub state: String,
+    pub not_before: Option<TimestampWithTimeZone>,
+    pub priority: i64,
+    pub attempts: i32,
+    pub max_attempts: i32,
+    pub owner_id: Option<String>,
+    pub fencing_token: i64,
+    pub lease_deadline: Option<TimestampWithTimeZone>,
+    pub payload: Option<RawJsonb>,
+    pub progress: Option<RawJsonb>,
+    pub last_error: Option<String>,
+    pub idempotency_key: Option<String>,
+    pub backoff_base: Option<Interval>,
+    pub backoff_max: Option<Interval>,
+    pub created_at: TimestampWithTimeZone,
+    pub updated_at: TimestampWithTimeZone,
+    pub result: Option<RawJsonb>,
+    pub completed_at: Option<TimestampWithTimeZone>,
+}
+
+fn task_record(row: &SpiHeapTupleData<'_>) -> Result<TaskRecord> {
+    Ok(TaskRecord {
+        task_id: required_column(row, 1)?,
+        queue: required_column(row, 2)?,
+        state: required_column(row, 3)?,
+        not_before: column(row, 4)?,
+        priority: required_column(row, 5)?,
+        attempts: required_column(row, 6)?,
+        max_attempts: required_column(row, 7)?,
+        owner_id: column(row, 8)?,
+        fencing_token: required_column(row, 9)?,
+        lease_deadline: column(row, 10)?,
+        payload: column(row, 11)?,
+        progress: column(row, 12)?,
+        last_error: column(row, 13)?,
+        idempotency_key: column(row, 14)?,
+        backoff_base: column(row, 15)?,
+        backoff_max: column(row, 16)?,
+        created_at: required_column(row, 17)?,
+        updated_at: required_column(row, 18)?,
+        result: column(row, 19)?,
+        completed_at: column(row, 20)?,
+    })
+}
+
+pub fn get_task(queue: &str, task_id: i64) -> Result<Option<TaskRecord>> {
+    with_client(|client| {
+        let table = execute(client, &GET_TASK, &[queue.into(), task_id.into()])?;
+        table.into_iter().next().map(|row| task_record(&row)).transpose()
+    })
+}
+
+/// Up to `limit` tasks of the queue, of one state or of all.
+pub fn list_tasks(queue: &str, state: Option<&str>, limit: i32) -> Result<Vec<TaskRecord>> {
+    with_client(|client| {
+        execute(client, &LIST_TASKS, &[queue.into(), state.into(), limit.into()])?
+            .map(|row| task_record(&row))
+            .collect()
+    })
+}

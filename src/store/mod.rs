@@ -1,0 +1,129 @@
+//! Every SQL statement the extension runs, in one place.
+//!
+//! Each statement is prepared once per backend and reused; every value is a
+//! parameter, so no queue name, key or payload is ever spliced into SQL.
+//! Every statement is shaped to have one good plan whatever its parameters
+//! (partial indexes with literal predicates; rows picked with `LIMIT $n ...
+//! FOR UPDATE SKIP LOCKED` fed to the write through `= ANY(ARRAY(...))`), and
+//! runs with its generic plan: the plan cache would otherwise misjudge
+//! `LIMIT $n` and re-plan the claim on every call.
+//! Statements use schema-qualified names and `statement_timestamp()`, so a
+//! call sees the current time even inside a long transaction.
+
+mod admin;
+mod tasks;
+
+pub use admin::*;
+pub use tasks::*;
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+
+use pgrx::datum::DatumWithOid;
+use pgrx::pg_sys::{self, PgBuiltInOids, PgOid};
+use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiHeapTupleData, SpiTupleTable};
+use pgrx::Spi;
+
+use crate::errors::{internal, Result};
+use crate::security::OwnerRights;
+
+pub(crate) struct Statement {
+    pub(crate) sql: &'static str,
+    pub(crate) args: &'static [PgBuiltInOids],
+}
+
+pub(crate) const BOOL: PgBuiltInOids = PgBuiltInOids::BOOLOID;
+pub(crate) const INT4: PgBuiltInOids = PgBuiltInOids::INT4OID;
+pub(crate) const INT8: PgBuiltInOids = PgBuiltInOids::INT8OID;
+pub(crate) const INT8_ARRAY: PgBuiltInOids = PgBuiltInOids::INT8ARRAYOID;
+pub(crate) const INTERVAL: PgBuiltInOids = PgBuiltInOids::INTERVALOID;
+pub(crate) const JSONB: PgBuiltInOids = PgBuiltInOids::JSONBOID;
+pub(crate) const JSONB_ARRAY: PgBuiltInOids = PgBuiltInOids::JSONBARRAYOID;
+pub(crate) const TEXT: PgBuiltInOids = PgBuiltInOids::TEXTOID;
+pub(crate) const TIMESTAMPTZ: PgBuiltInOids = PgBuiltInOids::TIMESTAMPTZOID;
+
+thread_local! {
+    static PLANS: RefCell<HashMap<usize, Rc<OwnedPreparedStatement>>> = RefCell::new(HashMap::new());
+}
+
+/// Runs `stmt`, preparing it on first use in this backend. The plan is
+/// cloned out of the cache before running, so a nested call (a trigger that
+/// enqueues) never finds the cache borrowed.
+pub(crate) fn execute<'conn>(
+    client: &mut SpiClient<'conn>,
+    stmt: &'static Statement,
+    args: &[DatumWithOid<'_>],
+) -> Result<SpiTupleTable<'conn>> {
+    let key = stmt as *const Statement as usize;
+    let cached = PLANS.with(|plans| plans.borrow().get(&key).cloned());
+    let plan = match cached {
+        Some(plan) => plan,
+        None => {
+            let oids: Vec<PgOid> = stmt.args.iter().map(|&oid| PgOid::BuiltIn(oid)).collect();
+            let plan = Rc::new(
+                client
+                    .prepare_mut(stmt.sql, &oids)
+                    .map_err(internal)?
+                    .keep(),
+            );
+            PLANS.with(|plans| plans.borrow_mut().insert(key, plan.clone()));
+            plan
+        }
+    };
+    let _generic = GenericPlans::force();
+    client.update(&*plan, None, args).map_err(internal)
+}
+
+/// Forces generic plans while one of our statements runs; restores the
+/// caller's `plan_cache_mode` when dropped, also when the statement errors
+/// (pgrx unwinds through this frame).
+struct GenericPlans(std::ffi::c_int);
+
+impl GenericPlans {
+    fn force() -> Self {
+        // SAFETY: a plain GUC variable of this single-threaded backend.
+        unsafe {
+            let saved = pg_sys::plan_cache_mode;
+            pg_sys::plan_cache_mode =
+                pg_sys::PlanCacheMode::PLAN_CACHE_MODE_FORCE_GENERIC_PLAN as std::ffi::c_int;
+            GenericPlans(saved)
+        }
+    }
+}
+
+impl Drop for GenericPlans {
+    fn drop(&mut self) {
+        unsafe { pg_sys::plan_cache_mode = self.0 };
+    }
+}
+
+/// Runs `body` with an SPI connection, as the extension's owner and with a
+/// fixed search_path (see `security`): callers need no rights on our tables,
+/// and no object of theirs can stand in for one our statements use.
+pub(crate) fn with_client<R>(body: impl FnOnce(&mut SpiClient<'_>) -> Result<R>) -> Result<R> {
+    let _rights = OwnerRights::enter()?;
+    Spi::connect_mut(body)
+}
+
+pub(crate) fn column<T: pgrx::FromDatum + pgrx::IntoDatum>(
+    row: &SpiHeapTupleData<'_>,
+    ordinal: usize,
+) -> Result<Option<T>> {
+    row.get::<T>(ordinal).map_err(internal)
+}
+
+pub(crate) fn required_column<T: pgrx::FromDatum + pgrx::IntoDatum>(
+    row: &SpiHeapTupleData<'_>,
+    ordinal: usize,
+) -> Result<T> {
+    column(row, ordinal)?.ok_or_else(|| internal(format!("column {ordinal} is unexpectedly NULL")))
+}
+
+pub(crate) fn first_i64(table: SpiTupleTable<'_>) -> Result<Option<i64>> {
+    match table.into_iter().next() {
+        Some(row) => column::<i64>(&row, 1),
+        None => Ok(None),
+    }
+}
