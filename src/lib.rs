@@ -24,6 +24,8 @@ mod store;
 mod tests;
 #[cfg(any(test, feature = "pg_test"))]
 mod tests_cron;
+#[cfg(any(test, feature = "pg_test"))]
+mod tests_ops;
 
 ::pgrx::pg_module_magic!();
 

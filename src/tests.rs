@@ -12,7 +12,7 @@
 //! in the integration tests, not here.
 
 #[pgrx::pg_schema]
-mod tests {
+pub(crate) mod tests {
     use pgrx::prelude::*;
     use pgrx::{FromDatum, IntoDatum};
 
@@ -21,12 +21,12 @@ mod tests {
     // ------------------------------------------------------------------
 
     /// First column of the first row; panics on SQL error or NULL / no row.
-    fn one<T: FromDatum + IntoDatum>(sql: &str) -> T {
+    pub(crate) fn one<T: FromDatum + IntoDatum>(sql: &str) -> T {
         opt(sql).unwrap_or_else(|| panic!("no value (NULL or no row) from: {sql}"))
     }
 
     /// First column of the first row, `None` for NULL or no row.
-    fn opt<T: FromDatum + IntoDatum>(sql: &str) -> Option<T> {
+    pub(crate) fn opt<T: FromDatum + IntoDatum>(sql: &str) -> Option<T> {
         Spi::connect_mut(|c| {
             let table = c
                 .update(sql, None, &[])
@@ -41,12 +41,12 @@ mod tests {
         })
     }
 
-    fn exec(sql: &str) {
+    pub(crate) fn exec(sql: &str) {
         Spi::run(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
 
     /// First column of every row, as i64.
-    fn ints(sql: &str) -> Vec<i64> {
+    pub(crate) fn ints(sql: &str) -> Vec<i64> {
         Spi::connect_mut(|c| {
             let table = c
                 .update(sql, None, &[])
@@ -62,18 +62,18 @@ mod tests {
         })
     }
 
-    fn count(sql_from_where: &str) -> i64 {
+    pub(crate) fn count(sql_from_where: &str) -> i64 {
         one(&format!("SELECT count(*) FROM {sql_from_where}"))
     }
 
     /// Enqueues one task; `extra` is appended to the argument list (", priority => 5").
-    fn enqueue(queue: &str, extra: &str) -> i64 {
+    pub(crate) fn enqueue(queue: &str, extra: &str) -> i64 {
         let (id, dedup) = enqueue_dedup(queue, extra);
         assert!(!dedup, "fresh enqueue into {queue} reported deduplicated");
         id
     }
 
-    fn enqueue_dedup(queue: &str, extra: &str) -> (i64, bool) {
+    pub(crate) fn enqueue_dedup(queue: &str, extra: &str) -> (i64, bool) {
         let sql =
             format!("SELECT task_id, deduplicated FROM aedb_queue.queue_enqueue('{queue}'{extra})");
         match Spi::get_two::<i64, bool>(&sql).unwrap_or_else(|e| panic!("{sql}: {e}")) {
@@ -83,7 +83,7 @@ mod tests {
     }
 
     /// Claims with `extra` appended to the arguments; (task_id, fencing_token) in returned order.
-    fn claim(queue: &str, extra: &str) -> Vec<(i64, i64)> {
+    pub(crate) fn claim(queue: &str, extra: &str) -> Vec<(i64, i64)> {
         let sql = format!(
             "SELECT task_id, fencing_token FROM aedb_queue.queue_claim('{queue}', 'w1'{extra})"
         );
@@ -104,7 +104,7 @@ mod tests {
     }
 
     /// Claims exactly one task and returns (task_id, fencing_token).
-    fn claim_one(queue: &str) -> (i64, i64) {
+    pub(crate) fn claim_one(queue: &str) -> (i64, i64) {
         let got = claim(queue, "");
         assert_eq!(
             got.len(),
@@ -114,54 +114,54 @@ mod tests {
         got[0]
     }
 
-    fn complete(queue: &str, id: i64, token: i64, extra: &str) -> String {
+    pub(crate) fn complete(queue: &str, id: i64, token: i64, extra: &str) -> String {
         one(&format!(
             "SELECT aedb_queue.queue_complete('{queue}', {id}, {token}{extra})::text"
         ))
     }
 
-    fn fail(queue: &str, id: i64, token: i64, extra: &str) -> String {
+    pub(crate) fn fail(queue: &str, id: i64, token: i64, extra: &str) -> String {
         one(&format!(
             "SELECT aedb_queue.queue_fail('{queue}', {id}, {token}, 'boom'{extra})::text"
         ))
     }
 
-    fn heartbeat(queue: &str, id: i64, token: i64, extend: &str, extra: &str) -> String {
+    pub(crate) fn heartbeat(queue: &str, id: i64, token: i64, extend: &str, extra: &str) -> String {
         one(&format!(
             "SELECT aedb_queue.queue_heartbeat('{queue}', {id}, {token}, '{extend}'{extra})::text"
         ))
     }
 
-    fn cancel(queue: &str, id: i64) -> bool {
+    pub(crate) fn cancel(queue: &str, id: i64) -> bool {
         one(&format!("SELECT aedb_queue.queue_cancel('{queue}', {id})"))
     }
 
     /// The task's state as `queue_get` reports it; `None` when there is no such task in `queue`.
-    fn state_of(queue: &str, id: i64) -> Option<String> {
+    pub(crate) fn state_of(queue: &str, id: i64) -> Option<String> {
         opt(&format!(
             "SELECT state::text FROM aedb_queue.queue_get('{queue}', {id})"
         ))
     }
 
     /// One expression evaluated over the task row (`None` for NULL or no row).
-    fn field<T: FromDatum + IntoDatum>(id: i64, expr: &str) -> Option<T> {
+    pub(crate) fn field<T: FromDatum + IntoDatum>(id: i64, expr: &str) -> Option<T> {
         opt(&format!(
             "SELECT {expr} FROM aedb_queue.task WHERE task_id = {id}"
         ))
     }
 
-    fn text_field(id: i64, expr: &str) -> Option<String> {
+    pub(crate) fn text_field(id: i64, expr: &str) -> Option<String> {
         field::<String>(id, &format!("({expr})::text"))
     }
 
     /// Time is frozen inside a test, so a simulated expiry lands behind this
     /// backend's scan hints, which assume time moves forward: read from the head.
-    fn without_scan_hints() {
+    pub(crate) fn without_scan_hints() {
         exec("SET LOCAL aedb_queue.claim_rescan_interval = 0");
     }
 
     /// Simulates the lease running out (time is frozen inside a test).
-    fn expire_lease(id: i64) {
+    pub(crate) fn expire_lease(id: i64) {
         without_scan_hints();
         exec(&format!(
             "UPDATE aedb_queue.task SET lease_deadline = statement_timestamp() - interval '1 second'
@@ -170,7 +170,7 @@ mod tests {
     }
 
     /// Simulates a timer falling due (time is frozen inside a test).
-    fn make_due(id: i64) {
+    pub(crate) fn make_due(id: i64) {
         without_scan_hints();
         exec(&format!(
             "UPDATE aedb_queue.task SET not_before = statement_timestamp() - interval '1 second'
@@ -182,7 +182,7 @@ mod tests {
     /// (SQLSTATE, message) of the error, or `None` when it succeeded. The
     /// block is a subtransaction, so whatever the failed call did is undone,
     /// exactly as for a client that gets the error.
-    fn error_of(query: &str) -> Option<(String, String)> {
+    pub(crate) fn error_of(query: &str) -> Option<(String, String)> {
         exec("SELECT set_config('aedb_test.sqlstate', '', true), set_config('aedb_test.message', '', true)");
         exec(&format!(
             "DO $aedb_test$
@@ -199,7 +199,7 @@ mod tests {
         (!sqlstate.is_empty()).then_some((sqlstate, message))
     }
 
-    fn expect_error(query: &str, sqlstate: &str, message: &str) {
+    pub(crate) fn expect_error(query: &str, sqlstate: &str, message: &str) {
         match error_of(query) {
             Some((state, msg)) => {
                 assert_eq!(state, sqlstate, "SQLSTATE of {query} (message: {msg})");
@@ -214,7 +214,7 @@ mod tests {
     }
 
     /// A jsonb literal `{"x": "aaa…"}` whose value has `n` characters.
-    fn big_json(n: usize) -> String {
+    pub(crate) fn big_json(n: usize) -> String {
         format!("jsonb_build_object('x', repeat('a', {n}))")
     }
 
@@ -1800,9 +1800,17 @@ mod tests {
         exec("SELECT aedb_queue.queue_claim('q', 'w', lease => '-5 seconds')");
     }
 
-    #[pg_test(error = "argument \"lease\" must not be NULL")]
-    fn error_null_lease() {
-        exec("SELECT aedb_queue.queue_claim('q', 'w', lease => NULL)");
+    /// Since 0.2.0 a NULL lease means the queue's default lease (30 s unless configured).
+    #[pg_test]
+    fn a_null_lease_is_the_default_lease() {
+        enqueue("q", "");
+        assert_eq!(
+            one::<String>(
+                "SELECT (lease_deadline - statement_timestamp())::text
+                 FROM aedb_queue.queue_claim('q', 'w', lease => NULL)"
+            ),
+            "00:00:30"
+        );
     }
 
     #[pg_test(error = "invalid argument \"max\": must be between 1 and 10000, got 0")]
@@ -1881,7 +1889,7 @@ mod tests {
     }
 
     #[pg_test(
-        error = "invalid argument \"state\": must be one of scheduled, ready, in_flight, dead; got \"bogus\""
+        error = "invalid argument \"state\": must be one of scheduled, ready, in_flight, dead, completed; got \"bogus\""
     )]
     fn error_list_state_bogus() {
         exec("SELECT * FROM aedb_queue.queue_list('q', 'bogus')");
