@@ -1,0 +1,88 @@
+//! Wake-ups: a queue configured with `notify => true` sends NOTIFY on channel
+//! `aedb_queue` (payload: the queue name) when an enqueue commits, so workers
+//! can LISTEN instead of polling.
+
+use std::time::Duration;
+
+use aedb_queue_itests::*;
+
+/// Payloads of the notifications about `queues` that `listener` receives
+/// within `wait` (tests run in parallel on one channel).
+fn received(listener: &mut Client, queues: &[&str], wait: Duration) -> Vec<String> {
+    use postgres::fallible_iterator::FallibleIterator;
+    let mut payloads = Vec::new();
+    let mut notifications = listener.notifications();
+    let mut incoming = notifications.timeout_iter(wait);
+    while let Some(n) = incoming.next().expect("notifications") {
+        assert_eq!(n.channel(), "aedb_queue");
+        if queues.contains(&n.payload()) {
+            payloads.push(n.payload().to_string());
+        }
+    }
+    payloads
+}
+
+fn configure_notify(c: &mut Client, queue: &str, on: bool) {
+    c.query_one(
+        "SELECT notify FROM aedb_queue.queue_configure($1::text, notify => $2)",
+        &[&queue, &on],
+    )
+    .expect("queue_configure");
+}
+
+#[test]
+fn an_enqueue_wakes_listeners_when_it_commits_and_not_before() {
+    let cluster = Cluster::shared();
+    let queue = unique_queue("wake");
+    let quiet = unique_queue("quiet");
+    let mut admin = cluster.connect();
+    configure_notify(&mut admin, &queue, true);
+    let mut listener = cluster.connect();
+    listener.batch_execute("LISTEN aedb_queue").unwrap();
+    let mut producer = cluster.connect();
+
+    let mut tx = producer.transaction().unwrap();
+    enqueue(&mut tx, &queue, &json!({"n": 1}));
+    // A batch in the same transaction: still one wake-up for the queue.
+    enqueue_batch(&mut tx, &queue, &[json!(2), json!(3)]);
+    assert!(
+        received(&mut listener, &[&queue], Duration::from_millis(300)).is_empty(),
+        "notified before commit"
+    );
+    tx.commit().unwrap();
+    assert_eq!(received(&mut listener, &[&queue], Duration::from_secs(5)), vec![queue.clone()]);
+
+    // A rolled-back enqueue wakes nobody; a queue without notify stays quiet.
+    let mut tx = producer.transaction().unwrap();
+    enqueue(&mut tx, &queue, &json!({"n": 4}));
+    tx.rollback().unwrap();
+    enqueue(&mut producer, &quiet, &json!({"n": 5}));
+    assert!(received(&mut listener, &[&queue, &quiet], Duration::from_millis(500)).is_empty());
+}
+
+#[test]
+fn a_delayed_task_wakes_listeners_when_the_reaper_promotes_it() {
+    let cluster = Cluster::shared();
+    let queue = unique_queue("wake_timer");
+    let mut admin = cluster.connect();
+    configure_notify(&mut admin, &queue, true);
+    let mut listener = cluster.connect();
+    listener.batch_execute("LISTEN aedb_queue").unwrap();
+    let mut producer = cluster.connect();
+
+    let task = enqueue_with(
+        &mut producer,
+        &queue,
+        Some(&json!({"timer": true})),
+        &EnqueueOpts::default().delay("1 second"),
+    );
+    assert!(
+        received(&mut listener, &[&queue], Duration::from_millis(300)).is_empty(),
+        "a task that is not due yet woke listeners"
+    );
+    std::thread::sleep(Duration::from_millis(1200));
+    assert_eq!(reap(&mut admin, Some(&queue)).promoted, 1);
+    assert_eq!(received(&mut listener, &[&queue], Duration::from_secs(5)), vec![queue.clone()]);
+    let claimed = claim_one(&mut producer, &queue, "w", "30 seconds").expect("the timer is ready");
+    assert_eq!(claimed.task_id, task.task_id);
+}
