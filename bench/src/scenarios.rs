@@ -69,17 +69,23 @@ pub async fn settle_storage(conn: &Conn) -> Result<()> {
 }
 
 pub enum EnqueueMode {
-    /// `producers` connections, one job per call (one transaction each).
-    Single { producers: usize },
+    /// `producers` connections, one job per call (one transaction each);
+    /// with `notify`, the queue sends NOTIFY on every commit (aedb_queue only).
+    Single { producers: usize, notify: bool },
     /// One connection, `size` jobs per call.
     Batch { size: usize },
 }
 
 pub async fn enqueue(ctx: &Ctx, mode: EnqueueMode, jobs: usize) -> Result<Measured> {
-    ctx.fresh().await?;
+    let setup = ctx.fresh().await?;
+    if let EnqueueMode::Single { notify: true, .. } = mode {
+        setup
+            .batch(&format!("SELECT * FROM aedb_queue.queue_configure('{QUEUE}', notify => true)"))
+            .await?;
+    }
     let start = Instant::now();
     match mode {
-        EnqueueMode::Single { producers } => {
+        EnqueueMode::Single { producers, .. } => {
             let mut tasks = Vec::new();
             for _ in 0..producers {
                 let mut conn = ctx.connect().await?;
