@@ -443,13 +443,26 @@ fn hot_table(system: System) -> &'static str {
 
 /// Processes `total` jobs at a steady backlog of about `backlog` (batched
 /// claims of 100), then reports the tables' size: growth must stay bounded.
-pub async fn churn_size(ctx: &Ctx, total: u64, backlog: u64, workers: usize) -> Result<(f64, i64)> {
+/// Also samples the size after each fifth of `total`, to show whether it
+/// levels off; returns (jobs/s, [(jobs done, bytes)]).
+pub async fn churn_size(
+    ctx: &Ctx,
+    total: u64,
+    backlog: u64,
+    workers: usize,
+) -> Result<(f64, Vec<(u64, i64)>)> {
     let mut conn = ctx.fresh().await?;
     preload(ctx, &mut conn, QUEUE, backlog as usize).await?;
     let pool = Workers::start(ctx, QUEUE, workers, 100).await?;
     let start = Instant::now();
     let mut enqueued = backlog;
+    let step = (total / 5).max(1);
+    let mut samples = Vec::new();
     while pool.done() < total {
+        if pool.done() >= step * (samples.len() as u64 + 1) && samples.len() < 4 {
+            let size = conn.scalar_i64(ctx.system.size_sql()).await?;
+            samples.push((step * (samples.len() as u64 + 1), size));
+        }
         if enqueued.saturating_sub(pool.done()) < backlog && enqueued < total + backlog {
             let batch: Vec<Value> = (0..1_000).map(|_| payload()).collect();
             systems::enqueue_batch(ctx.system, &mut conn, QUEUE, &batch).await?;
@@ -460,5 +473,6 @@ pub async fn churn_size(ctx: &Ctx, total: u64, backlog: u64, workers: usize) -> 
     }
     let rate = pool.done() as f64 / start.elapsed().as_secs_f64();
     pool.stop().await?;
-    Ok((rate, conn.scalar_i64(ctx.system.size_sql()).await?))
+    samples.push((total, conn.scalar_i64(ctx.system.size_sql()).await?));
+    Ok((rate, samples))
 }
