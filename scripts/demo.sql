@@ -1,10 +1,16 @@
 -- aedb_queue demo: a producer, a worker, a dead letter and inspection, in psql.
 \pset footer off
 \set QUIET on
--- FORCE: pg_cron's scheduler stays connected to this database (it restarts by itself).
-DROP DATABASE IF EXISTS aedb_demo WITH (FORCE);
-CREATE DATABASE aedb_demo;
+-- Reset in place rather than dropped: pg_cron's scheduler stays connected to
+-- this database, and once terminated (DROP DATABASE ... FORCE) it does not
+-- come back until the server restarts.
+SELECT 'CREATE DATABASE aedb_demo' WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = 'aedb_demo') \gexec
 \c aedb_demo
+SET client_min_messages = warning;
+DROP EXTENSION IF EXISTS pg_cron;
+DROP EXTENSION IF EXISTS aedb_queue CASCADE;
+DROP TABLE IF EXISTS orders, sent_emails;
+RESET client_min_messages;
 CREATE EXTENSION aedb_queue;
 CREATE EXTENSION pg_cron;
 CREATE TABLE orders (id serial PRIMARY KEY, email text NOT NULL);

@@ -9,9 +9,12 @@
 #    ALTER EXTENSION UPDATE), tasks in every state made with that version's
 #    functions, a snapshot of every row, ALTER EXTENSION UPDATE, then: the
 #    version moved, no row changed, and the tasks still work (tests/upgrade/).
-# b. Database "fresh": CREATE EXTENSION at the current version. The schema of
-#    both (membership, then pg_dump --schema-only of schema aedb_queue) must be
-#    identical, so the upgrade script matches the install script.
+# b. Database "fresh": CREATE EXTENSION at the current version; database
+#    "updated": FROM_VERSION, then ALTER EXTENSION UPDATE, no data. Their
+#    schemas (membership and privileges, then pg_dump --schema-only of schema
+#    aedb_queue) must be identical, and so must "upgraded"'s when part a
+#    passed: the upgrade script produces what the install script does.
+# Both parts run whatever the other's outcome; exit 1 if either failed.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 cd "$ROOT"
@@ -39,40 +42,70 @@ postgres_dir "$(dirname "$WORK")"
 AEDB_CLUSTER_DIR=$WORK AEDB_PORT=$PORT bash scripts/cluster.sh start >/dev/null
 trap 'AEDB_CLUSTER_DIR=$WORK bash scripts/cluster.sh stop >/dev/null' EXIT
 sql() { "$PG_BIN/psql" -h 127.0.0.1 -p "$PORT" -U postgres -X -q -v ON_ERROR_STOP=1 "$@"; }
-for db in upgraded fresh; do
-    sql -d postgres -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db"
+for db in upgraded updated fresh; do
+    PGOPTIONS='-c client_min_messages=warning' sql -d postgres -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db"
 done
 
-echo "a. $FROM -> $TO with tasks in every state (database upgraded)"
-sql -d upgraded -o /dev/null -f tests/upgrade/helpers.sql
-sql -d upgraded -o /dev/null -v from_version="$FROM" -f tests/upgrade/fill.sql ||
-    fail "filling version $FROM (tests/upgrade/fill.sql) failed"
-sql -d upgraded -o /dev/null -v from_version="$FROM" -v to_version="$TO" -f tests/upgrade/update.sql ||
-    fail "ALTER EXTENSION UPDATE, or the rows after it (tests/upgrade/update.sql)"
-sql -d upgraded -o /dev/null -f tests/upgrade/use.sql ||
-    fail "using the tasks after the update (tests/upgrade/use.sql)"
-echo "   every row kept; in-flight tasks settle with their tokens, ready tasks claim, keys dedup"
+# Both parts run whatever the other's outcome, so one run shows every problem.
+failed=()
 
-echo "b. schema after the update = schema of a fresh install (database fresh)"
+echo "a. $FROM -> $TO with tasks in every state (database upgraded)"
+part_a() {
+    why="tests/upgrade/helpers.sql failed"
+    sql -d upgraded -o /dev/null -f tests/upgrade/helpers.sql || return 1
+    why="filling version $FROM through its SQL functions, on the new library, failed (tests/upgrade/fill.sql)"
+    sql -d upgraded -o /dev/null -v from_version="$FROM" -f tests/upgrade/fill.sql || return 1
+    why="ALTER EXTENSION UPDATE, or the rows after it (tests/upgrade/update.sql)"
+    sql -d upgraded -o /dev/null -v from_version="$FROM" -v to_version="$TO" -f tests/upgrade/update.sql || return 1
+    why="using the old tasks after the update (tests/upgrade/use.sql)"
+    sql -d upgraded -o /dev/null -f tests/upgrade/use.sql || return 1
+}
+a_ok=false
+if part_a; then
+    a_ok=true
+    echo "   every row kept; in-flight tasks settle with their tokens, ready tasks claim, keys dedup"
+else
+    failed+=("a: $why")
+fi
+
+echo "b. schema after the update = schema of a fresh install (databases updated, upgraded, fresh)"
+# "updated" is updated empty, so this part does not depend on part a;
+# "upgraded" (part a's, full of tasks) is compared too when part a passed.
 sql -d fresh -c "CREATE EXTENSION aedb_queue"
+if ! sql -d updated -c "CREATE EXTENSION aedb_queue VERSION '$FROM'" -c "ALTER EXTENSION aedb_queue UPDATE"; then
+    failed+=("b: CREATE EXTENSION aedb_queue VERSION '$FROM' then ALTER EXTENSION aedb_queue UPDATE failed (error above)")
+fi
 # Each pg_dump section ("-- Name: ...; Type: ...") becomes one line for
-# sorting, so that only content counts, not dump order; SET lines and
-# comments go.
+# sorting, so that only content counts, not dump order; SET lines,
+# comments and psql's \restrict guards go.
 normalise() {
     awk '/^-- Name: / { if (block != "") print block; block = $0; next }
          /^--/ || /^$/ || /^SET / || /^SELECT pg_catalog.set_config/ { next }
+         /^\\(un)?restrict / { next }   # pg_dump >= 15.14: a random key per dump
          { block = block "\001" $0 }
          END { if (block != "") print block }' | LC_ALL=C sort | tr '\001' '\n'
 }
-for db in upgraded fresh; do
-    {
-        sql -d "$db" -At -f tests/upgrade/members.sql
-        sql -d "$db" -f tests/upgrade/detach.sql
-        "$PG_BIN/pg_dump" -h 127.0.0.1 -p "$PORT" -U postgres --schema-only --no-owner --schema=aedb_queue "$db" | normalise
-    } >"$WORK/$db.schema"
+schema_of() {
+    sql -d "$1" -At -f tests/upgrade/members.sql || return 1
+    sql -d "$1" -f tests/upgrade/detach.sql || return 1
+    "$PG_BIN/pg_dump" -h 127.0.0.1 -p "$PORT" -U postgres --schema-only --no-owner --schema=aedb_queue "$1" | normalise
+}
+compared=(updated)
+! $a_ok || compared+=(upgraded)
+schema_of fresh >"$WORK/fresh.schema" || fail "reading the schema of database fresh failed"
+for db in "${compared[@]}"; do
+    schema_of "$db" >"$WORK/$db.schema" || fail "reading the schema of database $db failed"
+    if diff -u --label "fresh install ($TO)" --label "$db from $FROM" "$WORK/fresh.schema" "$WORK/$db.schema"; then
+        echo "   $db: identical ($(grep -c '^member ' "$WORK/fresh.schema") member objects, $(grep -c '^CREATE ' "$WORK/fresh.schema") CREATE statements)"
+    else
+        failed+=("b: the schema of database $db differs from a fresh install (diff above: - fresh, + $db); fix sql/aedb_queue--*--$TO.sql")
+    fi
 done
-if ! diff -u --label "fresh install ($TO)" --label "updated from $FROM" "$WORK/fresh.schema" "$WORK/upgraded.schema"; then
-    fail "the updated schema differs from a fresh install (diff above: - fresh, + updated); fix sql/aedb_queue--*--$TO.sql"
+
+if ((${#failed[@]})); then
+    printf '\nupgrade test FAILED (%s -> %s):\n' "$FROM" "$TO" >&2
+    printf '  %s\n' "${failed[@]}" >&2
+    echo "  (databases kept: AEDB_CLUSTER_DIR=$WORK AEDB_PORT=$PORT bash scripts/cluster.sh start; psql -h 127.0.0.1 -p $PORT -U postgres upgraded)" >&2
+    exit 1
 fi
-echo "   identical: $(grep -c '^member ' "$WORK/fresh.schema") member objects, $(grep -c '^CREATE ' "$WORK/fresh.schema") CREATE statements"
 echo "upgrade $FROM -> $TO passed"

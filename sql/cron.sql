@@ -38,17 +38,19 @@ BEGIN
 END
 $$;
 
--- Raises 55000 unless pg_cron is usable here: the extension exists in this
--- database and its library is loaded (only then does cron.database_name
--- exist and the scheduler run).
+-- Raises 55000, saying what is missing, unless pg_cron can run a job here:
+-- its library is preloaded (only then does cron.database_name exist and the
+-- scheduler run), it serves this database, and its extension is created in
+-- it (pg_cron keeps its jobs in that one database).
 CREATE FUNCTION aedb_queue.check_pg_cron()
 RETURNS void
 LANGUAGE plpgsql STABLE
 SET search_path = aedb_queue, pg_catalog, pg_temp
 AS $$
+DECLARE
+    cron_db text := current_setting('cron.database_name', true);
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'pg_cron')
-       OR current_setting('cron.database_name', true) IS NULL THEN
+    IF cron_db IS NULL THEN
         RAISE EXCEPTION USING
             ERRCODE = 'object_not_in_prerequisite_state',
             MESSAGE = format('pg_cron is not installed in database "%s": install pg_cron and add it to shared_preload_libraries',
@@ -57,6 +59,18 @@ BEGIN
                           'shared_preload_libraries = ''pg_cron'' and cron.database_name = ''%s''; '
                           'restart PostgreSQL; then CREATE EXTENSION pg_cron in this database.',
                           current_database());
+    ELSIF cron_db <> current_database() THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'object_not_in_prerequisite_state',
+            MESSAGE = format('pg_cron serves database "%s" (cron.database_name), not "%s"',
+                             cron_db, current_database()),
+            HINT = format('Set cron.database_name = ''%s'' in postgresql.conf, restart PostgreSQL, '
+                          'then CREATE EXTENSION pg_cron in this database.', current_database());
+    ELSIF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'pg_cron') THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'object_not_in_prerequisite_state',
+            MESSAGE = format('pg_cron is not installed in database "%s": run CREATE EXTENSION pg_cron',
+                             current_database());
     END IF;
 END
 $$;

@@ -44,7 +44,7 @@ pub fn invalidate(table: &std::ffi::CStr) {
     }
 }
 
-fn relation_oid(table: &std::ffi::CStr) -> Option<Oid> {
+pub(crate) fn relation_oid(table: &std::ffi::CStr) -> Option<Oid> {
     // SAFETY: catalog lookups by name; missing objects give InvalidOid.
     unsafe {
         let schema = pg_sys::get_namespace_oid(c"aedb_queue".as_ptr(), true);

@@ -52,7 +52,11 @@ mod tests {
             ("'24 hours'", "0 0 * * *"),
             ("'5 minutes 0 seconds'", "*/5 * * * *"),
         ] {
-            assert_eq!(cron_schedule(&format!("{every}::interval")), expected, "{every}");
+            assert_eq!(
+                cron_schedule(&format!("{every}::interval")),
+                expected,
+                "{every}"
+            );
         }
     }
 
@@ -74,12 +78,13 @@ mod tests {
             "'1 month'",
         ] {
             let call = format!("aedb_queue.schedule_reaper({every}::interval)");
-            let (state, message) =
-                error_of(&call).unwrap_or_else(|| panic!("{call} was accepted"));
+            let (state, message) = error_of(&call).unwrap_or_else(|| panic!("{call} was accepted"));
             assert_eq!(state, "22023", "{call}: {message}");
             assert!(
-                message.starts_with("invalid argument \"every\": must be 1 to 59 whole minutes, \
-                                     1 to 23 whole hours, or 1 day; got "),
+                message.starts_with(
+                    "invalid argument \"every\": must be 1 to 59 whole minutes, \
+                                     1 to 23 whole hours, or 1 day; got "
+                ),
                 "{call}: {message}"
             );
         }
@@ -101,9 +106,8 @@ mod tests {
             assert_eq!(state, "55000", "{call}: {message}");
             assert!(
                 message.starts_with("pg_cron is not installed in database \"")
-                    && message.ends_with(
-                        "\": install pg_cron and add it to shared_preload_libraries"
-                    ),
+                    && message
+                        .ends_with("\": install pg_cron and add it to shared_preload_libraries"),
                 "{call}: {message}"
             );
         }

@@ -117,8 +117,8 @@ fn the_scheduled_reaper_requeues_an_abandoned_lease_with_no_worker_polling() {
 
     let queue = unique_queue("cron_reap");
     let id = enqueue(&mut c, &queue, &json!("abandoned")).task_id;
-    let lease = claim_one(&mut worker, &queue, "vanishing-worker", "1 second")
-        .expect("claim the task");
+    let lease =
+        claim_one(&mut worker, &queue, "vanishing-worker", "1 second").expect("claim the task");
     assert_eq!(lease.task_id, id);
 
     // Only reads from here on: no claim (which would reclaim inline), no
@@ -138,9 +138,15 @@ fn the_scheduled_reaper_requeues_an_abandoned_lease_with_no_worker_polling() {
          runs of job {jobid}: {:?}",
         runs(&mut c, jobid)
     );
-    eprintln!("requeued by pg_cron after {:.1} s", started.elapsed().as_secs_f64());
+    eprintln!(
+        "requeued by pg_cron after {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
     assert_eq!(task.last_error.as_deref(), Some("lease expired; requeued"));
-    assert_eq!(task.attempts, 1, "a reclaim is not a failure: no attempt added");
+    assert_eq!(
+        task.attempts, 1,
+        "a reclaim is not a failure: no attempt added"
+    );
     assert_eq!(task.owner_id, None);
     assert_eq!(task.lease_deadline, None);
     // The vanished worker's token no longer fences.
@@ -180,7 +186,11 @@ fn scheduling_again_updates_the_one_job() {
         .query_one("SELECT aedb_queue.schedule_reaper()", &[])
         .unwrap_or_else(|e| panic!("schedule_reaper(): {}", describe(&e)))
         .get::<_, i64>(0);
-    assert_eq!(reaper_schedules(&mut c), ["*/1 * * * *"], "default: 1 minute");
+    assert_eq!(
+        reaper_schedules(&mut c),
+        ["*/1 * * * *"],
+        "default: 1 minute"
+    );
 
     for (every, schedule) in [
         ("5 minutes", "*/5 * * * *"),
@@ -239,7 +249,12 @@ fn an_interval_cron_cannot_express_is_rejected_and_changes_nothing() {
     let check = |c: &mut Client, every: Option<&str>| {
         let e = try_schedule_reaper(c, every)
             .expect_err(&format!("schedule_reaper({every:?}) was accepted"));
-        assert_eq!(sqlstate(&e).as_deref(), Some("22023"), "{every:?}: {}", describe(&e));
+        assert_eq!(
+            sqlstate(&e).as_deref(),
+            Some("22023"),
+            "{every:?}: {}",
+            describe(&e)
+        );
         let message = e.as_db_error().unwrap().message().to_string();
         assert!(
             message.starts_with("invalid argument \"every\": must be 1 to 59 whole minutes"),
@@ -259,4 +274,49 @@ fn an_interval_cron_cannot_express_is_rejected_and_changes_nothing() {
         assert_eq!(reaper_schedules(&mut c), ["*/5 * * * *"], "{every:?}");
     }
     assert!(unschedule_reaper(&mut c));
+}
+
+#[test]
+fn without_pg_cron_in_the_database_scheduling_says_what_is_missing() {
+    let cluster = Cluster::shared();
+    let mut c = cluster.connect();
+    let _turn = exclusive(&mut c);
+    let expect_55000 = |c: &mut Client, message: &str| {
+        for e in [
+            try_schedule_reaper(c, Some("1 minute")).expect_err("schedule_reaper worked"),
+            c.query_one("SELECT aedb_queue.unschedule_reaper()", &[])
+                .expect_err("unschedule_reaper worked"),
+        ] {
+            assert_eq!(sqlstate(&e).as_deref(), Some("55000"), "{}", describe(&e));
+            assert_eq!(e.as_db_error().unwrap().message(), message);
+        }
+    };
+
+    // The library is loaded and serves this database, but the extension is
+    // not created (exclusive() creates it again for the next test).
+    c.batch_execute("DROP EXTENSION pg_cron").unwrap();
+    expect_55000(
+        &mut c,
+        "pg_cron is not installed in database \"aedb_itests\": run CREATE EXTENSION pg_cron",
+    );
+
+    // Another database: pg_cron keeps its jobs in aedb_itests only.
+    let other = unique_queue("nocron_db");
+    c.batch_execute(&format!("CREATE DATABASE {other}"))
+        .unwrap();
+    let mut o = postgres::Client::connect(
+        &format!(
+            "host=127.0.0.1 port={} user=postgres dbname={other}",
+            cluster.port()
+        ),
+        postgres::NoTls,
+    )
+    .expect("connect to the other database");
+    o.batch_execute("CREATE EXTENSION aedb_queue").unwrap();
+    expect_55000(
+        &mut o,
+        &format!("pg_cron serves database \"aedb_itests\" (cron.database_name), not \"{other}\""),
+    );
+    drop(o);
+    c.batch_execute(&format!("DROP DATABASE {other}")).unwrap();
 }

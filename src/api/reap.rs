@@ -19,6 +19,9 @@ fn reap_queue(queue: &str, promote: i32, reclaim: i32) -> Result<Reaped> {
     if settings.notify && reaped.promoted + reaped.reclaimed > 0 {
         store::notify(queue)?;
     }
+    if !store::schema_current() {
+        return Ok(reaped);
+    }
     let limit = promote.max(reclaim).max(1);
     // A queue that stopped keeping completed tasks drops what it kept.
     let keep = settings.keep_completed.unwrap_or(Interval::from_micros(0));

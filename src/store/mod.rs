@@ -99,6 +99,14 @@ impl Drop for GenericPlans {
     }
 }
 
+/// False while the database still has the 0.1.0 schema: between installing
+/// this library and `ALTER EXTENSION aedb_queue UPDATE`, 0.1.0's SQL
+/// functions call into it, so it must not need what 0.2.0 added (settings
+/// columns, grants, the archive, the new ready index order).
+pub fn schema_current() -> bool {
+    crate::cache::relation_oid(c"queue_grant").is_some()
+}
+
 /// Runs `body` with an SPI connection, as the extension's owner and with a
 /// fixed search_path (see `security`): callers need no rights on our tables,
 /// and no object of theirs can stand in for one our statements use.

@@ -158,6 +158,18 @@ static CLAIM: Statement = Statement {
     args: &[TEXT, INT4, TEXT, INTERVAL],
 };
 
+/// CLAIM in the order 0.1.0's ready index serves (see `schema_current`).
+static CLAIM_0_1_0: Statement = Statement {
+    sql: claim_picked!(
+        "SELECT task_id FROM aedb_queue.task
+         WHERE queue = $1 AND state = 'ready'
+         ORDER BY priority DESC, task_id
+         LIMIT $2
+         FOR UPDATE SKIP LOCKED"
+    ),
+    args: &[TEXT, INT4, TEXT, INTERVAL],
+};
+
 /// CLAIM resumed after position ($5 priority, $6 task id) in service order
 /// (see `scan_hint`): higher priorities from their head, then the ready index
 /// from that position on, one range each. The outer LIMIT stops pulling (and
@@ -365,7 +377,13 @@ pub fn claim(
     let mut hints = HINTS
         .with(|all| all.borrow().get(queue).copied())
         .unwrap_or_else(|| Hints::new(now));
-    hints.refresh(now, guc::claim_rescan_interval());
+    let current = super::schema_current();
+    let lifetime = if current {
+        guc::claim_rescan_interval()
+    } else {
+        std::time::Duration::ZERO
+    };
+    hints.refresh(now, lifetime);
     let tasks = with_client(|client| {
         if let Some(limit) = reap {
             reap_if_due(client, queue, limit, &mut hints)?;
@@ -388,7 +406,8 @@ pub fn claim(
         let missing = max - tasks.len() as i32;
         if missing > 0 {
             let args = [queue.into(), missing.into(), owner_id.into(), lease.into()];
-            tasks.extend(claimed_tasks(execute(client, &CLAIM, &args)?)?);
+            let full = if current { &CLAIM } else { &CLAIM_0_1_0 };
+            tasks.extend(claimed_tasks(execute(client, full, &args)?)?);
         }
         // UPDATE … RETURNING has no order; hand tasks out in service order.
         tasks.sort_unstable_by_key(|t| (std::cmp::Reverse(t.priority), t.task_id));

@@ -55,7 +55,7 @@ BEGIN
                    after, before) INTO appeared;
     IF gone IS NOT NULL OR appeared IS NOT NULL THEN
         RAISE EXCEPTION 'upgrade test: % differ across ALTER EXTENSION UPDATE', what
-            USING DETAIL = format(E'rows before the update (%s) missing after it:\n%s\n'
+            USING DETAIL = format(E'rows before the update (%s) missing after it:\n%s\n' ||
                                   E'rows after the update (%s) that were not there before:\n%s',
                                   before, coalesce(gone, '(none)'), after, coalesce(appeared, '(none)'));
     END IF;
