@@ -21,7 +21,7 @@ fi
 (cd bench/peers/node && { [ -d node_modules ] || npm ci --no-audit --no-fund; })
 
 log "building and installing aedb_queue (release)"
-cargo pgrx install --release --pg-config "$PG_CONFIG" >/dev/null
+bash scripts/install.sh --release >/dev/null
 AEDB_CLUSTER_DIR=${AEDB_BENCH_DIR:-/var/tmp/aedb_queue_bench} AEDB_PORT=${AEDB_BENCH_PORT:-54340} bash scripts/cluster.sh start
 log "benchmark"
 cargo run --release -q -p aedb_queue_bench -- --port "${AEDB_BENCH_PORT:-54340}" "$@"
