@@ -145,12 +145,7 @@ fn queue_retry_dead(
 ) -> i64 {
     run(|| {
         let queue = checked_name("queue", queue)?;
-        let max = match max {
-            Some(m) => validate::reap_max(m).map_err(|_| {
-                QueueError::invalid("max", format!("must be at least 1, got {m}"))
-            })?,
-            None => i32::MAX,
-        };
+        let max = max.map_or(Ok(i32::MAX), validate::reap_max)?;
         security::authorize(Action::Administer, queue)?;
         store::retry_dead(queue, task_id, max)
     })

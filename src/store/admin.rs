@@ -86,6 +86,7 @@ static DELETE_GRANT: Statement = Statement {
 };
 
 /// Dead tasks back to ready with their attempts reset; $2 one task (NULL: all), up to $3.
+/// Both cases are one task-id range, so the dead index serves either.
 static RETRY_DEAD: Statement = Statement {
     sql: "WITH retried AS (
               UPDATE aedb_queue.task
