@@ -86,7 +86,7 @@ SELECT pg_catalog.pg_extension_config_dump('aedb_queue.queue_grant', '');
 CREATE  FUNCTION "can_read"(
 	"queue" TEXT /* Option < & str > */
 ) RETURNS bool /* bool */
-STABLE PARALLEL SAFE
+STABLE PARALLEL RESTRICTED
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'can_read_wrapper';
 

@@ -16,12 +16,14 @@ use pgrx::pg_sys::{self, Oid};
 thread_local! {
     /// Bumped by every invalidation that may touch our tables.
     static GENERATION: Cell<u64> = const { Cell::new(0) };
-    /// Relations whose invalidation drops the copies (filled lazily).
-    static WATCHED: RefCell<Vec<Oid>> = const { RefCell::new(Vec::new()) };
+    /// Relations whose invalidation drops the copies, looked up again after
+    /// every invalidation (an upgrade may have created one): (generation, oids).
+    static WATCHED: RefCell<(u64, Vec<Oid>)> = const { RefCell::new((u64::MAX, Vec::new())) };
 }
 
-/// Tables whose writes invalidate the copies.
-const WATCHED_TABLES: [&std::ffi::CStr; 2] = [c"queue", c"queue_grant"];
+/// Tables whose writes (or, for task, whose owner or definition changing)
+/// invalidate the copies.
+const WATCHED_TABLES: [&std::ffi::CStr; 3] = [c"queue", c"queue_grant", c"task"];
 
 pub fn register() {
     // SAFETY: called once from _PG_init; the callback only touches thread-locals.
@@ -30,7 +32,11 @@ pub fn register() {
 
 unsafe extern "C-unwind" fn on_relcache_invalidation(_arg: pg_sys::Datum, relid: Oid) {
     let ours = relid == pg_sys::InvalidOid
-        || WATCHED.with(|w| w.try_borrow().map(|w| w.is_empty() || w.contains(&relid)).unwrap_or(true));
+        || WATCHED.with(|w| {
+            w.try_borrow()
+                .map(|w| w.1.is_empty() || w.1.contains(&relid))
+                .unwrap_or(true)
+        });
     if ours {
         GENERATION.with(|g| g.set(g.get() + 1));
     }
@@ -56,13 +62,18 @@ pub(crate) fn relation_oid(table: &std::ffi::CStr) -> Option<Oid> {
     }
 }
 
-fn watch_tables() {
+/// The current generation (take it before reading a value to cache), with
+/// the watched relations looked up for it.
+pub fn generation() -> u64 {
+    let current = GENERATION.with(Cell::get);
     WATCHED.with(|w| {
-        let mut w = w.borrow_mut();
-        if w.is_empty() {
-            w.extend(WATCHED_TABLES.iter().filter_map(|t| relation_oid(t)));
+        if let Ok(mut w) = w.try_borrow_mut() {
+            if w.0 != current {
+                *w = (current, WATCHED_TABLES.iter().filter_map(|t| relation_oid(t)).collect());
+            }
         }
     });
+    current
 }
 
 /// A map whose entries last until the next invalidation of our tables.
@@ -81,11 +92,10 @@ impl<K: std::hash::Hash + Eq, V: Clone> Copies<K, V> {
 
     /// The cached value of `key`, or `None` after an invalidation.
     pub fn get(&mut self, key: &K) -> Option<V> {
-        let current = GENERATION.with(Cell::get);
+        let current = generation();
         if self.generation != current {
             self.entries.clear();
             self.generation = current;
-            watch_tables();
         }
         self.entries.get(key).cloned()
     }
@@ -96,9 +106,4 @@ impl<K: std::hash::Hash + Eq, V: Clone> Copies<K, V> {
             self.entries.insert(key, value);
         }
     }
-}
-
-/// The generation to pass to [`Copies::put`]: take it before reading.
-pub fn generation() -> u64 {
-    GENERATION.with(Cell::get)
 }

@@ -12,10 +12,9 @@ use aedb_queue_core::grants::{self, Action, Grant, Pattern};
 use aedb_queue_core::QueueError;
 use pgrx::pg_sys::{self, Oid};
 
+use crate::cache;
 use crate::errors::{internal, Result};
 use crate::store;
-
-const SAFE_SEARCH_PATH: &std::ffi::CStr = c"aedb_queue, pg_catalog, pg_temp";
 
 /// Checks that the calling role may do `action` on `queue`.
 pub fn authorize(action: Action, queue: &str) -> Result<()> {
@@ -56,43 +55,43 @@ pub fn caller() -> Oid {
     unsafe { pg_sys::GetUserId() }
 }
 
-/// While alive, the backend runs as the owner of the extension's tables with
-/// the fixed search_path; dropping it (also when an error unwinds) restores
-/// the caller's user and search_path. Transaction abort restores both too.
+/// While alive, the backend runs as the owner of the extension's tables and
+/// resolves names in pg_catalog, then aedb_queue (never pg_temp, never the
+/// caller's schemas); dropping it (also when an error unwinds) restores the
+/// caller's user and search path. Transaction abort restores both too.
+///
+/// The search path is pushed as an override (PostgreSQL 15's
+/// `PushOverrideSearchPath`) rather than set through the `search_path`
+/// setting: the same effect for name lookup, without the setting's
+/// save/parse/restore work on every call.
 pub struct OwnerRights {
     user: Oid,
     security_context: i32,
-    guc_level: i32,
 }
 
 impl OwnerRights {
     pub fn enter() -> Result<OwnerRights> {
-        let owner = tables_owner()?;
-        // SAFETY: the same save/switch/restore sequence fmgr uses for
-        // SECURITY DEFINER functions with a SET clause.
+        let (owner, schema) = tables_owner_and_schema()?;
+        // SAFETY: the save/switch/restore sequence fmgr uses for SECURITY
+        // DEFINER functions; the override path is copied by Postgres.
         unsafe {
             let mut user = pg_sys::InvalidOid;
             let mut security_context = 0;
             pg_sys::GetUserIdAndSecContext(&mut user, &mut security_context);
-            let guc_level = pg_sys::NewGUCNestLevel();
             pg_sys::SetUserIdAndSecContext(
                 owner,
                 security_context | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32,
             );
-            pg_sys::set_config_option(
-                c"search_path".as_ptr(),
-                SAFE_SEARCH_PATH.as_ptr(),
-                pg_sys::GucContext::PGC_USERSET,
-                pg_sys::GucSource::PGC_S_SESSION,
-                pg_sys::GucAction::GUC_ACTION_SAVE,
-                true,
-                0,
-                false,
-            );
+            let mut path = pg_sys::OverrideSearchPath {
+                schemas: pg_sys::lappend_oid(std::ptr::null_mut(), schema),
+                addCatalog: true,
+                addTemp: false,
+                generation: 0,
+            };
+            pg_sys::PushOverrideSearchPath(&mut path);
             Ok(OwnerRights {
                 user,
                 security_context,
-                guc_level,
             })
         }
     }
@@ -100,17 +99,36 @@ impl OwnerRights {
 
 impl Drop for OwnerRights {
     fn drop(&mut self) {
-        // SAFETY: restores exactly what `enter` saved.
+        // SAFETY: undoes exactly what `enter` did, in reverse order.
         unsafe {
-            pg_sys::AtEOXact_GUC(true, self.guc_level);
+            pg_sys::PopOverrideSearchPath();
             pg_sys::SetUserIdAndSecContext(self.user, self.security_context);
         }
     }
 }
 
-/// The owner of `aedb_queue.task`, read from the system cache (never
-/// through SQL, which the caller's search_path could redirect).
-fn tables_owner() -> Result<Oid> {
+thread_local! {
+    /// (cache generation, owner, schema) of the last lookup.
+    static OWNER: std::cell::Cell<Option<(u64, Oid, Oid)>> = const { std::cell::Cell::new(None) };
+}
+
+/// The owner of `aedb_queue.task` and the schema's oid, looked up once per
+/// invalidation of our tables (see `cache`).
+fn tables_owner_and_schema() -> Result<(Oid, Oid)> {
+    let generation = cache::generation();
+    if let Some((seen, owner, schema)) = OWNER.with(|o| o.get()) {
+        if seen == generation {
+            return Ok((owner, schema));
+        }
+    }
+    let (owner, schema) = look_up_tables_owner_and_schema()?;
+    OWNER.with(|o| o.set(Some((generation, owner, schema))));
+    Ok((owner, schema))
+}
+
+/// Read from the system caches, never through SQL (which the caller's
+/// search_path could redirect).
+fn look_up_tables_owner_and_schema() -> Result<(Oid, Oid)> {
     // SAFETY: catalog lookups; the cache entry is released before returning.
     unsafe {
         let schema = pg_sys::get_namespace_oid(c"aedb_queue".as_ptr(), false);
@@ -127,7 +145,7 @@ fn tables_owner() -> Result<Oid> {
         }
         let owner = (*(pg_sys::GETSTRUCT(tuple) as pg_sys::Form_pg_class)).relowner;
         pg_sys::ReleaseSysCache(tuple);
-        Ok(owner)
+        Ok((owner, schema))
     }
 }
 

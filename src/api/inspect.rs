@@ -146,7 +146,9 @@ fn queue_list(
 }
 
 /// Whether the calling role may read `queue`: the filter of the views.
-#[pg_extern(stable, parallel_safe)]
+/// Parallel restricted: it switches user to read the grants, which only the
+/// leader of a parallel query may do.
+#[pg_extern(stable, parallel_restricted)]
 fn can_read(queue: Option<&str>) -> bool {
     run(|| match queue {
         Some(queue) => security::may(Action::Read, &Pattern::Exact(queue.to_string())),

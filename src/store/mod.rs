@@ -104,7 +104,18 @@ impl Drop for GenericPlans {
 /// functions call into it, so it must not need what 0.2.0 added (settings
 /// columns, grants, the archive, the new ready index order).
 pub fn schema_current() -> bool {
-    crate::cache::relation_oid(c"queue_grant").is_some()
+    thread_local! {
+        static CURRENT: std::cell::Cell<Option<(u64, bool)>> = const { std::cell::Cell::new(None) };
+    }
+    let generation = crate::cache::generation();
+    match CURRENT.with(|c| c.get()) {
+        Some((seen, current)) if seen == generation => current,
+        _ => {
+            let current = crate::cache::relation_oid(c"queue_grant").is_some();
+            CURRENT.with(|c| c.set(Some((generation, current))));
+            current
+        }
+    }
 }
 
 /// Runs `body` with an SPI connection, as the extension's owner and with a
