@@ -66,8 +66,11 @@ SELECT aedb_queue.queue_fail('emails', :fragile_id, :fragile_token, 'SMTP 550: m
 SELECT task_id AS news_id, fencing_token AS news_token FROM aedb_queue.queue_claim('newsletter', 'worker-3') \gset
 SELECT aedb_queue.queue_fail('newsletter', :news_id, :news_token, 'timeout');
 
-\echo '--- Inspection: every task by queue and state'
-SELECT queue, state, count(*) FROM aedb_queue.tasks GROUP BY 1, 2 ORDER BY 1, 2;
+\echo '--- Inspection: the dashboard, one row per queue'
+SELECT queue, scheduled, ready, in_flight, dead, next_due IS NOT NULL AS timer_pending, expired_leases, paused
+  FROM aedb_queue.queue_stats ORDER BY queue;
+\echo '--- Inspection: every task, made for reading (ages and times left vary from run to run)'
+SELECT task_id, queue, state, attempts, owner, payload, last_error FROM aedb_queue.tasks ORDER BY task_id;
 \echo '--- The dead letter, with its error'
 SELECT task_id, state, attempts, max_attempts, last_error, payload FROM aedb_queue.queue_list('emails', 'dead');
 \echo '--- The retrying newsletter task'

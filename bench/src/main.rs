@@ -135,9 +135,13 @@ fn churn_column(done: u64) -> String {
     format!("after {done} jobs")
 }
 
-/// The churn's size samples: after each fifth of the jobs.
+/// The churn's size samples: after each fifth of the first round, and after
+/// the second round (autovacuum ran in between).
 fn churn_columns(total: u64) -> Vec<String> {
-    (1..=5).map(|i| churn_column(total / 5 * i)).collect()
+    (1..=5)
+        .map(|i| churn_column(total / 5 * i))
+        .chain([churn_column(2 * total)])
+        .collect()
 }
 
 fn batched_table(batch: i32) -> String {
@@ -777,7 +781,7 @@ async fn render(bench: &Bench, quick: bool, elapsed: Duration) -> Result<String>
         )
     );
     if let Some((total, backlog)) = p.churn {
-        let _ = writeln!(md, "Tables + indexes while {total} jobs are processed at a steady backlog of {backlog} (claim 100, 8 workers), sampled after each fifth:\n");
+        let _ = writeln!(md, "Tables + indexes while {total} jobs are processed at a steady backlog of {backlog} (claim 100, 8 workers), sampled after each fifth; then, after autovacuum has visited the hot table, another {total} (last column). A round takes seconds, less than autovacuum's one-minute naptime, so growth within the first round says nothing; the second round shows whether the space is reused. jobs/s are of the first round.\n");
         let columns = churn_columns(total);
         let columns: Vec<&str> = columns.iter().map(String::as_str).collect();
         let _ = writeln!(
@@ -920,19 +924,19 @@ fn targets(bench: &Bench) -> String {
     }
     if let Some((total, _)) = bench.plan.churn {
         let columns = churn_columns(total);
-        if let (Some(early), Some(end)) = (
-            r.median("churn_size", aedb, &columns[1]),
+        if let (Some(first), Some(second)) = (
             r.median("churn_size", aedb, &columns[4]),
+            r.median("churn_size", aedb, &columns[5]),
         ) {
-            // Bounded: the last three fifths add at most a quarter.
+            // Bounded: a second round after autovacuum adds at most a quarter.
             line(
                 "size after 1,000,000 jobs at a 10,000 backlog: reported, bounded".into(),
                 Some(format!(
-                    "{} (×{:.2} of the size at 40%)",
-                    Unit::Bytes.format(end),
-                    end / early
+                    "{}; ×{:.2} after another 1,000,000 (autovacuum between)",
+                    Unit::Bytes.format(first),
+                    second / first
                 )),
-                Some(end <= 1.25 * early),
+                Some(second <= 1.25 * first),
                 LIMIT_CHURN,
             );
         }

@@ -442,9 +442,12 @@ fn hot_table(system: System) -> &'static str {
 }
 
 /// Processes `total` jobs at a steady backlog of about `backlog` (batched
-/// claims of 100), then reports the tables' size: growth must stay bounded.
-/// Also samples the size after each fifth of `total`, to show whether it
-/// levels off; returns (jobs/s, [(jobs done, bytes)]).
+/// claims of 100), sampling the size after each fifth; then lets the queue
+/// drain, waits for autovacuum to visit the hot table, and processes
+/// another `total`: growth is bounded when that second round reuses the
+/// space the first one left. (At these rates a round takes seconds, less
+/// than autovacuum's one-minute naptime, so a single round cannot show it.)
+/// Returns (jobs/s of the first round, [(jobs done, bytes)]).
 pub async fn churn_size(
     ctx: &Ctx,
     total: u64,
@@ -458,21 +461,44 @@ pub async fn churn_size(
     let mut enqueued = backlog;
     let step = (total / 5).max(1);
     let mut samples = Vec::new();
-    while pool.done() < total {
-        if pool.done() >= step * (samples.len() as u64 + 1) && samples.len() < 4 {
-            let size = conn.scalar_i64(ctx.system.size_sql()).await?;
-            samples.push((step * (samples.len() as u64 + 1), size));
+    let mut rate = 0.0;
+    for round_end in [total, 2 * total] {
+        if round_end > total {
+            wait_for_autovacuum(ctx, &mut conn).await?;
         }
-        if enqueued.saturating_sub(pool.done()) < backlog && enqueued < total + backlog {
-            let batch: Vec<Value> = (0..1_000).map(|_| payload()).collect();
-            systems::enqueue_batch(ctx.system, &mut conn, QUEUE, &batch).await?;
-            enqueued += 1_000;
-        } else {
-            tokio::time::sleep(Duration::from_millis(5)).await;
+        while pool.done() < round_end {
+            let next_sample = step * (samples.len() as u64 + 1);
+            if round_end == total && samples.len() < 4 && pool.done() >= next_sample {
+                samples.push((next_sample, conn.scalar_i64(ctx.system.size_sql()).await?));
+            }
+            if enqueued.saturating_sub(pool.done()) < backlog && enqueued < round_end + backlog {
+                let batch: Vec<Value> = (0..1_000).map(|_| payload()).collect();
+                systems::enqueue_batch(ctx.system, &mut conn, QUEUE, &batch).await?;
+                enqueued += 1_000;
+            } else {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        samples.push((round_end, conn.scalar_i64(ctx.system.size_sql()).await?));
+        if round_end == total {
+            rate = pool.done() as f64 / start.elapsed().as_secs_f64();
         }
     }
-    let rate = pool.done() as f64 / start.elapsed().as_secs_f64();
     pool.stop().await?;
-    samples.push((total, conn.scalar_i64(ctx.system.size_sql()).await?));
     Ok((rate, samples))
+}
+
+/// Waits (at most two minutes) until autovacuum has processed the hot table
+/// once more; the workers meanwhile drain what is queued.
+async fn wait_for_autovacuum(ctx: &Ctx, conn: &mut Conn) -> Result<()> {
+    let table = hot_table(ctx.system);
+    let count_sql = format!(
+        "SELECT coalesce(sum(autovacuum_count), 0)::bigint FROM pg_stat_user_tables WHERE relname = '{table}'"
+    );
+    let before = conn.scalar_i64(&count_sql).await?;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while Instant::now() < deadline && conn.scalar_i64(&count_sql).await? <= before {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    Ok(())
 }
