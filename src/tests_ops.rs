@@ -258,6 +258,34 @@ mod tests {
     }
 
     #[pg_test]
+    fn a_batch_completion_keeps_its_tasks_too_and_fences_each() {
+        exec("SELECT aedb_queue.queue_configure('keepb', keep_completed => '1 hour')");
+        let a = enqueue("keepb", "");
+        let b = enqueue("keepb", "");
+        let claimed = claim("keepb", ", max => 2");
+        let (ids, tokens): (Vec<i64>, Vec<i64>) = claimed.into_iter().unzip();
+        assert_eq!(ids, vec![a, b]);
+        let outcomes: Vec<String> = Spi::connect(|c| {
+            c.select(
+                &format!(
+                    "SELECT outcome::text FROM aedb_queue.queue_complete_batch('keepb',
+                         ARRAY[{a}, {b}], ARRAY[{}, {}]) ORDER BY task_id",
+                    tokens[0],
+                    tokens[1] + 1
+                ),
+                None,
+                &[],
+            )
+            .unwrap()
+            .map(|row| row.get::<String>(1).unwrap().unwrap())
+            .collect()
+        });
+        assert_eq!(outcomes, vec!["applied", "lease_lost"]);
+        assert_eq!(ints("SELECT task_id FROM aedb_queue.queue_list('keepb', 'completed')"), vec![a]);
+        assert_eq!(state_of("keepb", b).as_deref(), Some("in_flight"));
+    }
+
+    #[pg_test]
     fn queues_that_do_not_keep_completed_tasks_archive_nothing() {
         let id = enqueue("nokeep", "");
         let (_, token) = claim_one("nokeep");

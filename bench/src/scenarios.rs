@@ -488,16 +488,16 @@ pub async fn churn_size(
     Ok((rate, samples))
 }
 
-/// Waits (at most two minutes) until autovacuum has processed the hot table
-/// once more; the workers meanwhile drain what is queued.
+/// Waits (at most three minutes) until autovacuum has cleaned the hot table:
+/// a run that ends after the round but began during it would leave most of
+/// the round's dead versions, so wait for the dead-tuple count itself.
 async fn wait_for_autovacuum(ctx: &Ctx, conn: &mut Conn) -> Result<()> {
     let table = hot_table(ctx.system);
-    let count_sql = format!(
-        "SELECT coalesce(sum(autovacuum_count), 0)::bigint FROM pg_stat_user_tables WHERE relname = '{table}'"
+    let dead_sql = format!(
+        "SELECT coalesce(sum(n_dead_tup), 0)::bigint FROM pg_stat_user_tables WHERE relname = '{table}'"
     );
-    let before = conn.scalar_i64(&count_sql).await?;
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while Instant::now() < deadline && conn.scalar_i64(&count_sql).await? <= before {
+    let deadline = Instant::now() + Duration::from_secs(180);
+    while Instant::now() < deadline && conn.scalar_i64(&dead_sql).await? > 50_000 {
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     Ok(())
