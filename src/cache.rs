@@ -27,7 +27,12 @@ const WATCHED_TABLES: [&std::ffi::CStr; 3] = [c"queue", c"queue_grant", c"task"]
 
 pub fn register() {
     // SAFETY: called once from _PG_init; the callback only touches thread-locals.
-    unsafe { pg_sys::CacheRegisterRelcacheCallback(Some(on_relcache_invalidation), pg_sys::Datum::from(0)) };
+    unsafe {
+        pg_sys::CacheRegisterRelcacheCallback(
+            Some(on_relcache_invalidation),
+            pg_sys::Datum::from(0),
+        )
+    };
 }
 
 unsafe extern "C-unwind" fn on_relcache_invalidation(_arg: pg_sys::Datum, relid: Oid) {
@@ -69,7 +74,13 @@ pub fn generation() -> u64 {
     WATCHED.with(|w| {
         if let Ok(mut w) = w.try_borrow_mut() {
             if w.0 != current {
-                *w = (current, WATCHED_TABLES.iter().filter_map(|t| relation_oid(t)).collect());
+                *w = (
+                    current,
+                    WATCHED_TABLES
+                        .iter()
+                        .filter_map(|t| relation_oid(t))
+                        .collect(),
+                );
             }
         }
     });

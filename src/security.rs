@@ -42,15 +42,15 @@ pub fn may(action: Action, target: &Pattern) -> Result<bool> {
         return Ok(true);
     }
     let held: Vec<Grant> = store::all_grants()?
-        .into_iter()
+        .iter()
         .filter(|(role, _)| unsafe { pg_sys::has_privs_of_role(caller, *role) })
-        .map(|(_, grant)| grant)
+        .map(|(_, grant)| grant.clone())
         .collect();
     Ok(grants::allowed(&held, action, target))
 }
 
 /// The role the statement runs as right now: the caller, at entry points.
-pub fn caller() -> Oid {
+fn caller() -> Oid {
     // SAFETY: reads the backend's current user id.
     unsafe { pg_sys::GetUserId() }
 }

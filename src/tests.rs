@@ -2140,7 +2140,9 @@ pub(crate) mod tests {
     #[pg_test]
     fn the_resumed_claim_pick_reads_a_range_of_the_ready_index() {
         fill_with_clutter();
-        let from = ints("SELECT min(task_id) FROM aedb_queue.task WHERE queue = 'clutter' AND state = 'ready'")[0];
+        let from = ints(
+            "SELECT min(task_id) FROM aedb_queue.task WHERE queue = 'clutter' AND state = 'ready'",
+        )[0];
         exec(
             "INSERT INTO aedb_queue.task (queue, state, not_before, max_attempts, backoff_base, backoff_max,
                                           created_at, updated_at)
@@ -2160,7 +2162,9 @@ pub(crate) mod tests {
         assert_index_scan(&query, "task_ready_idx", "task_id");
         let nodes = plan_nodes(&query);
         assert!(
-            nodes.iter().all(|(_, name, _)| name.as_deref() != Some("task_pkey")),
+            nodes
+                .iter()
+                .all(|(_, name, _)| name.as_deref() != Some("task_pkey")),
             "plan: {nodes:?}"
         );
         exec("DEALLOCATE resumed_pick");
@@ -2381,10 +2385,21 @@ pub(crate) mod tests {
         let first = claim("hint_behind", ", max => 2");
         assert_eq!(first.iter().map(|t| t.0).collect::<Vec<_>>(), ids[..2]);
         let (a, token) = first[0];
-        assert_eq!(fail("hint_behind", a, token, ", retry_in => '0'"), "applied");
-        assert_eq!(claim_ids("hint_behind", 1), vec![ids[2]], "resumes after its last task");
+        assert_eq!(
+            fail("hint_behind", a, token, ", retry_in => '0'"),
+            "applied"
+        );
+        assert_eq!(
+            claim_ids("hint_behind", 1),
+            vec![ids[2]],
+            "resumes after its last task"
+        );
         assert_eq!(claim_ids("hint_behind", 1), vec![ids[3]]);
-        assert_eq!(claim_ids("hint_behind", 1), vec![a], "a short resumed claim reads from the head");
+        assert_eq!(
+            claim_ids("hint_behind", 1),
+            vec![a],
+            "a short resumed claim reads from the head"
+        );
         assert!(claim_ids("hint_behind", 1).is_empty());
     }
 

@@ -10,8 +10,8 @@ mod tests {
     use pgrx::prelude::*;
 
     use crate::tests::tests::{
-        claim, claim_one, complete, count, enqueue, error_of, exec, expect_error, fail, ints,
-        one, state_of,
+        claim, claim_one, complete, count, enqueue, error_of, exec, expect_error, fail, ints, one,
+        state_of,
     };
 
     fn sqlstate_of(query: &str) -> Option<String> {
@@ -46,7 +46,10 @@ mod tests {
                   backoff_base => '2 seconds', backoff_max => '10 seconds')",
         )
         .unwrap();
-        assert_eq!(row, (Some(9), Some("00:00:02".into()), Some("00:00:10".into())));
+        assert_eq!(
+            row,
+            (Some(9), Some("00:00:02".into()), Some("00:00:10".into()))
+        );
         let default = enqueue("conf", "");
         let own = enqueue("conf", ", max_attempts => 2, backoff_base => '20 seconds'");
         let policy = |id: i64| -> String {
@@ -56,7 +59,11 @@ mod tests {
             ))
         };
         assert_eq!(policy(default), "9 00:00:02 00:00:10");
-        assert_eq!(policy(own), "2 00:00:20 00:00:20", "the task's base lifts the queue's ceiling");
+        assert_eq!(
+            policy(own),
+            "2 00:00:20 00:00:20",
+            "the task's base lifts the queue's ceiling"
+        );
         // Another queue keeps the extension's defaults.
         let other = enqueue("plain", "");
         assert_eq!(
@@ -71,10 +78,8 @@ mod tests {
     #[pg_test]
     fn configure_changes_only_what_it_is_given_and_reset_clears_the_rest() {
         exec("SELECT aedb_queue.queue_configure('conf', max_attempts => 3, default_lease => '5 minutes')");
-        let lease: String = one(
-            "SELECT max_attempts || ' ' || default_lease
-             FROM aedb_queue.queue_configure('conf', notify => true)",
-        );
+        let lease: String = one("SELECT max_attempts || ' ' || default_lease
+             FROM aedb_queue.queue_configure('conf', notify => true)");
         assert_eq!(lease, "3 00:05:00");
         let after_reset: (Option<i32>, Option<bool>) = Spi::get_two(
             "SELECT max_attempts, notify FROM aedb_queue.queue_configure('conf', reset => true)",
@@ -95,9 +100,10 @@ mod tests {
             // Checked against the ceiling already set.
             ("backoff_base => '1 minute'", "backoff_max"),
         ] {
-            let (state, message) =
-                error_of(&format!("SELECT * FROM aedb_queue.queue_configure('conf', {call})"))
-                    .unwrap_or_else(|| panic!("{call} was accepted"));
+            let (state, message) = error_of(&format!(
+                "SELECT * FROM aedb_queue.queue_configure('conf', {call})"
+            ))
+            .unwrap_or_else(|| panic!("{call} was accepted"));
             assert_eq!(state, "22023", "{call}: {message}");
             assert!(message.contains(&format!("\"{arg}\"")), "{call}: {message}");
         }
@@ -133,7 +139,9 @@ mod tests {
         exec("SELECT aedb_queue.queue_configure('small', max_payload_bytes => 64)");
         let big = "jsonb_build_object('x', repeat('a', 100))";
         assert_eq!(
-            sqlstate_of(&format!("SELECT * FROM aedb_queue.queue_enqueue('small', {big})")),
+            sqlstate_of(&format!(
+                "SELECT * FROM aedb_queue.queue_enqueue('small', {big})"
+            )),
             Some("54000".into())
         );
         assert_eq!(count("aedb_queue.task WHERE queue = 'small'"), 0);
@@ -142,7 +150,9 @@ mod tests {
         exec("SELECT aedb_queue.queue_configure('large', max_payload_bytes => 1000000)");
         exec("SET LOCAL aedb_queue.max_payload_bytes = 64");
         assert_eq!(
-            sqlstate_of(&format!("SELECT * FROM aedb_queue.queue_enqueue('large', {big})")),
+            sqlstate_of(&format!(
+                "SELECT * FROM aedb_queue.queue_enqueue('large', {big})"
+            )),
             Some("54000".into())
         );
     }
@@ -155,14 +165,20 @@ mod tests {
     fn a_paused_queue_accepts_enqueues_but_hands_out_nothing() {
         let first = enqueue("p", "");
         assert!(one::<bool>("SELECT aedb_queue.queue_pause('p')"));
-        assert!(!one::<bool>("SELECT aedb_queue.queue_pause('p')"), "already paused");
+        assert!(
+            !one::<bool>("SELECT aedb_queue.queue_pause('p')"),
+            "already paused"
+        );
         let second = enqueue("p", "");
         assert!(claim("p", ", max => 10").is_empty());
         assert_eq!(state_of("p", first).as_deref(), Some("ready"));
         assert!(one::<bool>("SELECT aedb_queue.queue_resume('p')"));
         let claimed: Vec<i64> = claim("p", ", max => 10").into_iter().map(|t| t.0).collect();
         assert_eq!(claimed, vec![first, second]);
-        assert!(!one::<bool>("SELECT aedb_queue.queue_resume('p')"), "already running");
+        assert!(
+            !one::<bool>("SELECT aedb_queue.queue_resume('p')"),
+            "already running"
+        );
     }
 
     // ------------------------------------------------------------------
@@ -183,18 +199,33 @@ mod tests {
         let (a, token_a) = dead_task("dl");
         let (b, _) = dead_task("dl");
         dead_task("dl");
-        assert_eq!(one::<i64>(&format!("SELECT aedb_queue.queue_retry_dead('dl', {a})")), 1);
+        assert_eq!(
+            one::<i64>(&format!("SELECT aedb_queue.queue_retry_dead('dl', {a})")),
+            1
+        );
         assert_eq!(state_of("dl", a).as_deref(), Some("ready"));
         assert_eq!(state_of("dl", b).as_deref(), Some("dead"));
-        assert_eq!(one::<i64>(&format!("SELECT aedb_queue.queue_retry_dead('dl', {a})")), 0, "no longer dead");
-        assert_eq!(one::<i64>("SELECT aedb_queue.queue_retry_dead('dl', max => 1)"), 1);
+        assert_eq!(
+            one::<i64>(&format!("SELECT aedb_queue.queue_retry_dead('dl', {a})")),
+            0,
+            "no longer dead"
+        );
+        assert_eq!(
+            one::<i64>("SELECT aedb_queue.queue_retry_dead('dl', max => 1)"),
+            1
+        );
         assert_eq!(one::<i64>("SELECT aedb_queue.queue_retry_dead('dl')"), 1);
-        assert_eq!(count("aedb_queue.task WHERE queue = 'dl' AND state = 'dead'"), 0);
+        assert_eq!(
+            count("aedb_queue.task WHERE queue = 'dl' AND state = 'dead'"),
+            0
+        );
         let (again, token) = claim_one("dl");
         assert_eq!(again, a);
         assert!(token > token_a, "fencing tokens keep counting up");
         assert_eq!(
-            one::<i32>(&format!("SELECT attempts FROM aedb_queue.queue_get('dl', {a})")),
+            one::<i32>(&format!(
+                "SELECT attempts FROM aedb_queue.queue_get('dl', {a})"
+            )),
             1
         );
         // The retried task has its full attempts again: one failure kills it.
@@ -212,13 +243,24 @@ mod tests {
         assert_eq!(first, ready);
         assert_eq!(one::<i64>("SELECT aedb_queue.queue_purge('pg', 'dead')"), 2);
         assert_eq!(count("aedb_queue.task WHERE queue = 'pg'"), 2);
-        let (state, message) = error_of("SELECT aedb_queue.queue_purge('pg', 'in_flight')").unwrap();
+        let (state, message) =
+            error_of("SELECT aedb_queue.queue_purge('pg', 'in_flight')").unwrap();
         assert_eq!(state, "22023");
         assert!(message.contains("force"), "{message}");
-        assert_eq!(count("aedb_queue.task WHERE queue = 'pg' AND state = 'in_flight'"), 1);
+        assert_eq!(
+            count("aedb_queue.task WHERE queue = 'pg' AND state = 'in_flight'"),
+            1
+        );
         let (_, token) = claim_one("pg");
-        assert_eq!(one::<i64>("SELECT aedb_queue.queue_purge('pg', 'in_flight', force => true)"), 2);
-        assert_eq!(complete("pg", busy, token, ""), "lease_lost", "the purged task's worker is fenced out");
+        assert_eq!(
+            one::<i64>("SELECT aedb_queue.queue_purge('pg', 'in_flight', force => true)"),
+            2
+        );
+        assert_eq!(
+            complete("pg", busy, token, ""),
+            "lease_lost",
+            "the purged task's worker is fenced out"
+        );
         assert_eq!(
             sqlstate_of("SELECT aedb_queue.queue_purge('pg', 'finished')"),
             Some("22023".into())
@@ -234,15 +276,25 @@ mod tests {
         exec("SELECT aedb_queue.queue_configure('keep', keep_completed => '1 day')");
         let id = enqueue("keep", ", payload => '{\"n\": 1}'");
         let (_, token) = claim_one("keep");
-        assert_eq!(complete("keep", id, token, ", result => '{\"ok\": true}'"), "applied");
-        assert_eq!(count("aedb_queue.task WHERE queue = 'keep'"), 0, "it left the hot table");
+        assert_eq!(
+            complete("keep", id, token, ", result => '{\"ok\": true}'"),
+            "applied"
+        );
+        assert_eq!(
+            count("aedb_queue.task WHERE queue = 'keep'"),
+            0,
+            "it left the hot table"
+        );
         let shown: String = one(&format!(
             "SELECT state || ' ' || owner_id || ' ' || attempts || ' ' || result::text || ' '
                     || (completed_at = statement_timestamp()) || ' ' || payload::text
              FROM aedb_queue.queue_get('keep', {id})"
         ));
         assert_eq!(shown, "completed w1 1 {\"ok\": true} true {\"n\": 1}");
-        assert_eq!(ints("SELECT task_id FROM aedb_queue.queue_list('keep', 'completed')"), vec![id]);
+        assert_eq!(
+            ints("SELECT task_id FROM aedb_queue.queue_list('keep', 'completed')"),
+            vec![id]
+        );
         // A second completion with the old token is fenced out as before.
         assert_eq!(complete("keep", id, token, ""), "lease_lost");
         // Within the window the reaper keeps it; past it, the reaper deletes it.
@@ -281,7 +333,10 @@ mod tests {
             .collect()
         });
         assert_eq!(outcomes, vec!["applied", "lease_lost"]);
-        assert_eq!(ints("SELECT task_id FROM aedb_queue.queue_list('keepb', 'completed')"), vec![a]);
+        assert_eq!(
+            ints("SELECT task_id FROM aedb_queue.queue_list('keepb', 'completed')"),
+            vec![a]
+        );
         assert_eq!(state_of("keepb", b).as_deref(), Some("in_flight"));
     }
 
@@ -374,7 +429,9 @@ mod tests {
         let functions = "pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'aedb_queue'";
         assert!(count(functions) > 10);
         assert_eq!(
-            count(&format!("{functions} AND has_function_privilege('public', p.oid, 'EXECUTE')")),
+            count(&format!(
+                "{functions} AND has_function_privilege('public', p.oid, 'EXECUTE')"
+            )),
             0
         );
     }
@@ -395,7 +452,10 @@ mod tests {
                 assert_eq!(sqlstate_of(call), Some("42501".into()), "{call}");
             }
         });
-        assert_eq!(count("aedb_queue.task WHERE queue = 'q' AND state = 'ready'"), 1);
+        assert_eq!(
+            count("aedb_queue.task WHERE queue = 'q' AND state = 'ready'"),
+            1
+        );
     }
 
     #[pg_test]
@@ -404,20 +464,34 @@ mod tests {
         role("app_worker", &["aedb_queue_worker"]);
         role("app_admin", &["aedb_queue_admin"]);
         let id: i64 = as_role("app_producer", || {
-            assert_eq!(sqlstate_of("SELECT * FROM aedb_queue.queue_claim('q', 'w')"), Some("42501".into()));
+            assert_eq!(
+                sqlstate_of("SELECT * FROM aedb_queue.queue_claim('q', 'w')"),
+                Some("42501".into())
+            );
             one("SELECT task_id FROM aedb_queue.queue_enqueue('q', '{}')")
         });
         as_role("app_worker", || {
-            assert_eq!(sqlstate_of("SELECT * FROM aedb_queue.queue_enqueue('q')"), Some("42501".into()));
-            assert_eq!(sqlstate_of(&format!("SELECT aedb_queue.queue_cancel('q', {id})")), Some("42501".into()));
-            assert_eq!(sqlstate_of("SELECT * FROM aedb_queue.task"), Some("42501".into()));
+            assert_eq!(
+                sqlstate_of("SELECT * FROM aedb_queue.queue_enqueue('q')"),
+                Some("42501".into())
+            );
+            assert_eq!(
+                sqlstate_of(&format!("SELECT aedb_queue.queue_cancel('q', {id})")),
+                Some("42501".into())
+            );
+            assert_eq!(
+                sqlstate_of("SELECT * FROM aedb_queue.task"),
+                Some("42501".into())
+            );
             let (claimed, token) = claim_one("q");
             assert_eq!(claimed, id);
             assert_eq!(complete("q", id, token, ""), "applied");
         });
         as_role("app_admin", || {
             let other = enqueue("q", "");
-            assert!(one::<bool>(&format!("SELECT aedb_queue.queue_cancel('q', {other})")));
+            assert!(one::<bool>(&format!(
+                "SELECT aedb_queue.queue_cancel('q', {other})"
+            )));
             assert_eq!(count("aedb_queue.queue_stats WHERE queue = 'q'"), 1);
         });
     }
@@ -431,8 +505,13 @@ mod tests {
         let a = enqueue("tenant_a.jobs", "");
         let b = enqueue("tenant_b.jobs", "");
         role("worker_a", &["aedb_queue_worker"]);
-        assert!(one::<bool>("SELECT aedb_queue.queue_grant('tenant_a.*', 'worker_a', 'worker')"));
-        assert!(!one::<bool>("SELECT aedb_queue.queue_grant('tenant_a.*', 'worker_a', 'worker')"), "already granted");
+        assert!(one::<bool>(
+            "SELECT aedb_queue.queue_grant('tenant_a.*', 'worker_a', 'worker')"
+        ));
+        assert!(
+            !one::<bool>("SELECT aedb_queue.queue_grant('tenant_a.*', 'worker_a', 'worker')"),
+            "already granted"
+        );
         as_role("worker_a", || {
             for call in [
                 "SELECT * FROM aedb_queue.queue_claim('tenant_b.jobs', 'w')".to_string(),
@@ -440,7 +519,8 @@ mod tests {
                 "SELECT * FROM aedb_queue.queue_list('tenant_b.jobs')".to_string(),
                 format!("SELECT aedb_queue.queue_complete('tenant_b.jobs', {b}, 1)"),
             ] {
-                let (state, message) = error_of(&call).unwrap_or_else(|| panic!("{call} was allowed"));
+                let (state, message) =
+                    error_of(&call).unwrap_or_else(|| panic!("{call} was allowed"));
                 assert_eq!(state, "42501", "{call}: {message}");
                 assert!(message.contains("tenant_b.jobs"), "{message}");
             }
@@ -448,9 +528,15 @@ mod tests {
             assert_eq!(claimed, a);
             assert_eq!(complete("tenant_a.jobs", a, token, ""), "applied");
         });
-        assert_eq!(state_of("tenant_b.jobs", b).as_deref(), Some("ready"), "nothing changed in B");
+        assert_eq!(
+            state_of("tenant_b.jobs", b).as_deref(),
+            Some("ready"),
+            "nothing changed in B"
+        );
         // Revoking the only grant leaves the role unconfined again.
-        assert!(one::<bool>("SELECT aedb_queue.queue_revoke('tenant_a.*', 'worker_a', 'worker')"));
+        assert!(one::<bool>(
+            "SELECT aedb_queue.queue_revoke('tenant_a.*', 'worker_a', 'worker')"
+        ));
         as_role("worker_a", || assert_eq!(claim_one("tenant_b.jobs").0, b));
     }
 
@@ -464,8 +550,13 @@ mod tests {
         as_role("admin_a", || {
             assert_eq!(ints("SELECT ready FROM aedb_queue.queue_stats"), vec![1]);
             assert_eq!(count("aedb_queue.tasks WHERE queue = 'b.x'"), 0);
-            assert_eq!(sqlstate_of("SELECT aedb_queue.queue_purge('b.x', 'ready')"), Some("42501".into()));
-            assert!(one::<bool>("SELECT aedb_queue.queue_grant('a.sub.*', 'helper', 'worker')"));
+            assert_eq!(
+                sqlstate_of("SELECT aedb_queue.queue_purge('b.x', 'ready')"),
+                Some("42501".into())
+            );
+            assert!(one::<bool>(
+                "SELECT aedb_queue.queue_grant('a.sub.*', 'helper', 'worker')"
+            ));
             assert_eq!(
                 sqlstate_of("SELECT aedb_queue.queue_grant('*', 'helper', 'worker')"),
                 Some("42501".into())
@@ -509,14 +600,18 @@ mod tests {
             long.as_str(),
             "'%_'",
         ] {
-            let id: i64 = one(&format!("SELECT task_id FROM aedb_queue.queue_enqueue({name})"));
+            let id: i64 = one(&format!(
+                "SELECT task_id FROM aedb_queue.queue_enqueue({name})"
+            ));
             let (claimed, token): (Option<i64>, Option<i64>) = Spi::get_two(&format!(
                 "SELECT task_id, fencing_token FROM aedb_queue.queue_claim({name}, 'w')"
             ))
             .unwrap();
             assert_eq!(claimed, Some(id), "{name}");
             assert_eq!(
-                one::<String>(&format!("SELECT queue FROM aedb_queue.queue_get({name}, {id})")),
+                one::<String>(&format!(
+                    "SELECT queue FROM aedb_queue.queue_get({name}, {id})"
+                )),
                 one::<String>(&format!("SELECT {name}::text"))
             );
             assert_eq!(
@@ -532,7 +627,10 @@ mod tests {
         exec("SELECT aedb_queue.queue_grant('%_', 'pct', 'worker')");
         enqueue("%x", "");
         as_role("pct", || {
-            assert_eq!(sqlstate_of("SELECT * FROM aedb_queue.queue_claim('%x', 'w')"), Some("42501".into()));
+            assert_eq!(
+                sqlstate_of("SELECT * FROM aedb_queue.queue_claim('%x', 'w')"),
+                Some("42501".into())
+            );
         });
     }
 
@@ -557,10 +655,13 @@ mod tests {
             exec("CREATE TEMP TABLE task (task_id bigint)");
             exec("CREATE TEMP TABLE queue (name text)");
             exec("SET LOCAL search_path = evil, pg_temp, pg_catalog, aedb_queue");
-            let id: i64 = one("SELECT task_id FROM aedb_queue.queue_enqueue('victim', delay => '1 hour')");
+            let id: i64 =
+                one("SELECT task_id FROM aedb_queue.queue_enqueue('victim', delay => '1 hour')");
             assert!(claim("victim", "").is_empty(), "the timer is not due");
             assert_eq!(
-                one::<String>(&format!("SELECT state FROM aedb_queue.queue_get('victim', {id})")),
+                one::<String>(&format!(
+                    "SELECT state FROM aedb_queue.queue_get('victim', {id})"
+                )),
                 "scheduled"
             );
             exec("SELECT * FROM aedb_queue.queue_reap()");
@@ -568,6 +669,9 @@ mod tests {
             exec("RESET search_path");
         });
         assert_eq!(count("evil.hijacked"), 0, "no look-alike was ever called");
-        assert_eq!(count("aedb_queue.task WHERE queue = 'victim' AND state = 'scheduled'"), 1);
+        assert_eq!(
+            count("aedb_queue.task WHERE queue = 'victim' AND state = 'scheduled'"),
+            1
+        );
     }
 }

@@ -207,14 +207,20 @@ impl Bench {
             let cases = [
                 (
                     "single, 1 producer",
-                    EnqueueMode::Single { producers: 1, notify: false },
+                    EnqueueMode::Single {
+                        producers: 1,
+                        notify: false,
+                    },
                     self.plan.enqueue_single,
                     1,
                     1,
                 ),
                 (
                     "single, 8 producers",
-                    EnqueueMode::Single { producers: 8, notify: false },
+                    EnqueueMode::Single {
+                        producers: 8,
+                        notify: false,
+                    },
                     self.plan.enqueue_single * 2,
                     8,
                     1,
@@ -237,7 +243,10 @@ impl Bench {
             // NOTIFY's cost: the same 8 producers with wake-ups on (ours only).
             let notify_case = (system == System::Aedb).then_some((
                 NOTIFY_COLUMN,
-                EnqueueMode::Single { producers: 8, notify: true },
+                EnqueueMode::Single {
+                    producers: 8,
+                    notify: true,
+                },
                 self.plan.enqueue_single * 2,
                 8,
                 1,
@@ -447,8 +456,12 @@ impl Bench {
                 Ok((rate, samples)) => {
                     self.results.add("churn", system.name(), "jobs/s", rate);
                     for (done, size) in samples {
-                        self.results
-                            .add("churn_size", system.name(), &churn_column(done), size as f64);
+                        self.results.add(
+                            "churn_size",
+                            system.name(),
+                            &churn_column(done),
+                            size as f64,
+                        );
                     }
                 }
                 Err(e) => self
@@ -521,7 +534,11 @@ async fn main() -> Result<()> {
         bench.plan.batched_workers.clone(),
         bench.plan.workers.clone(),
     );
-    let runs = |scenario: &str| args.only.as_ref().is_none_or(|only| only.iter().any(|o| o == scenario));
+    let runs = |scenario: &str| {
+        args.only
+            .as_ref()
+            .is_none_or(|only| only.iter().any(|o| o == scenario))
+    };
     for rep in 1..=bench.plan.reps {
         println!("== repetition {rep}/{}", bench.plan.reps);
         if runs("floor") {

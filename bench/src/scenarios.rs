@@ -80,7 +80,9 @@ pub async fn enqueue(ctx: &Ctx, mode: EnqueueMode, jobs: usize) -> Result<Measur
     let setup = ctx.fresh().await?;
     if let EnqueueMode::Single { notify: true, .. } = mode {
         setup
-            .batch(&format!("SELECT * FROM aedb_queue.queue_configure('{QUEUE}', notify => true)"))
+            .batch(&format!(
+                "SELECT * FROM aedb_queue.queue_configure('{QUEUE}', notify => true)"
+            ))
             .await?;
     }
     let start = Instant::now();

@@ -192,7 +192,10 @@ mod tests {
     fn a_role_without_grants_is_unrestricted_and_one_with_grants_is_confined() {
         let queue = |q: &str| Pattern::Exact(q.into());
         assert!(allowed(&[], Action::Administer, &queue("any")));
-        let tenant = [grant("a.*", Privilege::Worker), grant("a.in", Privilege::Producer)];
+        let tenant = [
+            grant("a.*", Privilege::Worker),
+            grant("a.in", Privilege::Producer),
+        ];
         assert!(allowed(&tenant, Action::Work, &queue("a.jobs")));
         assert!(!allowed(&tenant, Action::Work, &queue("b.jobs")));
         assert!(!allowed(&tenant, Action::Read, &queue("b.jobs")));

@@ -106,7 +106,9 @@ pub fn listed_state(value: &str) -> Result<(), QueueError> {
         _ => state(value).map_err(|_| {
             QueueError::invalid(
                 "state",
-                format!("must be one of scheduled, ready, in_flight, dead, completed; got {value:?}"),
+                format!(
+                    "must be one of scheduled, ready, in_flight, dead, completed; got {value:?}"
+                ),
             )
         }),
     }
@@ -302,7 +304,10 @@ mod tests {
         }
         assert!(state("done").is_err() && state("").is_err());
         assert!(state("completed").is_err() && listed_state("completed").is_ok());
-        assert!(listed_state("done").unwrap_err().to_string().contains("completed"));
+        assert!(listed_state("done")
+            .unwrap_err()
+            .to_string()
+            .contains("completed"));
     }
 
     #[test]

@@ -50,7 +50,10 @@ fn an_enqueue_wakes_listeners_when_it_commits_and_not_before() {
         "notified before commit"
     );
     tx.commit().unwrap();
-    assert_eq!(received(&mut listener, &[&queue], Duration::from_secs(5)), vec![queue.clone()]);
+    assert_eq!(
+        received(&mut listener, &[&queue], Duration::from_secs(5)),
+        vec![queue.clone()]
+    );
 
     // A rolled-back enqueue wakes nobody; a queue without notify stays quiet.
     let mut tx = producer.transaction().unwrap();
@@ -82,7 +85,10 @@ fn a_delayed_task_wakes_listeners_when_the_reaper_promotes_it() {
     );
     std::thread::sleep(Duration::from_millis(1200));
     assert_eq!(reap(&mut admin, Some(&queue)).promoted, 1);
-    assert_eq!(received(&mut listener, &[&queue], Duration::from_secs(5)), vec![queue.clone()]);
+    assert_eq!(
+        received(&mut listener, &[&queue], Duration::from_secs(5)),
+        vec![queue.clone()]
+    );
     let claimed = claim_one(&mut producer, &queue, "w", "30 seconds").expect("the timer is ready");
     assert_eq!(claimed.task_id, task.task_id);
 }

@@ -12,16 +12,16 @@ use crate::security;
 use crate::store::{self, QueueSettings, SettingsChange};
 
 type SettingsRow = (
-    String, // queue
-    Option<i32>, // max_attempts
+    String,           // queue
+    Option<i32>,      // max_attempts
     Option<Interval>, // backoff_base
     Option<Interval>, // backoff_max
     Option<Interval>, // default_lease
-    Option<i32>, // max_payload_bytes
+    Option<i32>,      // max_payload_bytes
     Option<Interval>, // keep_completed
     Option<Interval>, // keep_idempotency_keys
-    bool, // notify
-    bool, // paused
+    bool,             // notify
+    bool,             // paused
 );
 
 fn settings_row(queue: &str, s: QueueSettings) -> SettingsRow {
@@ -49,7 +49,10 @@ fn positive(arg: &'static str, value: Option<Interval>) -> Result<Option<Interva
 
 fn at_least_one(arg: &'static str, value: Option<i32>) -> Result<Option<i32>> {
     match value {
-        Some(v) if v < 1 => Err(QueueError::invalid(arg, format!("must be at least 1, got {v}"))),
+        Some(v) if v < 1 => Err(QueueError::invalid(
+            arg,
+            format!("must be at least 1, got {v}"),
+        )),
         _ => Ok(value),
     }
 }
@@ -154,7 +157,11 @@ fn queue_retry_dead(
 /// Deletes every task of the queue in `state` (`completed`: the kept
 /// completed tasks); in-flight tasks only with `force`. Returns how many.
 #[pg_extern]
-fn queue_purge(queue: Option<&str>, state: Option<&str>, force: default!(Option<bool>, false)) -> i64 {
+fn queue_purge(
+    queue: Option<&str>,
+    state: Option<&str>,
+    force: default!(Option<bool>, false),
+) -> i64 {
     run(|| {
         let queue = checked_name("queue", queue)?;
         let state = required("state", state)?;

@@ -13,25 +13,25 @@ use crate::store::{self, TaskRecord};
 
 /// A `queue_get` / `queue_list` row; the column names are in their signatures.
 type TaskRow = (
-    i64, // task_id
-    String, // queue
-    String, // state
+    i64,                           // task_id
+    String,                        // queue
+    String,                        // state
     Option<TimestampWithTimeZone>, // not_before
-    i64, // priority
-    i32, // attempts
-    i32, // max_attempts
-    Option<String>, // owner_id
-    i64, // fencing_token
+    i64,                           // priority
+    i32,                           // attempts
+    i32,                           // max_attempts
+    Option<String>,                // owner_id
+    i64,                           // fencing_token
     Option<TimestampWithTimeZone>, // lease_deadline
-    Option<RawJsonb>, // payload
-    Option<RawJsonb>, // progress
-    Option<String>, // last_error
-    Option<String>, // idempotency_key
-    Option<Interval>, // backoff_base
-    Option<Interval>, // backoff_max
-    TimestampWithTimeZone, // created_at
-    TimestampWithTimeZone, // updated_at
-    Option<RawJsonb>, // result
+    Option<RawJsonb>,              // payload
+    Option<RawJsonb>,              // progress
+    Option<String>,                // last_error
+    Option<String>,                // idempotency_key
+    Option<Interval>,              // backoff_base
+    Option<Interval>,              // backoff_max
+    TimestampWithTimeZone,         // created_at
+    TimestampWithTimeZone,         // updated_at
+    Option<RawJsonb>,              // result
     Option<TimestampWithTimeZone>, // completed_at
 );
 
@@ -95,7 +95,9 @@ fn queue_get(
         let queue = checked_name("queue", queue)?;
         let task_id = required("task_id", task_id)?;
         security::authorize(Action::Read, queue)?;
-        Ok(TableIterator::new(store::get_task(queue, task_id)?.into_iter().map(row)))
+        Ok(TableIterator::new(
+            store::get_task(queue, task_id)?.into_iter().map(row),
+        ))
     })
 }
 

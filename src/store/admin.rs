@@ -2,6 +2,7 @@
 //! letters, purges, the completed-task archive, wake-ups and inspection.
 
 use std::cell::RefCell;
+use std::rc::Rc;
 
 use aedb_queue_core::grants::{Grant, Pattern, Privilege};
 use aedb_queue_core::validate::RetryDefaults;
@@ -203,28 +204,51 @@ static GET_TASK: Statement = Statement {
 /// Each state through its own index in its natural order; $2 NULL lists all.
 static LIST_TASKS: Statement = Statement {
     sql: concat!(
-        "(", task_record_select!("WHERE t.queue = $1 AND t.state = 'ready' AND ($2 IS NULL OR $2 = 'ready')
-              ORDER BY t.priority DESC, -t.task_id DESC LIMIT $3"), ")
+        "(",
+        task_record_select!(
+            "WHERE t.queue = $1 AND t.state = 'ready' AND ($2 IS NULL OR $2 = 'ready')
+              ORDER BY t.priority DESC, -t.task_id DESC LIMIT $3"
+        ),
+        ")
          UNION ALL
-         (", task_record_select!("WHERE t.queue = $1 AND t.state = 'in_flight' AND t.lease_deadline IS NOT NULL
-              AND ($2 IS NULL OR $2 = 'in_flight') ORDER BY t.lease_deadline LIMIT $3"), ")
+         (",
+        task_record_select!(
+            "WHERE t.queue = $1 AND t.state = 'in_flight' AND t.lease_deadline IS NOT NULL
+              AND ($2 IS NULL OR $2 = 'in_flight') ORDER BY t.lease_deadline LIMIT $3"
+        ),
+        ")
          UNION ALL
-         (", task_record_select!("WHERE t.queue = $1 AND t.state = 'scheduled' AND ($2 IS NULL OR $2 = 'scheduled')
-              ORDER BY t.not_before LIMIT $3"), ")
+         (",
+        task_record_select!(
+            "WHERE t.queue = $1 AND t.state = 'scheduled' AND ($2 IS NULL OR $2 = 'scheduled')
+              ORDER BY t.not_before LIMIT $3"
+        ),
+        ")
          UNION ALL
-         (", task_record_select!("WHERE t.queue = $1 AND t.state = 'dead' AND ($2 IS NULL OR $2 = 'dead')
-              ORDER BY t.task_id LIMIT $3"), ")
+         (",
+        task_record_select!(
+            "WHERE t.queue = $1 AND t.state = 'dead' AND ($2 IS NULL OR $2 = 'dead')
+              ORDER BY t.task_id LIMIT $3"
+        ),
+        ")
          UNION ALL
-         (", completed_record_select!("WHERE t.queue = $1 AND ($2 IS NULL OR $2 = 'completed')
-              ORDER BY t.queue, t.completed_at DESC LIMIT $3"), ")
+         (",
+        completed_record_select!(
+            "WHERE t.queue = $1 AND ($2 IS NULL OR $2 = 'completed')
+              ORDER BY t.queue, t.completed_at DESC LIMIT $3"
+        ),
+        ")
          LIMIT $3"
     ),
     args: &[TEXT, TEXT, INT4],
 };
 
+/// Every per-queue grant, with the role it was given to.
+pub type Grants = Rc<[(Oid, Grant)]>;
+
 thread_local! {
     static SETTINGS: RefCell<Copies<String, QueueSettings>> = RefCell::new(Copies::new());
-    static GRANTS: RefCell<Copies<(), Vec<(Oid, Grant)>>> = RefCell::new(Copies::new());
+    static GRANTS: RefCell<Copies<(), Grants>> = RefCell::new(Copies::new());
 }
 
 /// The queue's settings, from this backend's copy while no change was committed.
@@ -312,10 +336,11 @@ pub fn set_paused(queue: &str, paused: bool) -> Result<bool> {
     Ok(changed == Some(true))
 }
 
-/// Every per-queue grant, with the role it was given to.
-pub fn all_grants() -> Result<Vec<(Oid, Grant)>> {
+/// The per-queue grants, from this backend's copy while no change was committed.
+/// Shared, not copied: every call of a confined role reads it.
+pub fn all_grants() -> Result<Grants> {
     if !super::schema_current() {
-        return Ok(Vec::new());
+        return Ok(Rc::from([]));
     }
     if let Some(found) = GRANTS.with(|g| g.borrow_mut().get(&())) {
         return Ok(found);
@@ -335,7 +360,7 @@ pub fn all_grants() -> Result<Vec<(Oid, Grant)>> {
                     },
                 ))
             })
-            .collect::<Result<Vec<_>>>()
+            .collect::<Result<Rc<[_]>>>()
     })?;
     GRANTS.with(|g| g.borrow_mut().put((), loaded.clone(), generation));
     Ok(loaded)
@@ -345,7 +370,11 @@ pub fn all_grants() -> Result<Vec<(Oid, Grant)>> {
 pub fn change_grant(role: Oid, pattern: &str, privilege: Privilege, revoke: bool) -> Result<bool> {
     let statement = if revoke { &DELETE_GRANT } else { &INSERT_GRANT };
     let changed = with_client(|client| {
-        let args = [i64::from(u32::from(role)).into(), pattern.into(), privilege.as_str().into()];
+        let args = [
+            i64::from(u32::from(role)).into(),
+            pattern.into(),
+            privilege.as_str().into(),
+        ];
         Ok(!execute(client, statement, &args)?.is_empty())
     })?;
     cache::invalidate(c"queue_grant");
@@ -355,7 +384,11 @@ pub fn change_grant(role: Oid, pattern: &str, privilege: Privilege, revoke: bool
 /// Moves dead tasks (one, or all when `task_id` is None) back to ready, up to `max`.
 pub fn retry_dead(queue: &str, task_id: Option<i64>, max: i32) -> Result<i64> {
     with_client(|client| {
-        let table = execute(client, &RETRY_DEAD, &[queue.into(), task_id.into(), max.into()])?;
+        let table = execute(
+            client,
+            &RETRY_DEAD,
+            &[queue.into(), task_id.into(), max.into()],
+        )?;
         Ok(first_i64(table)?.unwrap_or(0))
     })
 }
@@ -373,9 +406,19 @@ pub fn purge(queue: &str, state: &str) -> Result<i64> {
 }
 
 /// COMPLETE, keeping the task and `result` in the archive; true if the fence held.
-pub fn complete_keeping(queue: &str, task_id: i64, fencing_token: i64, result: Option<RawJsonb>) -> Result<bool> {
+pub fn complete_keeping(
+    queue: &str,
+    task_id: i64,
+    fencing_token: i64,
+    result: Option<RawJsonb>,
+) -> Result<bool> {
     with_client(|client| {
-        let args = [task_id.into(), queue.into(), fencing_token.into(), result.into()];
+        let args = [
+            task_id.into(),
+            queue.into(),
+            fencing_token.into(),
+            result.into(),
+        ];
         Ok(!execute(client, &COMPLETE_KEEPING, &args)?.is_empty())
     })
 }
@@ -383,7 +426,11 @@ pub fn complete_keeping(queue: &str, task_id: i64, fencing_token: i64, result: O
 /// Deletes up to `max` archived tasks completed longer than `keep` ago.
 pub fn expire_completed(queue: &str, keep: Interval, max: i32) -> Result<i64> {
     with_client(|client| {
-        let table = execute(client, &EXPIRE_COMPLETED, &[queue.into(), keep.into(), max.into()])?;
+        let table = execute(
+            client,
+            &EXPIRE_COMPLETED,
+            &[queue.into(), keep.into(), max.into()],
+        )?;
         Ok(first_i64(table)?.unwrap_or(0))
     })
 }
@@ -391,7 +438,11 @@ pub fn expire_completed(queue: &str, keep: Interval, max: i32) -> Result<i64> {
 /// Deletes up to `max` idempotency keys taken longer than `keep` ago whose task is gone.
 pub fn expire_keys(queue: &str, keep: Interval, max: i32) -> Result<i64> {
     with_client(|client| {
-        let table = execute(client, &EXPIRE_KEYS, &[queue.into(), keep.into(), max.into()])?;
+        let table = execute(
+            client,
+            &EXPIRE_KEYS,
+            &[queue.into(), keep.into(), max.into()],
+        )?;
         Ok(first_i64(table)?.unwrap_or(0))
     })
 }
@@ -455,15 +506,23 @@ fn task_record(row: &SpiHeapTupleData<'_>) -> Result<TaskRecord> {
 pub fn get_task(queue: &str, task_id: i64) -> Result<Option<TaskRecord>> {
     with_client(|client| {
         let table = execute(client, &GET_TASK, &[queue.into(), task_id.into()])?;
-        table.into_iter().next().map(|row| task_record(&row)).transpose()
+        table
+            .into_iter()
+            .next()
+            .map(|row| task_record(&row))
+            .transpose()
     })
 }
 
 /// Up to `limit` tasks of the queue, of one state or of all.
 pub fn list_tasks(queue: &str, state: Option<&str>, limit: i32) -> Result<Vec<TaskRecord>> {
     with_client(|client| {
-        execute(client, &LIST_TASKS, &[queue.into(), state.into(), limit.into()])?
-            .map(|row| task_record(&row))
-            .collect()
+        execute(
+            client,
+            &LIST_TASKS,
+            &[queue.into(), state.into(), limit.into()],
+        )?
+        .map(|row| task_record(&row))
+        .collect()
     })
 }

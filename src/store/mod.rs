@@ -20,7 +20,6 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
-
 use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys::{self, PgBuiltInOids, PgOid};
 use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiHeapTupleData, SpiTupleTable};

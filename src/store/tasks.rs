@@ -16,7 +16,6 @@ use crate::errors::{internal, Result};
 use crate::guc;
 use crate::jsonb::{RawJsonb, RawJsonbArray};
 
-
 /// The queue registry row is created on first use; `DO NOTHING` costs an index
 /// probe when it exists. `reap` of all queues walks this registry.
 static INSERT_TASK: Statement = Statement {
@@ -132,7 +131,7 @@ static REAP: Statement = Statement {
 
 /// One claim statement around the subquery that picks and locks the tasks.
 macro_rules! claim_picked {
-    ($pick:literal) => {
+    ($pick:expr) => {
         concat!(
             "UPDATE aedb_queue.task
              SET state = 'in_flight', attempts = attempts + 1, fencing_token = fencing_token + 1,
@@ -147,26 +146,29 @@ macro_rules! claim_picked {
     };
 }
 
+/// The subquery of a claim from the head of the ready index, in `$order`.
+macro_rules! ready_head {
+    ($order:literal) => {
+        concat!(
+            "SELECT task_id FROM aedb_queue.task
+             WHERE queue = $1 AND state = 'ready'
+             ORDER BY ",
+            $order,
+            "
+             LIMIT $2
+             FOR UPDATE SKIP LOCKED"
+        )
+    };
+}
+
 static CLAIM: Statement = Statement {
-    sql: claim_picked!(
-        "SELECT task_id FROM aedb_queue.task
-         WHERE queue = $1 AND state = 'ready'
-         ORDER BY priority DESC, -task_id DESC
-         LIMIT $2
-         FOR UPDATE SKIP LOCKED"
-    ),
+    sql: claim_picked!(ready_head!("priority DESC, -task_id DESC")),
     args: &[TEXT, INT4, TEXT, INTERVAL],
 };
 
 /// CLAIM in the order 0.1.0's ready index serves (see `schema_current`).
 static CLAIM_0_1_0: Statement = Statement {
-    sql: claim_picked!(
-        "SELECT task_id FROM aedb_queue.task
-         WHERE queue = $1 AND state = 'ready'
-         ORDER BY priority DESC, task_id
-         LIMIT $2
-         FOR UPDATE SKIP LOCKED"
-    ),
+    sql: claim_picked!(ready_head!("priority DESC, task_id")),
     args: &[TEXT, INT4, TEXT, INTERVAL],
 };
 
@@ -332,7 +334,12 @@ fn reap_in(
     reclaim: i32,
     due_after: TimestampWithTimeZone,
 ) -> Result<Reaped> {
-    let args = [queue.into(), promote.into(), reclaim.into(), due_after.into()];
+    let args = [
+        queue.into(),
+        promote.into(),
+        reclaim.into(),
+        due_after.into(),
+    ];
     let table = execute(client, &REAP, &args)?;
     let row = table.first();
     Ok(Reaped {
@@ -426,7 +433,12 @@ pub fn claim(
 
 /// Runs REAP when the cheap check finds a due timer or an expired lease past
 /// the hint; moves the hint when everything due was handled.
-fn reap_if_due(client: &mut SpiClient<'_>, queue: &str, limit: i32, hints: &mut Hints) -> Result<()> {
+fn reap_if_due(
+    client: &mut SpiClient<'_>,
+    queue: &str,
+    limit: i32,
+    hints: &mut Hints,
+) -> Result<()> {
     let due_after = hints
         .due_after()
         .unwrap_or_else(TimestampWithTimeZone::negative_infinity);
@@ -442,8 +454,13 @@ fn reap_if_due(client: &mut SpiClient<'_>, queue: &str, limit: i32, hints: &mut 
         return Ok(());
     }
     let reaped = reap_in(client, queue, limit, limit, due_after)?;
-    let cut_short = reaped.promoted >= limit as i64 || reaped.reclaimed + reaped.dead_lettered >= limit as i64;
-    hints.reaped(checked_at, !cut_short, reaped.promoted + reaped.reclaimed > 0);
+    let cut_short =
+        reaped.promoted >= limit as i64 || reaped.reclaimed + reaped.dead_lettered >= limit as i64;
+    hints.reaped(
+        checked_at,
+        !cut_short,
+        reaped.promoted + reaped.reclaimed > 0,
+    );
     Ok(())
 }
 
