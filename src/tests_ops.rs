@@ -340,6 +340,40 @@ mod tests {
         assert_eq!(state_of("keepb", b).as_deref(), Some("in_flight"));
     }
 
+    /// The reaper's retention work is bounded by its `max`, per queue.
+    #[pg_test]
+    fn expiring_kept_tasks_is_bounded_by_the_reapers_max() {
+        exec("SELECT aedb_queue.queue_configure('keepmax', keep_completed => '1 hour')");
+        for _ in 0..3 {
+            let id = enqueue("keepmax", "");
+            let (_, token) = claim_one("keepmax");
+            assert_eq!(complete("keepmax", id, token, ""), "applied");
+        }
+        exec(
+            "UPDATE aedb_queue.completed_task SET completed_at = completed_at - interval '2 hours'",
+        );
+        exec("SELECT * FROM aedb_queue.queue_reap('keepmax', max => 2)");
+        assert_eq!(count("aedb_queue.completed_task"), 1);
+        exec("SELECT * FROM aedb_queue.queue_reap('keepmax', max => 2)");
+        assert_eq!(count("aedb_queue.completed_task"), 0);
+    }
+
+    /// Pausing stops hand-outs, not housekeeping: the reaper still
+    /// requeues an abandoned lease of a paused queue.
+    #[pg_test]
+    fn the_reaper_still_reclaims_expired_leases_of_a_paused_queue() {
+        let id = enqueue("pz", "");
+        claim_one("pz");
+        exec("SELECT aedb_queue.queue_pause('pz')");
+        crate::tests::tests::expire_lease(id);
+        assert_eq!(
+            ints("SELECT reclaimed FROM aedb_queue.queue_reap('pz')"),
+            vec![1]
+        );
+        assert_eq!(state_of("pz", id).as_deref(), Some("ready"));
+        assert!(claim("pz", "").is_empty(), "still paused");
+    }
+
     #[pg_test]
     fn queues_that_do_not_keep_completed_tasks_archive_nothing() {
         let id = enqueue("nokeep", "");
