@@ -2052,9 +2052,18 @@ pub(crate) mod tests {
     // partial index of the state they serve.
     // ------------------------------------------------------------------
 
+    type PlanNode = (String, Option<String>, Option<String>);
+
+    /// (Node Type, Index Name, Index Cond) of every node of `query`'s plan.
+    fn plan_nodes(query: &str) -> Vec<PlanNode> {
+        let pgrx::Json(plan) =
+            Spi::explain(query).unwrap_or_else(|e| panic!("EXPLAIN {query}: {e}"));
+        nodes_of(&plan)
+    }
+
     /// (Node Type, Index Name, Index Cond) of every node of an EXPLAIN (FORMAT JSON) plan.
-    fn plan_nodes(query: &str) -> Vec<(String, Option<String>, Option<String>)> {
-        fn walk(node: &serde_json::Value, out: &mut Vec<(String, Option<String>, Option<String>)>) {
+    fn nodes_of(plan: &serde_json::Value) -> Vec<PlanNode> {
+        fn walk(node: &serde_json::Value, out: &mut Vec<PlanNode>) {
             let text = |key: &str| node.get(key).and_then(|v| v.as_str()).map(str::to_string);
             if let Some(kind) = text("Node Type") {
                 out.push((kind, text("Index Name"), text("Index Cond")));
@@ -2071,8 +2080,6 @@ pub(crate) mod tests {
                 walk(child, out);
             }
         }
-        let pgrx::Json(plan) =
-            Spi::explain(query).unwrap_or_else(|e| panic!("EXPLAIN {query}: {e}"));
         let mut out = Vec::new();
         for root in plan.as_array().expect("EXPLAIN JSON is an array") {
             walk(root, &mut out);
@@ -2214,6 +2221,33 @@ pub(crate) mod tests {
              WHERE task_id = 1 AND queue = 'clutter' AND state = 'in_flight' AND fencing_token = 1",
             "task_pkey",
             "task_id",
+        );
+    }
+
+    /// A generic plan lives until the next ANALYZE, so one made while the
+    /// task table is empty and never analyzed (a fresh install, workers
+    /// started before producers) serves the queue as it fills. None of the
+    /// lifecycle statements may scan the table then, or every claim would
+    /// read every task: the claim's write, picked by `task_id = ANY(...)`,
+    /// is a sequential scan on such a table unless they are ruled out.
+    #[pg_test]
+    fn lifecycle_plans_made_on_a_never_analyzed_table_never_scan_it() {
+        exec(
+            "UPDATE pg_catalog.pg_class SET relpages = 0, reltuples = -1, relallvisible = 0
+             WHERE oid = 'aedb_queue.task'::regclass",
+        );
+        for (name, stmt) in crate::store::LIFECYCLE_STATEMENTS {
+            let nodes = nodes_of(&crate::store::explain(stmt).unwrap());
+            assert!(!nodes.is_empty(), "{name}: no plan");
+            assert!(
+                nodes.iter().all(|(kind, _, _)| kind != "Seq Scan"),
+                "{name} scans the task table: {nodes:?}"
+            );
+        }
+        // The planner settings are the statement's only: the session's are back.
+        assert_eq!(
+            Spi::get_one::<String>("SELECT current_setting('enable_seqscan')").unwrap(),
+            Some("on".into())
         );
     }
 

@@ -38,6 +38,9 @@ struct Args {
     /// Repetitions of the long scenarios: steady state, clutter, long transaction (default 1).
     #[arg(long)]
     long_reps: Option<usize>,
+    /// Producer rates of the steady-state scenario, jobs/s (default 500,2000).
+    #[arg(long, value_delimiter = ',')]
+    steady_rates: Option<Vec<u64>>,
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
     #[arg(long, default_value_t = 54329)]
@@ -506,6 +509,9 @@ async fn main() -> Result<()> {
     }
     if let Some(reps) = args.long_reps {
         plan.long_reps = reps;
+    }
+    if let Some(rates) = args.steady_rates.clone() {
+        plan.steady_rates = rates;
     }
     let default_systems = if args.quick {
         vec!["aedb_queue".to_string(), "baseline".to_string()]

@@ -5,8 +5,7 @@
 //! Every statement is shaped to have one good plan whatever its parameters
 //! (partial indexes with literal predicates; rows picked with `LIMIT $n ...
 //! FOR UPDATE SKIP LOCKED` fed to the write through `= ANY(ARRAY(...))`), and
-//! runs with its generic plan: the plan cache would otherwise misjudge
-//! `LIMIT $n` and re-plan the claim on every call.
+//! runs with a generic plan and no sequential scans (`PlannerSettings`).
 //! Statements use schema-qualified names and `statement_timestamp()`, so a
 //! call sees the current time even inside a long transaction.
 
@@ -71,30 +70,96 @@ pub(crate) fn execute<'conn>(
             plan
         }
     };
-    let _generic = GenericPlans::force();
+    let _planner = PlannerSettings::enter();
     client.update(&*plan, None, args).map_err(internal)
 }
 
-/// Forces generic plans while one of our statements runs; restores the
-/// caller's `plan_cache_mode` when dropped, also when the statement errors
-/// (pgrx unwinds through this frame).
-struct GenericPlans(std::ffi::c_int);
+/// The plan `stmt` runs with, as EXPLAIN (FORMAT JSON) shows it: prepared
+/// and explained under the same planner settings as `execute`, with NULL
+/// for every parameter (a generic plan does not depend on them).
+#[cfg(any(test, feature = "pg_test"))]
+pub(crate) fn explain(stmt: &Statement) -> Result<serde_json::Value> {
+    let types: Vec<String> = stmt
+        .args
+        .iter()
+        .map(|&oid| {
+            // SAFETY: a built-in type oid; the result is a palloc'd C string.
+            let name = unsafe { std::ffi::CStr::from_ptr(pg_sys::format_type_be(oid.into())) };
+            name.to_string_lossy().into_owned()
+        })
+        .collect();
+    let nulls = vec!["NULL"; types.len()].join(", ");
+    let _planner = PlannerSettings::enter();
+    Spi::connect_mut(|client| {
+        client
+            .update(
+                &format!(
+                    "PREPARE aedb_queue_explained({}) AS {}",
+                    types.join(", "),
+                    stmt.sql
+                ),
+                None,
+                &[],
+            )
+            .map_err(internal)?;
+        let execute = if types.is_empty() {
+            "EXECUTE aedb_queue_explained".to_string()
+        } else {
+            format!("EXECUTE aedb_queue_explained({nulls})")
+        };
+        let plan = client
+            .select(&format!("EXPLAIN (FORMAT JSON) {execute}"), None, &[])
+            .map_err(internal)?
+            .first()
+            .get_one::<pgrx::Json>()
+            .map_err(internal)?
+            .ok_or_else(|| internal("EXPLAIN returned no plan"))?;
+        client
+            .update("DEALLOCATE aedb_queue_explained", None, &[])
+            .map_err(internal)?;
+        Ok(plan.0)
+    })
+}
 
-impl GenericPlans {
-    fn force() -> Self {
-        // SAFETY: a plain GUC variable of this single-threaded backend.
+/// The planner settings our statements run with, restored when dropped
+/// (also when the statement errors: pgrx unwinds through this frame).
+///
+/// Generic plans: the plan cache would otherwise misjudge `LIMIT $n` and
+/// re-plan the claim on every call. No sequential scans: a generic plan
+/// lives as long as the backend's statistics, so one made while the table
+/// was empty or never analyzed (a fresh install, workers started before
+/// producers) would otherwise scan every task on each claim until the next
+/// ANALYZE; every statement here has an index or TID path, which is right
+/// at any table size.
+struct PlannerSettings {
+    plan_cache_mode: std::ffi::c_int,
+    enable_seqscan: bool,
+}
+
+impl PlannerSettings {
+    fn enter() -> Self {
+        // SAFETY: plain GUC variables of this single-threaded backend, read
+        // only by the planner; assigning them directly skips the GUC stack,
+        // which is why Drop restores them.
         unsafe {
-            let saved = pg_sys::plan_cache_mode;
+            let saved = PlannerSettings {
+                plan_cache_mode: pg_sys::plan_cache_mode,
+                enable_seqscan: pg_sys::enable_seqscan,
+            };
             pg_sys::plan_cache_mode =
                 pg_sys::PlanCacheMode::PLAN_CACHE_MODE_FORCE_GENERIC_PLAN as std::ffi::c_int;
-            GenericPlans(saved)
+            pg_sys::enable_seqscan = false;
+            saved
         }
     }
 }
 
-impl Drop for GenericPlans {
+impl Drop for PlannerSettings {
     fn drop(&mut self) {
-        unsafe { pg_sys::plan_cache_mode = self.0 };
+        unsafe {
+            pg_sys::plan_cache_mode = self.plan_cache_mode;
+            pg_sys::enable_seqscan = self.enable_seqscan;
+        }
     }
 }
 

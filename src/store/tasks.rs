@@ -248,6 +248,26 @@ static QUEUE_NAMES: Statement = Statement {
     args: &[],
 };
 
+/// The statements of the task lifecycle, by name, for the plan tests: each
+/// touches a bounded set of tasks, so none may scan the task table.
+#[cfg(any(test, feature = "pg_test"))]
+pub(crate) static LIFECYCLE_STATEMENTS: &[(&str, &Statement)] = &[
+    ("INSERT_TASK", &INSERT_TASK),
+    ("INSERT_BATCH", &INSERT_BATCH),
+    ("RESERVE_KEY", &RESERVE_KEY),
+    ("LOOKUP_KEY", &LOOKUP_KEY),
+    ("REAP_NEEDED", &REAP_NEEDED),
+    ("REAP", &REAP),
+    ("CLAIM", &CLAIM),
+    ("CLAIM_AFTER", &CLAIM_AFTER),
+    ("COMPLETE", &COMPLETE),
+    ("COMPLETE_MANY", &COMPLETE_MANY),
+    ("LOCK_FOR_FAIL", &LOCK_FOR_FAIL),
+    ("SETTLE_FAILURE", &SETTLE_FAILURE),
+    ("HEARTBEAT", &HEARTBEAT),
+    ("CANCEL", &CANCEL),
+];
+
 /// A new task's stored fields.
 pub struct NewTask<'a> {
     pub queue: &'a str,
