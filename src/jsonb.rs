@@ -85,8 +85,10 @@ impl RawJsonb {
 }
 
 impl RawJsonbArray {
-    /// Byte size of each element (`None` for a NULL element), in array order.
-    pub fn element_sizes(&self) -> Vec<Option<usize>> {
+    /// The elements (`None` for a NULL element), in array order. They point
+    /// into the detoasted array, which lives as long as the current memory
+    /// context.
+    pub fn elements(&self) -> Vec<Option<RawJsonb>> {
         unsafe {
             let array = pg_sys::pg_detoast_datum(self.0.cast_mut_ptr()) as *mut pg_sys::ArrayType;
             let mut elements: *mut pg_sys::Datum = std::ptr::null_mut();
@@ -103,7 +105,7 @@ impl RawJsonbArray {
                 &mut count,
             );
             (0..count as usize)
-                .map(|i| (!*nulls.add(i)).then(|| raw_size(*elements.add(i))))
+                .map(|i| (!*nulls.add(i)).then(|| RawJsonb(*elements.add(i))))
                 .collect()
         }
     }

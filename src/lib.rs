@@ -23,6 +23,8 @@ mod store;
 #[cfg(any(test, feature = "pg_test"))]
 mod tests;
 #[cfg(any(test, feature = "pg_test"))]
+mod tests_bulk;
+#[cfg(any(test, feature = "pg_test"))]
 mod tests_cron;
 #[cfg(any(test, feature = "pg_test"))]
 mod tests_ops;

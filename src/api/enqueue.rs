@@ -167,10 +167,14 @@ fn queue_enqueue_batch(
         let payloads = required("payloads", payloads)?;
         security::authorize(Action::Enqueue, queue)?;
         let settings = store::settings(queue)?;
-        let sizes = payloads.element_sizes();
-        for (i, size) in sizes.iter().enumerate() {
-            if let Some(size) = size {
-                checked_size(&format!("payloads[{}]", i + 1), *size, &settings)?;
+        let payloads = payloads.elements();
+        for (i, payload) in payloads.iter().enumerate() {
+            if let Some(payload) = payload {
+                checked_size(
+                    &format!("payloads[{}]", i + 1),
+                    payload.byte_size(),
+                    &settings,
+                )?;
             }
         }
         let options = options(
@@ -182,10 +186,10 @@ fn queue_enqueue_batch(
             None,
         )?;
         let resolved = validate::resolve_enqueue(options, settings.retry, "")?;
-        if sizes.is_empty() {
+        if payloads.is_empty() {
             return Ok(SetOfIterator::new(Vec::new()));
         }
-        let ids = store::insert_batch(&new_task(queue, &resolved), payloads)?;
+        let ids = store::insert_batch(&new_task(queue, &resolved), &payloads)?;
         if wakes_workers(&settings, &resolved) {
             store::notify(queue)?;
         }

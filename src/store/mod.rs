@@ -10,6 +10,7 @@
 //! call sees the current time even inside a long transaction.
 
 mod admin;
+pub(crate) mod bulk;
 mod tasks;
 
 pub use admin::*;

@@ -14,7 +14,10 @@ use super::{
 };
 use crate::errors::{internal, Result};
 use crate::guc;
-use crate::jsonb::{RawJsonb, RawJsonbArray};
+use crate::jsonb::RawJsonb;
+use pgrx::{pg_sys, IntoDatum};
+
+use super::bulk::{self, Values};
 
 /// The queue registry row is created on first use; `DO NOTHING` costs an index
 /// probe when it exists. `reap` of all queues walks this registry.
@@ -34,25 +37,36 @@ static INSERT_TASK: Statement = Statement {
     ],
 };
 
-static INSERT_BATCH: Statement = Statement {
+/// What every task of a batch shares, in one round trip: the queue
+/// registered, the creation and due times, the state's enum value (for
+/// `bulk::write`), and the batch's ids, taken in payload order.
+static START_BATCH: Statement = Statement {
     sql: "WITH registered AS (
               INSERT INTO aedb_queue.queue (name) VALUES ($1) ON CONFLICT DO NOTHING)
-          INSERT INTO aedb_queue.task (queue, state, not_before, priority, max_attempts,
+          SELECT statement_timestamp(), statement_timestamp() + $2,
+                 (SELECT e.oid FROM pg_catalog.pg_enum e
+                  WHERE e.enumtypid = 'aedb_queue.task_state'::pg_catalog.regtype
+                    AND e.enumlabel = $3),
+                 ARRAY(SELECT nextval('aedb_queue.task_id_seq') FROM generate_series(1, $4))",
+    args: &[TEXT, INTERVAL, TEXT, INT4],
+};
+
+/// The batch's rows through the executor, when `bulk::write` declines.
+static INSERT_BATCH: Statement = Statement {
+    sql: "INSERT INTO aedb_queue.task (task_id, queue, state, not_before, priority, max_attempts,
                                        backoff_base, backoff_max, payload, created_at, updated_at)
-          SELECT $1, CASE WHEN $2 THEN 'scheduled' ELSE 'ready' END::aedb_queue.task_state,
-                 statement_timestamp() + $3, $4, $5, $6, $7, p.payload,
-                 statement_timestamp(), statement_timestamp()
-          FROM unnest($8::jsonb[]) WITH ORDINALITY AS p(payload, n)
-          ORDER BY p.n
-          RETURNING task_id",
+          SELECT b.task_id, $1, $2::aedb_queue.task_state, $3, $4, $5, $6, $7, b.payload, $8, $8
+          FROM unnest($9::bigint[], $10::jsonb[]) AS b(task_id, payload)",
     args: &[
         TEXT,
-        BOOL,
-        INTERVAL,
+        TEXT,
+        TIMESTAMPTZ,
         INT8,
         INT4,
         INTERVAL,
         INTERVAL,
+        TIMESTAMPTZ,
+        INT8_ARRAY,
         JSONB_ARRAY,
     ],
 };
@@ -303,25 +317,87 @@ pub fn insert_task(
     })
 }
 
-pub fn insert_batch(task: &NewTask<'_>, payloads: RawJsonbArray) -> Result<Vec<i64>> {
+/// Inserts one task per payload; returns their ids in payload order.
+pub fn insert_batch(task: &NewTask<'_>, payloads: &[Option<RawJsonb>]) -> Result<Vec<i64>> {
+    let state = if task.scheduled { "scheduled" } else { "ready" };
     with_client(|client| {
         let args = [
             task.queue.into(),
-            task.scheduled.into(),
             task.delay.into(),
-            task.priority.into(),
-            task.max_attempts.into(),
-            task.backoff_base.into(),
-            task.backoff_max.into(),
-            payloads.into(),
+            state.into(),
+            (payloads.len() as i32).into(),
         ];
-        let mut ids = execute(client, &INSERT_BATCH, &args)?
-            .map(|row| required_column::<i64>(&row, 1))
-            .collect::<Result<Vec<_>>>()?;
-        // Ids come from the sequence in payload order.
-        ids.sort_unstable();
+        let start = execute(client, &START_BATCH, &args)?
+            .next()
+            .ok_or_else(|| internal("the batch start returned no row"))?;
+        let now: TimestampWithTimeZone = required_column(&start, 1)?;
+        let not_before: TimestampWithTimeZone = required_column(&start, 2)?;
+        let state_oid: pg_sys::Oid = required_column(&start, 3)?;
+        let ids: Vec<i64> = required_column(&start, 4)?;
+        let written = write_batch(task, payloads, &ids, (now, not_before, state_oid))?;
+        if !written {
+            let args = [
+                task.queue.into(),
+                state.into(),
+                not_before.into(),
+                task.priority.into(),
+                task.max_attempts.into(),
+                task.backoff_base.into(),
+                task.backoff_max.into(),
+                now.into(),
+                ids.as_slice().into(),
+                payloads.into(),
+            ];
+            execute(client, &INSERT_BATCH, &args)?;
+        }
         Ok(ids)
     })
+}
+
+/// The batch through `bulk::write`; false when it declined.
+fn write_batch(
+    task: &NewTask<'_>,
+    payloads: &[Option<RawJsonb>],
+    ids: &[i64],
+    (now, not_before, state): (TimestampWithTimeZone, TimestampWithTimeZone, pg_sys::Oid),
+) -> Result<bool> {
+    let relid =
+        crate::cache::relation_oid(c"task").ok_or_else(|| internal("no table aedb_queue.task"))?;
+    let datum =
+        |value: Option<pg_sys::Datum>| value.ok_or_else(|| internal("a batch value is NULL"));
+    let ids: Vec<Option<pg_sys::Datum>> = ids.iter().map(|id| id.into_datum()).collect();
+    let payloads: Vec<Option<pg_sys::Datum>> = payloads
+        .iter()
+        .map(|p| p.and_then(IntoDatum::into_datum))
+        .collect();
+    let columns = [
+        (c"task_id", Values::PerRow(&ids)),
+        (c"queue", Values::Same(datum(task.queue.into_datum())?)),
+        (c"state", Values::Same(pg_sys::Datum::from(state))),
+        (c"not_before", Values::Same(datum(not_before.into_datum())?)),
+        (
+            c"priority",
+            Values::Same(datum(task.priority.into_datum())?),
+        ),
+        (c"attempts", Values::Same(datum(0i32.into_datum())?)),
+        (
+            c"max_attempts",
+            Values::Same(datum(task.max_attempts.into_datum())?),
+        ),
+        (
+            c"backoff_base",
+            Values::Same(datum(task.backoff_base.into_datum())?),
+        ),
+        (
+            c"backoff_max",
+            Values::Same(datum(task.backoff_max.into_datum())?),
+        ),
+        (c"fencing_token", Values::Same(datum(0i64.into_datum())?)),
+        (c"payload", Values::PerRow(&payloads)),
+        (c"created_at", Values::Same(datum(now.into_datum())?)),
+        (c"updated_at", Values::Same(datum(now.into_datum())?)),
+    ];
+    Ok(bulk::write(relid, &columns, ids.len()))
 }
 
 /// `Some(id)`: the key is ours, insert the task under `id`. `None`: it was taken.

@@ -1,0 +1,187 @@
+//! Many rows written to one table the way COPY writes them: straight to the
+//! heap with `heap_multi_insert` (one WAL record per page, not per row), then
+//! into each index, with the table's constraints checked on every row.
+//!
+//! It skips the executor's per-row work for `INSERT ... SELECT unnest(...)`
+//! (a function scan into a tuplestore, a projection, the row-by-row heap
+//! insert and its WAL record), which is most of a batched enqueue's cost
+//! beyond the index inserts. It does no SQL and knows nothing of tasks: the
+//! caller says what each column holds. It declines (and the caller falls
+//! back to its INSERT statement) when a row would need what only the
+//! executor does: triggers, row-level security, or a column left out that
+//! has a default or must not be NULL.
+
+use std::ffi::CStr;
+
+use pgrx::pg_sys::{self, Datum};
+
+/// What one column holds in every row written.
+pub enum Values<'a> {
+    /// The same value in every row.
+    Same(Datum),
+    /// One value per row; `None` is NULL.
+    PerRow(&'a [Option<Datum>]),
+}
+
+/// Rows per `heap_multi_insert` call: enough to fill a few pages per WAL
+/// record, few enough that creating the slots (each pins the tuple
+/// descriptor with the resource owner) stays cheap for every batch.
+const ROWS_PER_CALL: usize = 64;
+
+/// Writes `rows` rows to `relid`, each column named in `columns` set from its
+/// `Values` and every other column NULL. Returns false, having written
+/// nothing, when the table needs the executor (see the module comment).
+///
+/// The caller holds an SPI connection or runs inside a function call: the
+/// rows are written as the current command and made visible to the next.
+pub fn write(relid: pg_sys::Oid, columns: &[(&CStr, Values<'_>)], rows: usize) -> bool {
+    // SAFETY: every pointer below comes from Postgres and lives in the
+    // executor state's memory context or the current one; errors raised by
+    // Postgres abort the transaction, which releases the relation, its
+    // locks and buffers.
+    unsafe {
+        let rel = pg_sys::table_open(relid, pg_sys::RowExclusiveLock as pg_sys::LOCKMODE);
+        let layout = if needs_executor(rel) {
+            None
+        } else {
+            layout(rel, columns)
+        };
+        let Some(layout) = layout else {
+            pg_sys::table_close(rel, pg_sys::RowExclusiveLock as pg_sys::LOCKMODE);
+            return false;
+        };
+        insert_rows(rel, &layout, rows);
+        // Keep the lock until commit, as the executor does.
+        pg_sys::table_close(rel, pg_sys::NoLock as pg_sys::LOCKMODE);
+        pg_sys::CommandCounterIncrement();
+        #[cfg(any(test, feature = "pg_test"))]
+        WRITES.with(|w| w.set(w.get() + 1));
+        true
+    }
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+thread_local! {
+    /// Completed `write` calls in this backend, for tests of who used it.
+    pub(crate) static WRITES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+unsafe fn needs_executor(rel: pg_sys::Relation) -> bool {
+    unsafe {
+        let form = &*(*rel).rd_rel;
+        !(*rel).trigdesc.is_null()
+            || form.relrowsecurity
+            || form.relkind != pg_sys::RELKIND_RELATION as std::ffi::c_char
+    }
+}
+
+/// For each attribute of the table in order, the values it gets; `None` for
+/// NULL. None at all when an attribute left out may not be NULL or has a
+/// default, or a named column does not exist.
+unsafe fn layout<'a>(
+    rel: pg_sys::Relation,
+    columns: &'a [(&CStr, Values<'a>)],
+) -> Option<Vec<Option<&'a Values<'a>>>> {
+    unsafe {
+        let desc = (*rel).rd_att;
+        let natts = (*desc).natts as usize;
+        let attrs = (*desc).attrs.as_slice(natts);
+        let mut found = 0;
+        let mut layout = Vec::with_capacity(natts);
+        for attr in attrs {
+            if attr.attisdropped {
+                layout.push(None);
+                continue;
+            }
+            let name = CStr::from_ptr(attr.attname.data.as_ptr());
+            match columns.iter().find(|(column, _)| *column == name) {
+                Some((_, values)) => {
+                    found += 1;
+                    layout.push(Some(values));
+                }
+                None if attr.attnotnull || attr.atthasdef => return None,
+                None => layout.push(None),
+            }
+        }
+        (found == columns.len()).then_some(layout)
+    }
+}
+
+unsafe fn insert_rows(rel: pg_sys::Relation, layout: &[Option<&Values<'_>>], rows: usize) {
+    unsafe {
+        let estate = pg_sys::CreateExecutorState();
+        let result_rel = pg_sys::palloc0(std::mem::size_of::<pg_sys::ResultRelInfo>())
+            as *mut pg_sys::ResultRelInfo;
+        pg_sys::InitResultRelInfo(result_rel, rel, 0, std::ptr::null_mut(), 0);
+        pg_sys::ExecOpenIndices(result_rel, false);
+        let has_constraints = !(*(*rel).rd_att).constr.is_null();
+        let bulk_state = pg_sys::GetBulkInsertState();
+        let command = pg_sys::GetCurrentCommandId(true);
+        let mut slots: Vec<*mut pg_sys::TupleTableSlot> = (0..rows.min(ROWS_PER_CALL))
+            .map(|_| pg_sys::table_slot_create(rel, &mut (*estate).es_tupleTable))
+            .collect();
+
+        for start in (0..rows).step_by(ROWS_PER_CALL) {
+            let count = (rows - start).min(ROWS_PER_CALL);
+            for (i, &slot) in slots[..count].iter().enumerate() {
+                fill(slot, layout, start + i);
+                if has_constraints {
+                    pg_sys::ExecConstraints(result_rel, slot, estate);
+                }
+            }
+            pg_sys::heap_multi_insert(
+                rel,
+                slots.as_mut_ptr(),
+                count as std::ffi::c_int,
+                command,
+                0,
+                bulk_state,
+            );
+            for &slot in &slots[..count] {
+                reset_per_row_memory(estate);
+                pg_sys::ExecInsertIndexTuples(
+                    result_rel,
+                    slot,
+                    estate,
+                    false,
+                    false,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                );
+            }
+        }
+
+        pg_sys::FreeBulkInsertState(bulk_state);
+        pg_sys::ExecCloseIndices(result_rel);
+        pg_sys::ExecResetTupleTable((*estate).es_tupleTable, false);
+        pg_sys::FreeExecutorState(estate);
+    }
+}
+
+unsafe fn fill(slot: *mut pg_sys::TupleTableSlot, layout: &[Option<&Values<'_>>], row: usize) {
+    unsafe {
+        pg_sys::ExecClearTuple(slot);
+        let values = std::slice::from_raw_parts_mut((*slot).tts_values, layout.len());
+        let nulls = std::slice::from_raw_parts_mut((*slot).tts_isnull, layout.len());
+        for (attr, column) in layout.iter().enumerate() {
+            let value = match column {
+                Some(Values::Same(datum)) => Some(*datum),
+                Some(Values::PerRow(per_row)) => per_row[row],
+                None => None,
+            };
+            values[attr] = value.unwrap_or(Datum::from(0usize));
+            nulls[attr] = value.is_none();
+        }
+        pg_sys::ExecStoreVirtualTuple(slot);
+    }
+}
+
+/// Index predicates and expressions are evaluated in the per-row context.
+unsafe fn reset_per_row_memory(estate: *mut pg_sys::EState) {
+    unsafe {
+        let context = (*estate).es_per_tuple_exprcontext;
+        if !context.is_null() {
+            pg_sys::MemoryContextReset((*context).ecxt_per_tuple_memory);
+        }
+    }
+}

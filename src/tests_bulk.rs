@@ -1,0 +1,222 @@
+//! `#[pg_test]`s of `store::bulk`, the COPY-style writer behind
+//! `queue_enqueue_batch`: called directly on scratch tables (rows, indexes,
+//! constraints, when it declines), then through the SQL function (it is the
+//! path taken, and the executor's INSERT takes over when a trigger needs it).
+//! Same conventions as `tests.rs`: one transaction per test, rolled back.
+
+#[pgrx::pg_schema]
+mod tests {
+    use pgrx::pg_sys;
+    use pgrx::prelude::*;
+
+    use crate::store::bulk::{self, Values, WRITES};
+    use crate::tests::tests::{count, exec, ints, one};
+
+    /// id (primary key, positive), kind (NOT NULL), note; a partial index on
+    /// kind for odd ids.
+    fn scratch(name: &str) {
+        exec(&format!(
+            "CREATE TABLE {name} (id bigint PRIMARY KEY CHECK (id > 0), kind text NOT NULL, note text)"
+        ));
+        exec(&format!(
+            "CREATE INDEX {name}_odd ON {name} (kind) WHERE id % 2 = 1"
+        ));
+    }
+
+    fn relid(table: &str) -> pg_sys::Oid {
+        one::<pg_sys::Oid>(&format!("SELECT '{table}'::regclass::oid"))
+    }
+
+    fn datums<T: IntoDatum + Copy>(values: &[T]) -> Vec<Option<pg_sys::Datum>> {
+        values.iter().map(|v| v.into_datum()).collect()
+    }
+
+    /// Writes rows (id, kind) to `table` with `kind` the same in each.
+    fn write(table: &str, ids: &[i64], kind: Option<&str>) -> bool {
+        let ids = datums(ids);
+        let kind = kind.and_then(IntoDatum::into_datum);
+        let kinds = vec![kind; ids.len()];
+        let columns = [
+            (c"id", Values::PerRow(&ids)),
+            (c"kind", Values::PerRow(&kinds)),
+        ];
+        bulk::write(relid(table), &columns, ids.len())
+    }
+
+    fn amcheck(index: &str) {
+        exec("CREATE EXTENSION IF NOT EXISTS amcheck");
+        // heapallindexed: every heap row the index should hold is in it.
+        exec(&format!("SELECT bt_index_check('{index}'::regclass, true)"));
+    }
+
+    #[pg_test]
+    fn writes_each_row_with_its_values_and_null_in_the_columns_left_out() {
+        scratch("s");
+        let ids: Vec<i64> = (1..=150).collect(); // several heap_multi_insert calls
+        assert!(write("s", &ids, Some("a")));
+        assert_eq!(ints("SELECT id FROM s ORDER BY id"), ids);
+        assert_eq!(count("s WHERE kind = 'a' AND note IS NULL"), 150);
+    }
+
+    #[pg_test]
+    fn every_index_gets_the_rows_its_predicate_admits() {
+        scratch("s");
+        assert!(write("s", &(1..=150).collect::<Vec<_>>(), Some("a")));
+        amcheck("s_pkey");
+        amcheck("s_odd");
+        exec("SET LOCAL enable_seqscan = off");
+        exec("SET LOCAL enable_bitmapscan = off");
+        let through_partial_index = "SELECT count(*) FROM s WHERE kind = 'a' AND id % 2 = 1";
+        let plan = format!("{:?}", Spi::explain(through_partial_index).unwrap().0);
+        assert!(plan.contains("s_odd"), "{plan}");
+        assert_eq!(one::<i64>(through_partial_index), 75);
+        assert_eq!(
+            one::<i64>("SELECT count(*) FROM s WHERE id BETWEEN 1 AND 150"),
+            150
+        );
+    }
+
+    #[pg_test]
+    fn rows_written_are_visible_to_the_next_statement_of_the_transaction() {
+        scratch("s");
+        assert!(write("s", &[1, 2], Some("a")));
+        assert_eq!(
+            Spi::get_one::<i64>("SELECT count(*) FROM s").unwrap(),
+            Some(2)
+        );
+    }
+
+    #[pg_test(error = "duplicate key value violates unique constraint \"s_pkey\"")]
+    fn a_duplicate_key_is_an_error() {
+        scratch("s");
+        write("s", &[1, 2, 1], Some("a"));
+    }
+
+    #[pg_test(error = "new row for relation \"s\" violates check constraint \"s_id_check\"")]
+    fn a_check_constraint_is_enforced() {
+        scratch("s");
+        write("s", &[1, 0], Some("a"));
+    }
+
+    #[pg_test(
+        error = "null value in column \"kind\" of relation \"s\" violates not-null constraint"
+    )]
+    fn a_not_null_column_is_enforced() {
+        scratch("s");
+        write("s", &[1], None);
+    }
+
+    /// Each case on its own table: `write` returns false and writes nothing.
+    #[pg_test]
+    fn declines_whatever_needs_the_executor() {
+        let cases: [(&str, &[&str]); 4] = [
+            (
+                "a trigger",
+                &[
+                    "CREATE FUNCTION pg_temp.noop() RETURNS trigger LANGUAGE plpgsql
+                     AS 'BEGIN RETURN NEW; END'",
+                    "CREATE TRIGGER t BEFORE INSERT ON d1 FOR EACH ROW EXECUTE FUNCTION pg_temp.noop()",
+                ],
+            ),
+            ("row-level security", &["ALTER TABLE d2 ENABLE ROW LEVEL SECURITY"]),
+            (
+                "a default on a column left out",
+                &["ALTER TABLE d3 ADD COLUMN made timestamptz DEFAULT now()"],
+            ),
+            (
+                "a NOT NULL column left out",
+                &["ALTER TABLE d4 ADD COLUMN owner text NOT NULL"],
+            ),
+        ];
+        for (i, (case, ddl)) in cases.iter().enumerate() {
+            let table = format!("d{}", i + 1);
+            scratch(&table);
+            for statement in ddl.iter() {
+                exec(statement);
+            }
+            assert!(!write(&table, &[1, 2], Some("a")), "{case}");
+            assert_eq!(count(&table), 0, "{case}");
+        }
+        // A column that does not exist.
+        scratch("d5");
+        let ids = datums(&[1i64]);
+        let columns = [
+            (c"id", Values::PerRow(&ids)),
+            (c"colour", Values::Same(pg_sys::Datum::from(0usize))),
+        ];
+        assert!(!bulk::write(relid("d5"), &columns, 1));
+        assert_eq!(count("d5"), 0);
+    }
+
+    // ------------------------------------------------------------------
+    // Through queue_enqueue_batch.
+    // ------------------------------------------------------------------
+
+    fn writes() -> u64 {
+        WRITES.with(|w| w.get())
+    }
+
+    #[pg_test]
+    fn enqueue_batch_writes_through_bulk() {
+        let before = writes();
+        let ids = ints(
+            "SELECT aedb_queue.queue_enqueue_batch('bulk',
+                 ARRAY(SELECT jsonb_build_object('n', g) FROM generate_series(1, 150) g))",
+        );
+        assert_eq!(writes(), before + 1);
+        assert_eq!(
+            ints("SELECT task_id FROM aedb_queue.task WHERE queue = 'bulk' ORDER BY (payload->>'n')::int"),
+            ids
+        );
+        assert_eq!(
+            count("aedb_queue.task WHERE queue = 'bulk' AND state = 'ready'"),
+            150
+        );
+        amcheck("aedb_queue.task_pkey");
+        amcheck("aedb_queue.task_ready_idx");
+        amcheck("aedb_queue.task_scheduled_idx");
+        assert_eq!(
+            crate::tests::tests::claim("bulk", ", max => 200").len(),
+            150
+        );
+    }
+
+    /// With a trigger on the task table the batch goes through INSERT, with
+    /// the same rows: the trigger sees each, in payload order. (Triggers run
+    /// under the extension's pinned search_path, hence `pg_temp.seen`.)
+    #[pg_test]
+    fn enqueue_batch_uses_insert_when_the_task_table_has_a_trigger() {
+        exec("CREATE TEMP TABLE seen (n serial, task_id bigint, state text, payload jsonb, due interval)");
+        exec(
+            "CREATE FUNCTION pg_temp.record() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+                 INSERT INTO pg_temp.seen (task_id, state, payload, due)
+                 VALUES (NEW.task_id, NEW.state::text, NEW.payload, NEW.not_before - NEW.created_at);
+                 RETURN NEW;
+             END $$",
+        );
+        exec(
+            "CREATE TRIGGER record AFTER INSERT ON aedb_queue.task
+             FOR EACH ROW EXECUTE FUNCTION pg_temp.record()",
+        );
+        let before = writes();
+        let ids = ints(
+            r#"SELECT aedb_queue.queue_enqueue_batch('trig', ARRAY['{"a": 1}', NULL, '{"a": 3}']::jsonb[],
+                   delay => '1 minute', priority => 4, max_attempts => 2)"#,
+        );
+        assert_eq!(writes(), before);
+        assert_eq!(ints("SELECT task_id FROM seen ORDER BY n"), ids);
+        assert_eq!(
+            count(
+                "seen WHERE state = 'scheduled' AND due = '1 minute'
+                 AND payload IS NOT DISTINCT FROM CASE n WHEN 1 THEN '{\"a\": 1}'::jsonb
+                                                         WHEN 3 THEN '{\"a\": 3}'::jsonb END"
+            ),
+            3
+        );
+        assert_eq!(
+            count("aedb_queue.task WHERE queue = 'trig' AND priority = 4 AND max_attempts = 2"),
+            3
+        );
+    }
+}
