@@ -115,7 +115,6 @@ unsafe fn insert_rows(rel: pg_sys::Relation, layout: &[Option<&Values<'_>>], row
         pg_sys::InitResultRelInfo(result_rel, rel, 0, std::ptr::null_mut(), 0);
         pg_sys::ExecOpenIndices(result_rel, false);
         let has_constraints = !(*(*rel).rd_att).constr.is_null();
-        let bulk_state = pg_sys::GetBulkInsertState();
         let command = pg_sys::GetCurrentCommandId(true);
         let mut slots: Vec<*mut pg_sys::TupleTableSlot> = (0..rows.min(ROWS_PER_CALL))
             .map(|_| pg_sys::table_slot_create(rel, &mut (*estate).es_tupleTable))
@@ -135,7 +134,10 @@ unsafe fn insert_rows(rel: pg_sys::Relation, layout: &[Option<&Values<'_>>], row
                 count as std::ffi::c_int,
                 command,
                 0,
-                bulk_state,
+                // No BulkInsertState: its ring of buffers would make this
+                // backend write out the pages it fills, and a queue's rows
+                // are read (and deleted) soon, from shared buffers.
+                std::ptr::null_mut(),
             );
             for &slot in &slots[..count] {
                 reset_per_row_memory(estate);
@@ -151,7 +153,6 @@ unsafe fn insert_rows(rel: pg_sys::Relation, layout: &[Option<&Values<'_>>], row
             }
         }
 
-        pg_sys::FreeBulkInsertState(bulk_state);
         pg_sys::ExecCloseIndices(result_rel);
         pg_sys::ExecResetTupleTable((*estate).es_tupleTable, false);
         pg_sys::FreeExecutorState(estate);
