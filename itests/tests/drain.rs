@@ -1,4 +1,5 @@
-//! Many workers drain a queue that producers keep filling: every task is
+//! Many workers drain a queue that producers keep filling (one task per call
+//! and in batches): every task is
 //! handed out and completed exactly once (SKIP LOCKED exclusivity, no lost or
 //! duplicated task), with each completion committed together with the
 //! worker's own write.
@@ -94,12 +95,39 @@ fn work(
     }
 }
 
-/// Enqueues `count` tasks one by one (autocommit), payload `{"n": first+i}`.
-fn produce(cluster: &Cluster, queue: &str, first: usize, count: usize) -> Vec<(i64, usize)> {
+/// Enqueues `count` tasks (autocommit), payload `{"n": first+i}`: one by one,
+/// or with `batched` in `queue_enqueue_batch` calls of 1 to 50 (the bulk
+/// writer racing the workers' claims).
+fn produce(
+    cluster: &Cluster,
+    queue: &str,
+    first: usize,
+    count: usize,
+    batched: bool,
+) -> Vec<(i64, usize)> {
     let mut c = cluster.connect();
-    (first..first + count)
-        .map(|n| (enqueue(&mut c, queue, &json!({ "n": n })).task_id, n))
-        .collect()
+    if !batched {
+        return (first..first + count)
+            .map(|n| (enqueue(&mut c, queue, &json!({ "n": n })).task_id, n))
+            .collect();
+    }
+    let mut rng = rand::thread_rng();
+    let mut produced = Vec::with_capacity(count);
+    let mut next = first;
+    while next < first + count {
+        let size = rng.gen_range(1..=50).min(first + count - next);
+        let payloads: Vec<Value> = (next..next + size).map(|n| json!({ "n": n })).collect();
+        let ids = enqueue_batch(&mut c, queue, &payloads);
+        assert_eq!(
+            ids.len(),
+            size,
+            "queue_enqueue_batch returned {} ids for {size} payloads",
+            ids.len()
+        );
+        produced.extend(ids.into_iter().zip(next..next + size));
+        next += size;
+    }
+    produced
 }
 
 #[test]
@@ -147,7 +175,8 @@ fn twenty_thousand_tasks_are_each_completed_exactly_once() {
         let producers: Vec<_> = (0..PRODUCERS)
             .map(|p| {
                 let queue = &queue;
-                s.spawn(move || produce(cluster, queue, PRELOADED + p * per_producer, per_producer))
+                let first = PRELOADED + p * per_producer;
+                s.spawn(move || produce(cluster, queue, first, per_producer, p % 2 == 1))
             })
             .collect();
         let produced: Vec<(i64, usize)> = producers
