@@ -216,3 +216,48 @@ fn follow_ups_are_enqueued_if_and_only_if_the_completion_commits() {
         "a fenced-out complete enqueued follow-ups"
     );
 }
+
+/// A queue's registry row (which `queue_reap()` of all queues walks) rolls
+/// back with the enqueue that created it, and the next enqueue creates it
+/// again: the backend's cached "registered" is dropped with the rollback,
+/// both for one enqueue and for a batch.
+#[test]
+fn a_rolled_back_registration_is_made_again_by_the_next_enqueue() {
+    let cluster = Cluster::shared();
+    let mut app = cluster.connect();
+    let mut other = cluster.connect();
+    let registered = |c: &mut Client, queue: &str| -> i64 {
+        c.query_one(
+            "SELECT count(*) FROM aedb_queue.queue WHERE name = $1",
+            &[&queue],
+        )
+        .unwrap()
+        .get(0)
+    };
+    for batched in [false, true] {
+        let queue = unique_queue("registry");
+        let enqueue_one = |c: &mut postgres::Transaction<'_>| {
+            if batched {
+                enqueue_batch(c, &queue, &[json!({ "n": 1 })]);
+            } else {
+                enqueue(c, &queue, &json!({ "n": 1 }));
+            }
+        };
+        // Two enqueues in one transaction: the second reads the settings
+        // after the first registered the queue, so it skips registering.
+        let mut tx = app.transaction().unwrap();
+        enqueue_one(&mut tx);
+        enqueue_one(&mut tx);
+        tx.rollback().unwrap();
+        assert_eq!(registered(&mut other, &queue), 0, "batched: {batched}");
+
+        let mut tx = app.transaction().unwrap();
+        enqueue_one(&mut tx);
+        tx.commit().unwrap();
+        assert_eq!(
+            registered(&mut other, &queue),
+            1,
+            "the queue was not registered again after a rollback (batched: {batched})"
+        );
+    }
+}

@@ -19,6 +19,7 @@ pub(crate) struct CheckedEnqueue {
     payload: Option<RawJsonb>,
     options: ResolvedEnqueue,
     notify: bool,
+    registered: bool,
 }
 
 impl CheckedEnqueue {
@@ -38,6 +39,7 @@ impl CheckedEnqueue {
         Ok(CheckedEnqueue {
             queue: queue.to_string(),
             notify: wakes_workers(&settings, &options),
+            registered: settings.registered,
             payload,
             options,
         })
@@ -57,7 +59,7 @@ impl CheckedEnqueue {
     }
 
     fn new_task(&self) -> NewTask<'_> {
-        new_task(&self.queue, &self.options)
+        new_task(&self.queue, self.registered, &self.options)
     }
 
     /// Inserts the task; returns its id and whether an idempotency key matched.
@@ -92,9 +94,10 @@ fn wakes_workers(settings: &QueueSettings, options: &ResolvedEnqueue) -> bool {
     settings.notify && !options.is_scheduled()
 }
 
-fn new_task<'a>(queue: &'a str, options: &ResolvedEnqueue) -> NewTask<'a> {
+fn new_task<'a>(queue: &'a str, registered: bool, options: &ResolvedEnqueue) -> NewTask<'a> {
     NewTask {
         queue,
+        registered,
         scheduled: options.is_scheduled(),
         delay: interval(options.delay_micros),
         priority: options.priority,
@@ -189,7 +192,7 @@ fn queue_enqueue_batch(
         if payloads.is_empty() {
             return Ok(SetOfIterator::new(Vec::new()));
         }
-        let ids = store::insert_batch(&new_task(queue, &resolved), &payloads)?;
+        let ids = store::insert_batch(&new_task(queue, settings.registered, &resolved), &payloads)?;
         if wakes_workers(&settings, &resolved) {
             store::notify(queue)?;
         }

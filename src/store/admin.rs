@@ -29,6 +29,8 @@ pub struct QueueSettings {
     pub keep_idempotency_keys: Option<Interval>,
     pub notify: bool,
     pub paused: bool,
+    /// Read from the queue's registry row (false: the queue has none yet).
+    pub registered: bool,
 }
 
 static LOAD_SETTINGS: Statement = Statement {
@@ -285,6 +287,7 @@ fn settings_of(row: &SpiHeapTupleData<'_>) -> Result<QueueSettings> {
         keep_idempotency_keys: column(row, 7)?,
         notify: column(row, 8)?.unwrap_or(false),
         paused: column(row, 9)?.unwrap_or(false),
+        registered: true,
     })
 }
 

@@ -23,10 +23,8 @@ pub enum Values<'a> {
     PerRow(&'a [Option<Datum>]),
 }
 
-/// Rows per `heap_multi_insert` call: enough to fill a few pages per WAL
-/// record, few enough that creating the slots (each pins the tuple
-/// descriptor with the resource owner) stays cheap for every batch.
-const ROWS_PER_CALL: usize = 64;
+/// Rows per `heap_multi_insert` call, as COPY buffers them.
+const ROWS_PER_CALL: usize = 1000;
 
 /// Writes `rows` rows to `relid`, each column named in `columns` set from its
 /// `Values` and every other column NULL. Returns false, having written
@@ -116,8 +114,12 @@ unsafe fn insert_rows(rel: pg_sys::Relation, layout: &[Option<&Values<'_>>], row
         pg_sys::ExecOpenIndices(result_rel, false);
         let has_constraints = !(*(*rel).rd_att).constr.is_null();
         let command = pg_sys::GetCurrentCommandId(true);
+        // Slots over an unpinned copy of the descriptor: slots over the
+        // relation's own each pin it with the resource owner, whose lookups
+        // are linear, and a batch needs up to ROWS_PER_CALL of them.
+        let desc = pg_sys::CreateTupleDescCopy((*rel).rd_att);
         let mut slots: Vec<*mut pg_sys::TupleTableSlot> = (0..rows.min(ROWS_PER_CALL))
-            .map(|_| pg_sys::table_slot_create(rel, &mut (*estate).es_tupleTable))
+            .map(|_| pg_sys::MakeTupleTableSlot(desc, &raw const pg_sys::TTSOpsBufferHeapTuple))
             .collect();
 
         for start in (0..rows).step_by(ROWS_PER_CALL) {
@@ -153,8 +155,10 @@ unsafe fn insert_rows(rel: pg_sys::Relation, layout: &[Option<&Values<'_>>], row
             }
         }
 
+        for slot in slots {
+            pg_sys::ExecDropSingleTupleTableSlot(slot);
+        }
         pg_sys::ExecCloseIndices(result_rel);
-        pg_sys::ExecResetTupleTable((*estate).es_tupleTable, false);
         pg_sys::FreeExecutorState(estate);
     }
 }

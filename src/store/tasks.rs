@@ -19,12 +19,15 @@ use pgrx::{pg_sys, IntoDatum};
 
 use super::bulk::{self, Values};
 
-/// The queue registry row is created on first use; `DO NOTHING` costs an index
-/// probe when it exists. `reap` of all queues walks this registry.
+/// The queue registry row, created by the first enqueue (`reap` of all queues
+/// walks this registry). Returns a row only when it created one.
+static REGISTER_QUEUE: Statement = Statement {
+    sql: "INSERT INTO aedb_queue.queue (name) VALUES ($1) ON CONFLICT DO NOTHING RETURNING true",
+    args: &[TEXT],
+};
+
 static INSERT_TASK: Statement = Statement {
-    sql: "WITH registered AS (
-              INSERT INTO aedb_queue.queue (name) VALUES ($1) ON CONFLICT DO NOTHING)
-          INSERT INTO aedb_queue.task (task_id, queue, state, not_before, priority, max_attempts,
+    sql: "INSERT INTO aedb_queue.task (task_id, queue, state, not_before, priority, max_attempts,
                                        backoff_base, backoff_max, payload, idempotency_key,
                                        created_at, updated_at)
           VALUES (COALESCE($2, nextval('aedb_queue.task_id_seq')), $1,
@@ -37,18 +40,16 @@ static INSERT_TASK: Statement = Statement {
     ],
 };
 
-/// What every task of a batch shares, in one round trip: the queue
-/// registered, the creation and due times, the state's enum value (for
-/// `bulk::write`), and the batch's ids, taken in payload order.
+/// What every task of a batch shares, in one round trip: the creation and
+/// due times, the state's enum value (for `bulk::write`), and the batch's
+/// ids, taken in payload order.
 static START_BATCH: Statement = Statement {
-    sql: "WITH registered AS (
-              INSERT INTO aedb_queue.queue (name) VALUES ($1) ON CONFLICT DO NOTHING)
-          SELECT statement_timestamp(), statement_timestamp() + $2,
+    sql: "SELECT statement_timestamp(), statement_timestamp() + $1,
                  (SELECT e.oid FROM pg_catalog.pg_enum e
                   WHERE e.enumtypid = 'aedb_queue.task_state'::pg_catalog.regtype
-                    AND e.enumlabel = $3),
-                 ARRAY(SELECT nextval('aedb_queue.task_id_seq') FROM generate_series(1, $4))",
-    args: &[TEXT, INTERVAL, TEXT, INT4],
+                    AND e.enumlabel = $2),
+                 ARRAY(SELECT nextval('aedb_queue.task_id_seq') FROM generate_series(1, $3))",
+    args: &[INTERVAL, TEXT, INT4],
 };
 
 /// The batch's rows through the executor, when `bulk::write` declines.
@@ -285,12 +286,30 @@ pub(crate) static LIFECYCLE_STATEMENTS: &[(&str, &Statement)] = &[
 /// A new task's stored fields.
 pub struct NewTask<'a> {
     pub queue: &'a str,
+    /// The queue's registry row existed when its settings were read.
+    pub registered: bool,
     pub scheduled: bool,
     pub delay: Interval,
     pub priority: i64,
     pub max_attempts: i32,
     pub backoff_base: Interval,
     pub backoff_max: Interval,
+}
+
+/// Registers the task's queue unless its settings were read from the
+/// registry. A registration invalidates every backend's settings copies, so
+/// theirs (and ours, if this transaction rolls back) learn of it.
+fn register(client: &mut SpiClient<'_>, task: &NewTask<'_>) -> Result<()> {
+    if task.registered {
+        return Ok(());
+    }
+    if execute(client, &REGISTER_QUEUE, &[task.queue.into()])?
+        .next()
+        .is_some()
+    {
+        crate::cache::invalidate(c"queue");
+    }
+    Ok(())
 }
 
 pub fn insert_task(
@@ -300,6 +319,7 @@ pub fn insert_task(
     key: Option<&str>,
 ) -> Result<i64> {
     with_client(|client| {
+        register(client, task)?;
         let args = [
             task.queue.into(),
             task_id.into(),
@@ -321,8 +341,8 @@ pub fn insert_task(
 pub fn insert_batch(task: &NewTask<'_>, payloads: &[Option<RawJsonb>]) -> Result<Vec<i64>> {
     let state = if task.scheduled { "scheduled" } else { "ready" };
     with_client(|client| {
+        register(client, task)?;
         let args = [
-            task.queue.into(),
             task.delay.into(),
             state.into(),
             (payloads.len() as i32).into(),
