@@ -130,8 +130,8 @@ pub(crate) fn explain(stmt: &Statement) -> Result<serde_json::Value> {
 /// lives as long as the backend's statistics, so one made while the table
 /// was empty or never analyzed (a fresh install, workers started before
 /// producers) would otherwise scan every task on each claim until the next
-/// ANALYZE; every statement here has an index or TID path, which is right
-/// at any table size.
+/// ANALYZE; every statement here has an index path, which is right at any
+/// table size.
 struct PlannerSettings {
     plan_cache_mode: std::ffi::c_int,
     enable_seqscan: bool,

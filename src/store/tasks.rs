@@ -15,7 +15,7 @@ use super::{
 use crate::errors::{internal, Result};
 use crate::guc;
 use crate::jsonb::RawJsonb;
-use pgrx::{pg_sys, IntoDatum};
+use pgrx::{pg_sys, FromDatum, IntoDatum};
 
 use super::bulk::{self, Values};
 
@@ -38,18 +38,6 @@ static INSERT_TASK: Statement = Statement {
     args: &[
         TEXT, INT8, BOOL, INTERVAL, INT8, INT4, INTERVAL, INTERVAL, JSONB, TEXT,
     ],
-};
-
-/// What every task of a batch shares, in one round trip: the creation and
-/// due times, the state's enum value (for `bulk::write`), and the batch's
-/// ids, taken in payload order.
-static START_BATCH: Statement = Statement {
-    sql: "SELECT statement_timestamp(), statement_timestamp() + $1,
-                 (SELECT e.oid FROM pg_catalog.pg_enum e
-                  WHERE e.enumtypid = 'aedb_queue.task_state'::pg_catalog.regtype
-                    AND e.enumlabel = $2),
-                 ARRAY(SELECT nextval('aedb_queue.task_id_seq') FROM generate_series(1, $3))",
-    args: &[INTERVAL, TEXT, INT4],
 };
 
 /// The batch's rows through the executor, when `bulk::write` declines.
@@ -339,53 +327,109 @@ pub fn insert_task(
 
 /// Inserts one task per payload; returns their ids in payload order.
 pub fn insert_batch(task: &NewTask<'_>, payloads: &[Option<RawJsonb>]) -> Result<Vec<i64>> {
-    let state = if task.scheduled { "scheduled" } else { "ready" };
     with_client(|client| {
         register(client, task)?;
-        let args = [
-            task.delay.into(),
-            state.into(),
-            (payloads.len() as i32).into(),
-        ];
-        let start = execute(client, &START_BATCH, &args)?
-            .next()
-            .ok_or_else(|| internal("the batch start returned no row"))?;
-        let now: TimestampWithTimeZone = required_column(&start, 1)?;
-        let not_before: TimestampWithTimeZone = required_column(&start, 2)?;
-        let state_oid: pg_sys::Oid = required_column(&start, 3)?;
-        let ids: Vec<i64> = required_column(&start, 4)?;
-        let written = write_batch(task, payloads, &ids, (now, not_before, state_oid))?;
-        if !written {
+        let batch = BatchStart::new(task, payloads.len())?;
+        if !write_batch(task, payloads, &batch)? {
+            // SAFETY: timestamptz datums are plain integers.
+            let (now, not_before) = unsafe {
+                (
+                    TimestampWithTimeZone::from_datum(batch.now, false),
+                    TimestampWithTimeZone::from_datum(batch.not_before, false),
+                )
+            };
             let args = [
                 task.queue.into(),
-                state.into(),
+                batch.state_label.into(),
                 not_before.into(),
                 task.priority.into(),
                 task.max_attempts.into(),
                 task.backoff_base.into(),
                 task.backoff_max.into(),
                 now.into(),
-                ids.as_slice().into(),
+                batch.ids.as_slice().into(),
                 payloads.into(),
             ];
             execute(client, &INSERT_BATCH, &args)?;
         }
-        Ok(ids)
+        Ok(batch.ids)
     })
+}
+
+// Built-in SQL functions called directly; pgrx's bindings wrap them as Rust
+// functions, and DirectFunctionCall wants the C entry points.
+extern "C-unwind" {
+    fn nextval_oid(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum;
+    fn timestamptz_pl_interval(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum;
+}
+
+/// What every task of a batch shares, found without a statement: the
+/// creation and due times (as `statement_timestamp()` and
+/// `statement_timestamp() + delay` would give them), the state, and the
+/// batch's ids from the task sequence, in payload order.
+struct BatchStart {
+    now: pg_sys::Datum,
+    not_before: pg_sys::Datum,
+    state_label: &'static str,
+    state: pg_sys::Oid,
+    ids: Vec<i64>,
+}
+
+impl BatchStart {
+    fn new(task: &NewTask<'_>, count: usize) -> Result<Self> {
+        let sequence = crate::cache::relation_oid(c"task_id_seq")
+            .ok_or_else(|| internal("no sequence aedb_queue.task_id_seq"))?;
+        let delay = task
+            .delay
+            .into_datum()
+            .ok_or_else(|| internal("the batch delay is NULL"))?;
+        let (state_label, label) = if task.scheduled {
+            ("scheduled", c"scheduled")
+        } else {
+            ("ready", c"ready")
+        };
+        // SAFETY: built-in functions called with arguments of their types;
+        // nextval checks the (owner's) rights on the sequence.
+        unsafe {
+            let now = pg_sys::Datum::from(pg_sys::GetCurrentStatementStartTimestamp());
+            let not_before = pg_sys::DirectFunctionCall2Coll(
+                Some(timestamptz_pl_interval),
+                pg_sys::InvalidOid,
+                now,
+                delay,
+            );
+            let ids = (0..count)
+                .map(|_| {
+                    pg_sys::DirectFunctionCall1Coll(
+                        Some(nextval_oid),
+                        pg_sys::InvalidOid,
+                        pg_sys::Datum::from(sequence),
+                    )
+                    .value() as i64
+                })
+                .collect();
+            Ok(BatchStart {
+                now,
+                not_before,
+                state_label,
+                state: crate::outcome::enum_label_oid(c"task_state", label),
+                ids,
+            })
+        }
+    }
 }
 
 /// The batch through `bulk::write`; false when it declined.
 fn write_batch(
     task: &NewTask<'_>,
     payloads: &[Option<RawJsonb>],
-    ids: &[i64],
-    (now, not_before, state): (TimestampWithTimeZone, TimestampWithTimeZone, pg_sys::Oid),
+    batch: &BatchStart,
 ) -> Result<bool> {
     let relid =
         crate::cache::relation_oid(c"task").ok_or_else(|| internal("no table aedb_queue.task"))?;
     let datum =
         |value: Option<pg_sys::Datum>| value.ok_or_else(|| internal("a batch value is NULL"));
-    let ids: Vec<Option<pg_sys::Datum>> = ids.iter().map(|id| id.into_datum()).collect();
+    let ids: Vec<Option<pg_sys::Datum>> = batch.ids.iter().map(|id| id.into_datum()).collect();
     let payloads: Vec<Option<pg_sys::Datum>> = payloads
         .iter()
         .map(|p| p.and_then(IntoDatum::into_datum))
@@ -393,8 +437,8 @@ fn write_batch(
     let columns = [
         (c"task_id", Values::PerRow(&ids)),
         (c"queue", Values::Same(datum(task.queue.into_datum())?)),
-        (c"state", Values::Same(pg_sys::Datum::from(state))),
-        (c"not_before", Values::Same(datum(not_before.into_datum())?)),
+        (c"state", Values::Same(pg_sys::Datum::from(batch.state))),
+        (c"not_before", Values::Same(batch.not_before)),
         (
             c"priority",
             Values::Same(datum(task.priority.into_datum())?),
@@ -414,8 +458,8 @@ fn write_batch(
         ),
         (c"fencing_token", Values::Same(datum(0i64.into_datum())?)),
         (c"payload", Values::PerRow(&payloads)),
-        (c"created_at", Values::Same(datum(now.into_datum())?)),
-        (c"updated_at", Values::Same(datum(now.into_datum())?)),
+        (c"created_at", Values::Same(batch.now)),
+        (c"updated_at", Values::Same(batch.now)),
     ];
     Ok(bulk::write(relid, &columns, ids.len()))
 }
