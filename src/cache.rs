@@ -11,7 +11,9 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 
-use pgrx::pg_sys::{self, Oid};
+use std::ffi::CStr;
+
+use pgrx::pg_sys::{self, Oid, SysCacheIdentifier};
 
 thread_local! {
     /// Bumped by every invalidation that may touch our tables.
@@ -64,6 +66,41 @@ pub(crate) fn relation_oid(table: &std::ffi::CStr) -> Option<Oid> {
         }
         let relid = pg_sys::get_relname_relid(table.as_ptr(), schema);
         (relid != pg_sys::InvalidOid).then_some(relid)
+    }
+}
+
+/// The oid of enum type `name` in the extension's schema.
+pub(crate) fn enum_type_oid(name: &CStr) -> Oid {
+    unsafe {
+        let namespace = pg_sys::get_namespace_oid(c"aedb_queue".as_ptr(), false);
+        pg_sys::GetSysCacheOid(
+            SysCacheIdentifier::TYPENAMENSP as i32,
+            pg_sys::Anum_pg_type_oid as pg_sys::AttrNumber,
+            pg_sys::Datum::from(name.as_ptr()),
+            pg_sys::Datum::from(namespace),
+            pg_sys::Datum::from(0usize),
+            pg_sys::Datum::from(0usize),
+        )
+    }
+}
+
+/// The value of `label` of the extension's enum type `type_name`.
+pub(crate) fn enum_label_oid(type_name: &CStr, label: &CStr) -> Oid {
+    unsafe {
+        let tuple = pg_sys::SearchSysCache(
+            SysCacheIdentifier::ENUMTYPOIDNAME as i32,
+            pg_sys::Datum::from(enum_type_oid(type_name)),
+            pg_sys::Datum::from(label.as_ptr()),
+            pg_sys::Datum::from(0usize),
+            pg_sys::Datum::from(0usize),
+        );
+        assert!(
+            !tuple.is_null(),
+            "aedb_queue.{type_name:?} has no label {label:?}"
+        );
+        let oid = (*(pg_sys::GETSTRUCT(tuple) as pg_sys::Form_pg_enum)).oid;
+        pg_sys::ReleaseSysCache(tuple);
+        oid
     }
 }
 

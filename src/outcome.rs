@@ -9,10 +9,11 @@ use std::ffi::CStr;
 
 use pgrx::callconv::{BoxRet, FcInfo};
 use pgrx::datum::Datum;
-use pgrx::pg_sys::{self, SysCacheIdentifier};
+use pgrx::pg_sys;
 use pgrx::IntoDatum;
 
-const SCHEMA: &CStr = c"aedb_queue";
+use crate::cache;
+
 const TYPE_NAME: &CStr = c"outcome";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,47 +40,15 @@ impl Outcome {
 }
 
 fn type_oid() -> pg_sys::Oid {
-    enum_type_oid(TYPE_NAME)
-}
-
-/// The oid of enum type `name` in the extension's schema.
-pub(crate) fn enum_type_oid(name: &CStr) -> pg_sys::Oid {
-    unsafe {
-        let namespace = pg_sys::get_namespace_oid(SCHEMA.as_ptr(), false);
-        pg_sys::GetSysCacheOid(
-            SysCacheIdentifier::TYPENAMENSP as i32,
-            pg_sys::Anum_pg_type_oid as pg_sys::AttrNumber,
-            pg_sys::Datum::from(name.as_ptr()),
-            pg_sys::Datum::from(namespace),
-            pg_sys::Datum::from(0usize),
-            pg_sys::Datum::from(0usize),
-        )
-    }
-}
-
-/// The value of `label` of the extension's enum type `type_name`.
-pub(crate) fn enum_label_oid(type_name: &CStr, label: &CStr) -> pg_sys::Oid {
-    unsafe {
-        let tuple = pg_sys::SearchSysCache(
-            SysCacheIdentifier::ENUMTYPOIDNAME as i32,
-            pg_sys::Datum::from(enum_type_oid(type_name)),
-            pg_sys::Datum::from(label.as_ptr()),
-            pg_sys::Datum::from(0usize),
-            pg_sys::Datum::from(0usize),
-        );
-        assert!(
-            !tuple.is_null(),
-            "aedb_queue.{type_name:?} has no label {label:?}"
-        );
-        let oid = (*(pg_sys::GETSTRUCT(tuple) as pg_sys::Form_pg_enum)).oid;
-        pg_sys::ReleaseSysCache(tuple);
-        oid
-    }
+    cache::enum_type_oid(TYPE_NAME)
 }
 
 impl IntoDatum for Outcome {
     fn into_datum(self) -> Option<pg_sys::Datum> {
-        Some(pg_sys::Datum::from(enum_label_oid(TYPE_NAME, self.label())))
+        Some(pg_sys::Datum::from(cache::enum_label_oid(
+            TYPE_NAME,
+            self.label(),
+        )))
     }
 
     fn type_oid() -> pg_sys::Oid {

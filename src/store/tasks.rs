@@ -412,7 +412,7 @@ impl BatchStart {
                 now,
                 not_before,
                 state_label,
-                state: crate::outcome::enum_label_oid(c"task_state", label),
+                state: crate::cache::enum_label_oid(c"task_state", label),
                 ids,
             })
         }
