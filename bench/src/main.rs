@@ -38,6 +38,10 @@ struct Args {
     /// Repetitions of the long scenarios: steady state, clutter, long transaction (default 1).
     #[arg(long)]
     long_reps: Option<usize>,
+    /// Rounds of 1,000,000 jobs in the churn scenario, autovacuum between
+    /// them (default 2), to see whether the size levels off.
+    #[arg(long)]
+    churn_rounds: Option<u64>,
     /// Producer rates of the steady-state scenario, jobs/s (default 500,2000).
     #[arg(long, value_delimiter = ',')]
     steady_rates: Option<Vec<u64>>,
@@ -76,6 +80,7 @@ struct Plan {
     long_hold: Duration,
     long_after: Duration,
     churn: Option<(u64, u64)>,
+    churn_rounds: u64,
     floor_seconds: Duration,
 }
 
@@ -101,6 +106,7 @@ impl Plan {
             long_hold: Duration::from_secs(10),
             long_after: Duration::from_secs(10),
             churn: None,
+            churn_rounds: 2,
             floor_seconds: Duration::from_secs(3),
         }
     }
@@ -126,6 +132,7 @@ impl Plan {
             long_hold: Duration::from_secs(60),
             long_after: Duration::from_secs(30),
             churn: Some((1_000_000, 10_000)),
+            churn_rounds: 2,
             floor_seconds: Duration::from_secs(5),
         }
     }
@@ -139,11 +146,11 @@ fn churn_column(done: u64) -> String {
 }
 
 /// The churn's size samples: after each fifth of the first round, and after
-/// the second round (autovacuum ran in between).
-fn churn_columns(total: u64) -> Vec<String> {
+/// each later round (autovacuum ran before each).
+fn churn_columns(total: u64, rounds: u64) -> Vec<String> {
     (1..=5)
         .map(|i| churn_column(total / 5 * i))
-        .chain([churn_column(2 * total)])
+        .chain((2..=rounds).map(|r| churn_column(r * total)))
         .collect()
 }
 
@@ -455,7 +462,15 @@ impl Bench {
             .into_iter()
             .filter(|s| matches!(s, System::Aedb | System::Baseline))
         {
-            match scenarios::churn_size(&self.ctx(system), total, backlog, 8).await {
+            match scenarios::churn_size(
+                &self.ctx(system),
+                total,
+                self.plan.churn_rounds,
+                backlog,
+                8,
+            )
+            .await
+            {
                 Ok((rate, samples)) => {
                     self.results.add("churn", system.name(), "jobs/s", rate);
                     for (done, size) in samples {
@@ -509,6 +524,9 @@ async fn main() -> Result<()> {
     }
     if let Some(reps) = args.long_reps {
         plan.long_reps = reps;
+    }
+    if let Some(rounds) = args.churn_rounds {
+        plan.churn_rounds = rounds.max(2);
     }
     if let Some(rates) = args.steady_rates.clone() {
         plan.steady_rates = rates;
@@ -804,8 +822,8 @@ async fn render(bench: &Bench, quick: bool, elapsed: Duration) -> Result<String>
         )
     );
     if let Some((total, backlog)) = p.churn {
-        let _ = writeln!(md, "Tables + indexes while {total} jobs are processed at a steady backlog of {backlog} (claim 100, 8 workers), sampled after each fifth; then, after autovacuum has visited the hot table, another {total} (last column). A round takes seconds, less than autovacuum's one-minute naptime, so growth within the first round says nothing; the second round shows whether the space is reused. jobs/s are of the first round.\n");
-        let columns = churn_columns(total);
+        let _ = writeln!(md, "Tables + indexes while {total} jobs are processed at a steady backlog of {backlog} (claim 100, 8 workers), sampled after each fifth; then {more} more round(s) of {total}, each after autovacuum has visited the hot table (last columns). A round takes seconds, less than autovacuum's one-minute naptime, so growth within the first round says nothing; the later rounds show whether the space is reused and levels off. jobs/s are of the first round.\n", more = p.churn_rounds - 1);
+        let columns = churn_columns(total, p.churn_rounds);
         let columns: Vec<&str> = columns.iter().map(String::as_str).collect();
         let _ = writeln!(
             md,
@@ -946,7 +964,7 @@ fn targets(bench: &Bench) -> String {
         );
     }
     if let Some((total, _)) = bench.plan.churn {
-        let columns = churn_columns(total);
+        let columns = churn_columns(total, bench.plan.churn_rounds);
         if let (Some(first), Some(second)) = (
             r.median("churn_size", aedb, &columns[4]),
             r.median("churn_size", aedb, &columns[5]),

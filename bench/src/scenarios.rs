@@ -453,6 +453,7 @@ fn hot_table(system: System) -> &'static str {
 pub async fn churn_size(
     ctx: &Ctx,
     total: u64,
+    rounds: u64,
     backlog: u64,
     workers: usize,
 ) -> Result<(f64, Vec<(u64, i64)>)> {
@@ -464,7 +465,7 @@ pub async fn churn_size(
     let step = (total / 5).max(1);
     let mut samples = Vec::new();
     let mut rate = 0.0;
-    for round_end in [total, 2 * total] {
+    for round_end in (1..=rounds).map(|r| r * total) {
         if round_end > total {
             wait_for_autovacuum(ctx, &mut conn).await?;
         }
