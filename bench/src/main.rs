@@ -599,7 +599,7 @@ async fn main() -> Result<()> {
     }
     let elapsed = started.elapsed();
     std::fs::create_dir_all(&args.out)?;
-    let md = render(&bench, args.quick, elapsed).await?;
+    let md = render(&bench, elapsed).await?;
     std::fs::write(args.out.join("latest.md"), md)?;
     let names: Vec<&str> = bench.systems.iter().map(|s| s.name()).collect();
     let mut chart_workers = workers.clone();
@@ -622,7 +622,7 @@ async fn main() -> Result<()> {
     Ok(())
 }
 
-async fn render(bench: &Bench, quick: bool, elapsed: Duration) -> Result<String> {
+async fn render(bench: &Bench, elapsed: Duration) -> Result<String> {
     let r = &bench.results;
     let p = &bench.plan;
     let names: Vec<&str> = bench.systems.iter().map(|s| s.name()).collect();
@@ -656,8 +656,8 @@ async fn render(bench: &Bench, quick: bool, elapsed: Duration) -> Result<String>
     let _ = writeln!(md, "# aedb_queue benchmark results\n");
     let _ = writeln!(
         md,
-        "Command: `bash bench/run.sh{}` ({} repetition(s) of each throughput measurement, median shown with the raw values in brackets; {} of the long scenarios; {:.0} s in all).  ",
-        if quick { " --quick" } else { "" },
+        "Command: the harness with `{}` (`bash bench/run.sh` passes `--port` and its own arguments; {} repetition(s) of each throughput measurement, median shown with the raw values in brackets; {} of the long scenarios; {:.0} s in all).  ",
+        std::env::args().skip(1).collect::<Vec<_>>().join(" "),
         p.reps,
         p.long_reps,
         elapsed.as_secs_f64()
