@@ -1,7 +1,8 @@
 # Shared settings for the project's scripts (sourced, not run).
 PG_MAJOR=15
-PG_BIN=/usr/lib/postgresql/$PG_MAJOR/bin
-PG_CONFIG=$PG_BIN/pg_config
+# AEDB_PG_BIN: another (relocated) copy of PostgreSQL 15 to run the clusters from.
+PG_BIN=${AEDB_PG_BIN:-/usr/lib/postgresql/$PG_MAJOR/bin}
+PG_CONFIG=${AEDB_PG_CONFIG:-/usr/lib/postgresql/$PG_MAJOR/bin/pg_config}
 PGRX_VERSION=0.18.1
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
