@@ -6,6 +6,8 @@
 #   scripts/isolation.sh            run every spec, fail on any difference
 #   scripts/isolation.sh NAME...    run only these specs (tests/isolation/specs/NAME.spec)
 #   scripts/isolation.sh --bless    accept the current output as expected
+# AEDB_ISOLATION_PORT (54333), AEDB_TEST_DIR and AEDB_PG_BIN (the PostgreSQL
+# copy the cluster runs from) as in the other scripts.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 cd "$ROOT"
