@@ -1,5 +1,28 @@
 -- aedb_queue schema: one set of tables holds every queue; queues are rows.
 
+-- Refuse a schema aedb_queue that someone else prepared: CREATE EXTENSION
+-- adopts an existing schema of that name, and its owner (or any role with
+-- CREATE on it) could put functions and operators there that look like
+-- ours (docs/security.md).
+DO $$
+DECLARE
+    ns oid := 'aedb_queue'::pg_catalog.regnamespace;
+BEGIN
+    IF (SELECT nspowner FROM pg_catalog.pg_namespace WHERE oid = ns)
+           <> (SELECT oid FROM pg_catalog.pg_roles WHERE rolname = pg_catalog.current_user())
+       OR (SELECT nspacl FROM pg_catalog.pg_namespace WHERE oid = ns) IS NOT NULL
+       OR EXISTS (SELECT 1 FROM pg_catalog.pg_class WHERE relnamespace = ns)
+       OR EXISTS (SELECT 1 FROM pg_catalog.pg_proc WHERE pronamespace = ns)
+       OR EXISTS (SELECT 1 FROM pg_catalog.pg_type WHERE typnamespace = ns)
+       OR EXISTS (SELECT 1 FROM pg_catalog.pg_operator WHERE oprnamespace = ns) THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'insufficient_privilege',
+            MESSAGE = 'schema aedb_queue already exists and was not made by this CREATE EXTENSION',
+            HINT = 'Drop or rename that schema (check what is in it first), then CREATE EXTENSION aedb_queue again.';
+    END IF;
+END
+$$;
+
 CREATE TYPE aedb_queue.task_state AS ENUM ('scheduled', 'ready', 'in_flight', 'dead');
 
 -- What a fenced call (complete, fail, heartbeat) did.
@@ -103,6 +126,19 @@ CREATE TABLE aedb_queue.queue_grant (
     PRIMARY KEY (role, pattern, privilege)
 );
 
+-- Confined roles (queue_confine, or a first queue_grant by an unconfined
+-- admin): such a role, and every member of it, may use only what the
+-- grants of the confined roles it belongs to allow. Only unconfined admins
+-- add or remove rows (docs/security.md).
+CREATE TABLE aedb_queue.confined_role (
+    role        regrole PRIMARY KEY,
+    confined_at timestamptz NOT NULL
+);
+
+-- queue_reap() finds the queues that keep idempotency keys for a limited
+-- time without reading every registered queue.
+CREATE INDEX queue_keeps_keys_idx ON aedb_queue.queue (name) WHERE keep_idempotency_keys IS NOT NULL;
+
 -- pg_dump skips the contents of extension tables unless told otherwise.
 SELECT pg_catalog.pg_extension_config_dump('aedb_queue.queue', '');
 SELECT pg_catalog.pg_extension_config_dump('aedb_queue.task', '');
@@ -110,3 +146,4 @@ SELECT pg_catalog.pg_extension_config_dump('aedb_queue.task_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('aedb_queue.idempotency_key', '');
 SELECT pg_catalog.pg_extension_config_dump('aedb_queue.completed_task', '');
 SELECT pg_catalog.pg_extension_config_dump('aedb_queue.queue_grant', '');
+SELECT pg_catalog.pg_extension_config_dump('aedb_queue.confined_role', '');

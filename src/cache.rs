@@ -1,146 +1,170 @@
-//! Per-backend copies of small, rarely written tables (queue settings and
-//! grants), read on every call.
+//! Per-backend copies of small, rarely written tables (queue settings,
+//! confinement and grants), read on every call, and when they go stale.
 //!
-//! Writers (`queue_configure`, `queue_grant`, …) send a relcache
-//! invalidation for the table they changed; Postgres delivers it to every
-//! backend before that backend's next statement (and locally at once, and
-//! again on rollback), and our callback then drops the copies. So a cached
-//! value is never older than the last committed change a new statement
-//! could see.
+//! Every write to `queue`, `queue_grant` or `confined_role` (through our
+//! functions or by direct DML: a restore, a manual fix) fires a statement
+//! trigger that sends a relcache invalidation for the table
+//! (`invalidate_copies` in `store`). Postgres delivers it to every backend
+//! before that backend's next statement (and locally at once, and again on
+//! rollback), and our callback then drops the copies of that topic only: a
+//! new queue name drops settings, never rights. Role membership and role
+//! attributes (GRANT role TO, ALTER ROLE ... SUPERUSER) arrive as syscache
+//! invalidations of pg_auth_members and pg_authid and drop rights. Anything
+//! else of ours (DDL, an upgrade) drops everything.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 
-use std::ffi::CStr;
-
 use pgrx::pg_sys::{self, Oid, SysCacheIdentifier};
 
-thread_local! {
-    /// Bumped by every invalidation that may touch our tables.
-    static GENERATION: Cell<u64> = const { Cell::new(0) };
-    /// Relations whose invalidation drops the copies, looked up again after
-    /// every invalidation (an upgrade may have created one): (generation, oids).
-    static WATCHED: RefCell<(u64, Vec<Oid>)> = const { RefCell::new((u64::MAX, Vec::new())) };
+use crate::catalog;
+
+/// What a cached value depends on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Topic {
+    /// The `queue` table: settings, pause, registration.
+    Settings,
+    /// `queue_grant`, `confined_role`, role memberships and attributes.
+    Rights,
+    /// Our catalog objects themselves: owner, oids, schema version.
+    Catalog,
 }
 
-/// Tables whose writes (or, for task, whose owner or definition changing)
-/// invalidate the copies.
-const WATCHED_TABLES: [&std::ffi::CStr; 3] = [c"queue", c"queue_grant", c"task"];
+const TOPICS: usize = 3;
+
+struct Watched {
+    /// The catalog generation they were looked up at.
+    catalog: u64,
+    settings: Vec<Oid>,
+    rights: Vec<Oid>,
+    /// The task table and its sequence: owner and definition changes.
+    others: Vec<Oid>,
+}
+
+thread_local! {
+    /// Bumped by every invalidation of a topic.
+    static GENERATIONS: [Cell<u64>; TOPICS] = const { [Cell::new(0), Cell::new(0), Cell::new(0)] };
+    /// The relations whose invalidations drop copies, looked up again after
+    /// every catalog invalidation (an upgrade may have created one).
+    static WATCHED: RefCell<Watched> = const { RefCell::new(Watched { catalog: u64::MAX, settings: Vec::new(), rights: Vec::new(), others: Vec::new() }) };
+}
 
 pub fn register() {
-    // SAFETY: called once from _PG_init; the callback only touches thread-locals.
+    // SAFETY: called once from _PG_init; the callbacks only touch thread-locals.
     unsafe {
-        pg_sys::CacheRegisterRelcacheCallback(
-            Some(on_relcache_invalidation),
-            pg_sys::Datum::from(0),
-        )
-    };
+        pg_sys::CacheRegisterRelcacheCallback(Some(on_relcache), pg_sys::Datum::from(0));
+        for cache in [
+            SysCacheIdentifier::AUTHMEMMEMROLE,
+            SysCacheIdentifier::AUTHMEMROLEMEM,
+            SysCacheIdentifier::AUTHOID,
+        ] {
+            pg_sys::CacheRegisterSyscacheCallback(
+                cache as i32,
+                Some(on_role_change),
+                pg_sys::Datum::from(0),
+            );
+        }
+    }
 }
 
-unsafe extern "C-unwind" fn on_relcache_invalidation(_arg: pg_sys::Datum, relid: Oid) {
-    let ours = relid == pg_sys::InvalidOid
-        || WATCHED.with(|w| {
-            w.try_borrow()
-                .map(|w| w.1.is_empty() || w.1.contains(&relid))
-                .unwrap_or(true)
-        });
-    if ours {
-        GENERATION.with(|g| g.set(g.get() + 1));
+fn bump(topic: Topic) {
+    GENERATIONS.with(|g| {
+        let cell = &g[topic as usize];
+        cell.set(cell.get() + 1);
+    });
+}
+
+fn bump_all() {
+    for topic in [Topic::Settings, Topic::Rights, Topic::Catalog] {
+        bump(topic);
     }
+}
+
+unsafe extern "C-unwind" fn on_relcache(_arg: pg_sys::Datum, relid: Oid) {
+    if relid == pg_sys::InvalidOid {
+        bump_all();
+        return;
+    }
+    // No catalog lookups here: callbacks may run outside a transaction.
+    WATCHED.with(|w| match w.try_borrow() {
+        Ok(w) if w.catalog != u64::MAX => {
+            if w.settings.contains(&relid) {
+                bump(Topic::Settings);
+            } else if w.rights.contains(&relid) {
+                bump(Topic::Rights);
+            } else if w.others.contains(&relid) {
+                bump_all();
+            }
+        }
+        // Not looked up yet (or being looked up): assume it is ours.
+        _ => {
+            bump_all();
+        }
+    });
+}
+
+unsafe extern "C-unwind" fn on_role_change(_arg: pg_sys::Datum, _cache: i32, _hash: u32) {
+    bump(Topic::Rights);
 }
 
 /// Sends the invalidation that drops every backend's copies of `table`.
-pub fn invalidate(table: &std::ffi::CStr) {
-    if let Some(relid) = relation_oid(table) {
-        // SAFETY: registers an invalidation message for an existing relation.
-        unsafe { pg_sys::CacheInvalidateRelcacheByRelid(relid) };
-    }
+pub fn invalidate_relation(relid: Oid) {
+    // SAFETY: registers an invalidation message for an existing relation.
+    unsafe { pg_sys::CacheInvalidateRelcacheByRelid(relid) };
 }
 
-pub(crate) fn relation_oid(table: &std::ffi::CStr) -> Option<Oid> {
-    // SAFETY: catalog lookups by name; missing objects give InvalidOid.
-    unsafe {
-        let schema = pg_sys::get_namespace_oid(c"aedb_queue".as_ptr(), true);
-        if schema == pg_sys::InvalidOid {
-            return None;
-        }
-        let relid = pg_sys::get_relname_relid(table.as_ptr(), schema);
-        (relid != pg_sys::InvalidOid).then_some(relid)
-    }
-}
-
-/// The oid of enum type `name` in the extension's schema.
-pub(crate) fn enum_type_oid(name: &CStr) -> Oid {
-    unsafe {
-        let namespace = pg_sys::get_namespace_oid(c"aedb_queue".as_ptr(), false);
-        pg_sys::GetSysCacheOid(
-            SysCacheIdentifier::TYPENAMENSP as i32,
-            pg_sys::Anum_pg_type_oid as pg_sys::AttrNumber,
-            pg_sys::Datum::from(name.as_ptr()),
-            pg_sys::Datum::from(namespace),
-            pg_sys::Datum::from(0usize),
-            pg_sys::Datum::from(0usize),
-        )
-    }
-}
-
-/// The value of `label` of the extension's enum type `type_name`.
-pub(crate) fn enum_label_oid(type_name: &CStr, label: &CStr) -> Oid {
-    unsafe {
-        let tuple = pg_sys::SearchSysCache(
-            SysCacheIdentifier::ENUMTYPOIDNAME as i32,
-            pg_sys::Datum::from(enum_type_oid(type_name)),
-            pg_sys::Datum::from(label.as_ptr()),
-            pg_sys::Datum::from(0usize),
-            pg_sys::Datum::from(0usize),
-        );
-        assert!(
-            !tuple.is_null(),
-            "aedb_queue.{type_name:?} has no label {label:?}"
-        );
-        let oid = (*(pg_sys::GETSTRUCT(tuple) as pg_sys::Form_pg_enum)).oid;
-        pg_sys::ReleaseSysCache(tuple);
-        oid
-    }
-}
-
-/// The current generation (take it before reading a value to cache), with
-/// the watched relations looked up for it.
-pub fn generation() -> u64 {
-    let current = GENERATION.with(Cell::get);
+/// The current generation of `topic` (take it before reading a value to
+/// cache), with the watched relations looked up first.
+pub fn generation(topic: Topic) -> (u64, u64) {
+    // Postgres takes in invalidations at transaction start and when a lock
+    // is first taken, not at every statement: a call in a transaction that
+    // already holds every lock it needs would otherwise keep using a copy
+    // another session changed since (a revoked grant, a pause). Cheap when
+    // nothing is pending.
+    // SAFETY: processes pending invalidation messages (our callbacks run).
+    unsafe { pg_sys::AcceptInvalidationMessages() };
+    let catalog = GENERATIONS.with(|g| g[Topic::Catalog as usize].get());
     WATCHED.with(|w| {
         if let Ok(mut w) = w.try_borrow_mut() {
-            if w.0 != current {
-                *w = (
-                    current,
-                    WATCHED_TABLES
+            if w.catalog != catalog {
+                let look_up = |names: &[&std::ffi::CStr]| {
+                    names
                         .iter()
-                        .filter_map(|t| relation_oid(t))
-                        .collect(),
-                );
+                        .filter_map(|t| catalog::relation_oid(t))
+                        .collect()
+                };
+                *w = Watched {
+                    catalog,
+                    settings: look_up(&[c"queue"]),
+                    rights: look_up(&[c"queue_grant", c"confined_role"]),
+                    others: look_up(&[c"task", c"task_id_seq", c"completed_task"]),
+                };
             }
         }
     });
-    current
+    let own = GENERATIONS.with(|g| g[topic as usize].get());
+    (own, catalog)
 }
 
-/// A map whose entries last until the next invalidation of our tables.
+/// A map whose entries last until the next invalidation of their topic.
 pub struct Copies<K, V> {
-    generation: u64,
+    topic: Topic,
+    generation: (u64, u64),
     entries: HashMap<K, V>,
 }
 
 impl<K: std::hash::Hash + Eq, V: Clone> Copies<K, V> {
-    pub fn new() -> Self {
+    pub fn new(topic: Topic) -> Self {
         Copies {
-            generation: u64::MAX,
+            topic,
+            generation: (u64::MAX, u64::MAX),
             entries: HashMap::new(),
         }
     }
 
     /// The cached value of `key`, or `None` after an invalidation.
     pub fn get(&mut self, key: &K) -> Option<V> {
-        let current = generation();
+        let current = generation(self.topic);
         if self.generation != current {
             self.entries.clear();
             self.generation = current;
@@ -149,8 +173,8 @@ impl<K: std::hash::Hash + Eq, V: Clone> Copies<K, V> {
     }
 
     /// Keeps `value` unless an invalidation arrived while it was being read.
-    pub fn put(&mut self, key: K, value: V, read_at_generation: u64) {
-        if read_at_generation == self.generation && self.entries.len() < 10_000 {
+    pub fn put(&mut self, key: K, value: V, read_at: (u64, u64)) {
+        if read_at == self.generation && self.entries.len() < 10_000 {
             self.entries.insert(key, value);
         }
     }

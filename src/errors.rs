@@ -6,19 +6,25 @@ use pgrx::{PgLogLevel, PgSqlErrorCode};
 
 pub type Result<T> = std::result::Result<T, QueueError>;
 
+/// The error's SQLSTATE (`QueueError::sqlstate`, the one mapping) as
+/// Postgres encodes it (MAKE_SQLSTATE: six bits per character).
 fn code(error: &QueueError) -> PgSqlErrorCode {
-    match error {
-        QueueError::NullArgument { .. } => PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
-        QueueError::InvalidArgument { .. } => PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-        QueueError::PayloadTooLarge { .. } => PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
-        QueueError::LeaseLost { .. } => PgSqlErrorCode::ERRCODE_T_R_INTEGRITY_CONSTRAINT_VIOLATION,
-        QueueError::PermissionDenied { .. } => PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
-        QueueError::Internal(_) => PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
-    }
+    let encoded = error
+        .sqlstate()
+        .bytes()
+        .enumerate()
+        .fold(0i32, |code, (i, c)| {
+            code | ((((c as i32) - ('0' as i32)) & 0x3F) << (6 * i))
+        });
+    PgSqlErrorCode::from(encoded)
 }
 
-fn hint(error: &QueueError) -> Option<&'static str> {
-    match error {
+fn hint(error: &QueueError) -> Option<String> {
+    let fixed = match error {
+        QueueError::Prerequisite { hint, .. } => return Some(hint.clone()),
+        QueueError::InvalidArgument { arg, .. } if arg == "every" => Some(
+            "pg_cron 1.4 schedules with cron expressions, so a job runs at most once a minute.",
+        ),
         QueueError::LeaseLost { .. } => Some(
             "The lease expired and the task was reclaimed, or it was cancelled or settled; \
              this transaction is rolled back so its writes do not apply twice.",
@@ -26,8 +32,15 @@ fn hint(error: &QueueError) -> Option<&'static str> {
         QueueError::PermissionDenied { .. } => Some(
             "An aedb_queue admin can grant it with aedb_queue.queue_grant(queue_pattern, role, privilege).",
         ),
+        QueueError::NoEnqueueRight { .. } => Some(
+            "Grant the role aedb_queue_producer (GRANT aedb_queue_producer TO ...).",
+        ),
+        QueueError::Confined { .. } => Some(
+            "A session is confined when its current role, the role SET ROLE chose or its login role belongs to a confined role (docs/security.md).",
+        ),
         _ => None,
-    }
+    };
+    fixed.map(str::to_string)
 }
 
 /// Runs an entry point's body, raising its error (if any) as a Postgres ERROR.

@@ -14,6 +14,8 @@ use pgrx::prelude::*;
 
 mod api;
 mod cache;
+mod catalog;
+mod duration;
 mod errors;
 mod guc;
 mod jsonb;
@@ -28,12 +30,13 @@ mod tests_bulk;
 mod tests_cron;
 #[cfg(any(test, feature = "pg_test"))]
 mod tests_ops;
+#[cfg(any(test, feature = "pg_test"))]
+mod tests_security;
 
 ::pgrx::pg_module_magic!();
 
 extension_sql_file!("../sql/schema.sql", name = "schema", bootstrap);
 extension_sql_file!("../sql/security.sql", name = "security", finalize);
-extension_sql_file!("../sql/cron.sql", name = "cron", requires = ["schema"]);
 
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {

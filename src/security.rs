@@ -1,27 +1,35 @@
-//! Who is calling, what they may do, and how our statements run.
+//! Who is calling, and what the per-queue rights of every identity of the
+//! session allow (the model and threat model: docs/security.md).
 //!
-//! Entry points keep the caller's identity (so per-queue grants apply to
-//! the role that really calls, SET ROLE included), check it against the
-//! grants, and then run their own statements as the owner of the
-//! extension's tables with `search_path = aedb_queue, pg_catalog, pg_temp`
-//! (what `SECURITY DEFINER ... SET search_path` does for SQL functions):
-//! application roles need no rights on the tables, and no function,
-//! operator or table they create can stand in for one our statements use.
+//! A call is checked against each identity the session has: the current
+//! role, the role chosen by SET ROLE, and the login (session) role. Each
+//! must allow it (superusers allow everything). So neither SET ROLE to an
+//! unconfined role (one of the extension's group roles, say), nor a
+//! `role` option at connect time, nor calling through someone else's
+//! SECURITY DEFINER function sheds a confinement.
 
-use aedb_queue_core::grants::{self, Action, Grant, Pattern};
+use aedb_queue_core::grants::{Action, Pattern, Rights};
 use aedb_queue_core::QueueError;
 use pgrx::pg_sys::{self, Oid};
 
-use crate::cache;
-use crate::errors::{internal, Result};
+use crate::catalog;
+use crate::errors::Result;
 use crate::store;
 
-/// Checks that the calling role may do `action` on `queue`.
+/// The roles the extension creates: never confined, never given grants,
+/// since every application role is a member of one.
+pub const GROUP_ROLES: [&str; 3] = [
+    "aedb_queue_producer",
+    "aedb_queue_worker",
+    "aedb_queue_admin",
+];
+
+/// Checks that the session may do `action` on `queue`.
 pub fn authorize(action: Action, queue: &str) -> Result<()> {
     authorize_pattern(action, &Pattern::Exact(queue.to_string()), queue)
 }
 
-/// Checks that the calling role may do `action` on every queue `target`
+/// Checks that the session may do `action` on every queue `target`
 /// matches; `shown` is how the target appears in the error.
 pub fn authorize_pattern(action: Action, target: &Pattern, shown: &str) -> Result<()> {
     if may(action, target)? {
@@ -34,119 +42,88 @@ pub fn authorize_pattern(action: Action, target: &Pattern, shown: &str) -> Resul
     }
 }
 
-/// Whether the calling role may do `action` on `target`.
+/// Whether every identity of the session may do `action` on `target`.
 pub fn may(action: Action, target: &Pattern) -> Result<bool> {
-    let caller = caller();
-    // SAFETY: plain catalog checks on role oids.
-    if unsafe { pg_sys::superuser_arg(caller) } {
-        return Ok(true);
-    }
-    let held: Vec<Grant> = store::all_grants()?
-        .iter()
-        .filter(|(role, _)| unsafe { pg_sys::has_privs_of_role(caller, *role) })
-        .map(|(_, grant)| grant.clone())
-        .collect();
-    Ok(grants::allowed(&held, action, target))
-}
-
-/// The role the statement runs as right now: the caller, at entry points.
-fn caller() -> Oid {
-    // SAFETY: reads the backend's current user id.
-    unsafe { pg_sys::GetUserId() }
-}
-
-/// While alive, the backend runs as the owner of the extension's tables and
-/// resolves names in pg_catalog, then aedb_queue (never pg_temp, never the
-/// caller's schemas); dropping it (also when an error unwinds) restores the
-/// caller's user and search path. Transaction abort restores both too.
-///
-/// The search path is pushed as an override (PostgreSQL 15's
-/// `PushOverrideSearchPath`) rather than set through the `search_path`
-/// setting: the same effect for name lookup, without the setting's
-/// save/parse/restore work on every call.
-pub struct OwnerRights {
-    user: Oid,
-    security_context: i32,
-}
-
-impl OwnerRights {
-    pub fn enter() -> Result<OwnerRights> {
-        let (owner, schema) = tables_owner_and_schema()?;
-        // SAFETY: the save/switch/restore sequence fmgr uses for SECURITY
-        // DEFINER functions; the override path is copied by Postgres.
-        unsafe {
-            let mut user = pg_sys::InvalidOid;
-            let mut security_context = 0;
-            pg_sys::GetUserIdAndSecContext(&mut user, &mut security_context);
-            pg_sys::SetUserIdAndSecContext(
-                owner,
-                security_context | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32,
-            );
-            let mut path = pg_sys::OverrideSearchPath {
-                schemas: pg_sys::lappend_oid(std::ptr::null_mut(), schema),
-                addCatalog: true,
-                addTemp: false,
-                generation: 0,
-            };
-            pg_sys::PushOverrideSearchPath(&mut path);
-            Ok(OwnerRights {
-                user,
-                security_context,
-            })
+    for role in identities() {
+        if !rights_of(role)?.allows(action, target) {
+            return Ok(false);
         }
+    }
+    Ok(true)
+}
+
+/// Checks that no identity of the session is confined: what spans every
+/// queue (reaping them all, the pg_cron job, confining roles) is for
+/// unconfined admins and superusers only.
+pub fn require_unconfined(operation: &str) -> Result<()> {
+    for role in identities() {
+        if rights_of(role)?.is_confined() {
+            return Err(QueueError::Confined {
+                operation: operation.to_string(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The rights of each identity of the session, for checks that compare
+/// them with something other than one queue (whose grants an admin may
+/// change): each identity must pass on its own.
+pub fn identity_rights() -> Result<Vec<Rights>> {
+    identities().into_iter().map(rights_of).collect()
+}
+
+/// Follow-ups are enqueues: the calling role needs what `queue_enqueue`
+/// needs, EXECUTE on it (normally through aedb_queue_producer).
+pub fn require_enqueue_right(arg: &str) -> Result<()> {
+    let Some(function) = catalog::function_oid(c"queue_enqueue") else {
+        return Ok(());
+    };
+    // SAFETY: an ACL check of an existing function for a role.
+    let result = unsafe {
+        pg_sys::pg_proc_aclcheck(
+            function,
+            pg_sys::GetUserId(),
+            pg_sys::ACL_EXECUTE as pg_sys::AclMode,
+        )
+    };
+    if result == pg_sys::AclResult::ACLCHECK_OK {
+        Ok(())
+    } else {
+        Err(QueueError::NoEnqueueRight {
+            arg: arg.to_string(),
+        })
     }
 }
 
-impl Drop for OwnerRights {
-    fn drop(&mut self) {
-        // SAFETY: undoes exactly what `enter` did, in reverse order.
-        unsafe {
-            pg_sys::PopOverrideSearchPath();
-            pg_sys::SetUserIdAndSecContext(self.user, self.security_context);
+/// The current role, the role outside any SECURITY DEFINER function (what
+/// SET ROLE chose), and the login role, without repeats.
+fn identities() -> Vec<Oid> {
+    // SAFETY: reads the backend's user ids.
+    let all = unsafe {
+        [
+            pg_sys::GetUserId(),
+            pg_sys::GetOuterUserId(),
+            pg_sys::GetSessionUserId(),
+        ]
+    };
+    let mut roles = Vec::with_capacity(3);
+    for role in all {
+        if role != pg_sys::InvalidOid && !roles.contains(&role) {
+            roles.push(role);
         }
     }
+    roles
 }
 
-thread_local! {
-    /// (cache generation, owner, schema) of the last lookup.
-    static OWNER: std::cell::Cell<Option<(u64, Oid, Oid)>> = const { std::cell::Cell::new(None) };
-}
-
-/// The owner of `aedb_queue.task` and the schema's oid, looked up once per
-/// invalidation of our tables (see `cache`).
-fn tables_owner_and_schema() -> Result<(Oid, Oid)> {
-    let generation = cache::generation();
-    if let Some((seen, owner, schema)) = OWNER.with(|o| o.get()) {
-        if seen == generation {
-            return Ok((owner, schema));
-        }
+/// What `role` may do: unconfined for superusers, otherwise what the
+/// confinement rows and grants of the roles it belongs to say.
+pub fn rights_of(role: Oid) -> Result<Rights> {
+    // SAFETY: a catalog check on a role oid.
+    if unsafe { pg_sys::superuser_arg(role) } {
+        return Ok(Rights::Unconfined);
     }
-    let (owner, schema) = look_up_tables_owner_and_schema()?;
-    OWNER.with(|o| o.set(Some((generation, owner, schema))));
-    Ok((owner, schema))
-}
-
-/// Read from the system caches, never through SQL (which the caller's
-/// search_path could redirect).
-fn look_up_tables_owner_and_schema() -> Result<(Oid, Oid)> {
-    // SAFETY: catalog lookups; the cache entry is released before returning.
-    unsafe {
-        let schema = pg_sys::get_namespace_oid(c"aedb_queue".as_ptr(), false);
-        let relid = pg_sys::get_relname_relid(c"task".as_ptr(), schema);
-        if relid == pg_sys::InvalidOid {
-            return Err(internal("table aedb_queue.task is missing"));
-        }
-        let tuple = pg_sys::SearchSysCache1(
-            pg_sys::SysCacheIdentifier::RELOID as i32,
-            pg_sys::Datum::from(relid),
-        );
-        if tuple.is_null() {
-            return Err(internal("aedb_queue.task has no pg_class entry"));
-        }
-        let owner = (*(pg_sys::GETSTRUCT(tuple) as pg_sys::Form_pg_class)).relowner;
-        pg_sys::ReleaseSysCache(tuple);
-        Ok((owner, schema))
-    }
+    store::rights_of(role)
 }
 
 /// The oid of the role named `name` (an error naming it when there is none).
@@ -155,4 +132,24 @@ pub fn role_oid(name: &str) -> Result<Oid> {
         .map_err(|_| QueueError::invalid("role", "must not contain NUL bytes"))?;
     // SAFETY: a catalog lookup; with missing_ok false it raises 42704 itself.
     Ok(unsafe { pg_sys::get_role_oid(name.as_ptr(), false) })
+}
+
+/// Refuses roles that may never hold grants or be confined: the
+/// extension's group roles (confining one would confine every member) and
+/// superusers (never confined).
+pub fn check_grantee(name: &str, role: Oid) -> Result<()> {
+    if GROUP_ROLES.contains(&name) {
+        return Err(QueueError::invalid(
+            "role",
+            format!("{name} is one of the extension's roles, which every application role is a member of; confine a role of your own"),
+        ));
+    }
+    // SAFETY: a catalog check on a role oid.
+    if unsafe { pg_sys::superuser_arg(role) } {
+        return Err(QueueError::invalid(
+            "role",
+            format!("{name} is a superuser, which is never confined"),
+        ));
+    }
+    Ok(())
 }

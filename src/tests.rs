@@ -1955,7 +1955,7 @@ pub(crate) mod tests {
         exec("SELECT * FROM aedb_queue.queue_list('q', NULL, 100001)");
     }
 
-    #[pg_test(error = "invalid argument \"follow_ups\": has 1001 specs, more than 1000")]
+    #[pg_test(error = "argument \"follow_ups\" has 1001 specs, more than 1000")]
     fn error_too_many_follow_ups() {
         exec(
             "SELECT aedb_queue.queue_complete('q', 1, 1,

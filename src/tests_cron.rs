@@ -1,8 +1,8 @@
-//! `#[pg_test]`s of the pg_cron functions (`sql/cron.sql`) in a cluster
+//! `#[pg_test]`s of the pg_cron functions (`src/api/cron.rs`) in a cluster
 //! without pg_cron, which is what the pgrx test cluster is: the argument
-//! checks, the cron expressions, the "pg_cron is not installed" error and
-//! the functions' privileges. Scheduling against a running pg_cron is tested
-//! in `itests/tests/cron.rs`.
+//! checks, the "pg_cron is not installed" error, who may call them. The cron
+//! expressions are unit-tested in `core/src/reaper.rs`; scheduling against a
+//! running pg_cron is tested in `itests/tests/cron.rs`.
 
 #[pgrx::pg_schema]
 mod tests {
@@ -31,32 +31,25 @@ mod tests {
             .map(|(state, message)| (state.to_string(), message.to_string()))
     }
 
-    fn cron_schedule(every: &str) -> String {
-        let sql = format!("SELECT aedb_queue.reaper_cron_schedule({every})");
-        Spi::get_one::<String>(&sql)
-            .unwrap_or_else(|e| panic!("{sql}: {e}"))
-            .unwrap_or_else(|| panic!("{sql}: NULL"))
-    }
-
+    /// Every interval a cron field can express passes the argument check,
+    /// so the call gets as far as looking for pg_cron (55000 here).
     #[pg_test]
-    fn every_maps_to_a_cron_expression() {
-        for (every, expected) in [
-            ("'1 minute'", "*/1 * * * *"),
-            ("'7 minutes'", "*/7 * * * *"),
-            ("'59 minutes'", "*/59 * * * *"),
-            ("'60 minutes'", "0 */1 * * *"),
-            ("'1 hour'", "0 */1 * * *"),
-            ("'2 hours'", "0 */2 * * *"),
-            ("'23 hours'", "0 */23 * * *"),
-            ("'1 day'", "0 0 * * *"),
-            ("'24 hours'", "0 0 * * *"),
-            ("'5 minutes 0 seconds'", "*/5 * * * *"),
+    fn every_a_cron_field_can_express_is_accepted() {
+        for every in [
+            "'1 minute'",
+            "'7 minutes'",
+            "'59 minutes'",
+            "'60 minutes'",
+            "'1 hour'",
+            "'23 hours'",
+            "'1 day'",
+            "'24 hours'",
+            "'5 minutes 0 seconds'",
         ] {
-            assert_eq!(
-                cron_schedule(&format!("{every}::interval")),
-                expected,
-                "{every}"
-            );
+            let call = format!("aedb_queue.schedule_reaper({every}::interval)");
+            let (state, message) =
+                error_of(&call).unwrap_or_else(|| panic!("{call} worked without pg_cron"));
+            assert_eq!(state, "55000", "{call}: {message}");
         }
     }
 
@@ -113,22 +106,36 @@ mod tests {
         }
     }
 
-    /// The job runs as the extension's owner: the functions that change it
-    /// run as that owner with a fixed search_path, and PUBLIC cannot call them.
+    /// The job runs as the extension's owner and spans every queue: PUBLIC
+    /// cannot call the functions, and a confined admin is refused before
+    /// pg_cron is even looked for.
     #[pg_test]
-    fn scheduling_runs_as_the_owner_and_is_not_granted_to_public() {
+    fn scheduling_is_for_unconfined_admins_only() {
         for f in [
             "aedb_queue.schedule_reaper(interval)",
             "aedb_queue.unschedule_reaper()",
         ] {
             let sql = format!(
-                "SELECT prosecdef
-                        AND proconfig = ARRAY['search_path=aedb_queue, pg_catalog, pg_temp']
-                        AND proacl IS NOT NULL
+                "SELECT NOT prosecdef AND proacl IS NOT NULL
                         AND NOT EXISTS (SELECT 1 FROM aclexplode(proacl) a WHERE a.grantee = 0)
                    FROM pg_proc WHERE oid = '{f}'::regprocedure"
             );
             assert_eq!(Spi::get_one::<bool>(&sql), Ok(Some(true)), "{f}");
         }
+        Spi::run("CREATE ROLE cron_tenant NOLOGIN; GRANT aedb_queue_admin TO cron_tenant").unwrap();
+        Spi::run("SELECT aedb_queue.queue_grant('t.*', 'cron_tenant', 'admin')").unwrap();
+        Spi::run("SET LOCAL ROLE cron_tenant").unwrap();
+        for call in [
+            "aedb_queue.schedule_reaper()",
+            "aedb_queue.unschedule_reaper()",
+        ] {
+            let (state, message) = error_of(call).unwrap_or_else(|| panic!("{call} was allowed"));
+            assert_eq!(state, "42501", "{call}: {message}");
+            assert!(
+                message.contains("only an unconfined aedb_queue admin"),
+                "{message}"
+            );
+        }
+        Spi::run("RESET ROLE").unwrap();
     }
 }

@@ -567,10 +567,18 @@ mod tests {
             Some("ready"),
             "nothing changed in B"
         );
-        // Revoking the only grant leaves the role unconfined again.
+        // Revoking the only grant does not unconfine: the role may use no queue.
         assert!(one::<bool>(
             "SELECT aedb_queue.queue_revoke('tenant_a.*', 'worker_a', 'worker')"
         ));
+        as_role("worker_a", || {
+            for queue in ["tenant_a.jobs", "tenant_b.jobs"] {
+                let call = format!("SELECT * FROM aedb_queue.queue_claim('{queue}', 'w')");
+                assert_eq!(sqlstate_of(&call), Some("42501".into()), "{call}");
+            }
+        });
+        // Only an unconfined admin lifts the confinement.
+        assert!(one::<bool>("SELECT aedb_queue.queue_unconfine('worker_a')"));
         as_role("worker_a", || assert_eq!(claim_one("tenant_b.jobs").0, b));
     }
 
@@ -588,6 +596,15 @@ mod tests {
                 sqlstate_of("SELECT aedb_queue.queue_purge('b.x', 'ready')"),
                 Some("42501".into())
             );
+            // helper is not confined: a grant would lock it out of every other queue.
+            expect_error(
+                "SELECT aedb_queue.queue_grant('a.sub.*', 'helper', 'worker')",
+                "42501",
+                "permission denied to change the grants of role \"helper\": it is not confined within the queues you administer",
+            );
+        });
+        assert!(one::<bool>("SELECT aedb_queue.queue_confine('helper')"));
+        as_role("admin_a", || {
             assert!(one::<bool>(
                 "SELECT aedb_queue.queue_grant('a.sub.*', 'helper', 'worker')"
             ));

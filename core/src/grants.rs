@@ -1,9 +1,14 @@
 //! Per-queue grants: which queues a role may use, and for what.
 //!
-//! A role that holds no grant (directly or through the roles it is a member
-//! of) is unrestricted: the EXECUTE rights of the aedb_queue roles alone
-//! decide what it may call. Once it holds any grant, every call is checked:
-//! the queue must match a grant whose privilege allows the action.
+//! Confinement is an explicit state of a role, set and lifted only by an
+//! unconfined admin (`queue_confine`, `queue_unconfine`; a first grant by an
+//! unconfined admin confines too). A role is confined when it, or any role
+//! it is a member of through any chain, is confined; it may then use only
+//! what the grants of those confined roles allow, and with no grant nothing.
+//! Revoking a grant never unconfines. An unconfined role is limited only by
+//! the EXECUTE rights of the aedb_queue roles. A session is checked as
+//! every identity it has (current role, the role SET ROLE chose, the login
+//! role), so switching roles cannot shed confinement (docs/security.md).
 
 use crate::validate;
 use crate::QueueError;
@@ -115,13 +120,54 @@ pub struct Grant {
     pub privilege: Privilege,
 }
 
-/// Whether a caller holding `grants` may do `action` on every queue `target`
-/// matches (for a single queue, an exact pattern).
-pub fn allowed(grants: &[Grant], action: Action, target: &Pattern) -> bool {
-    grants.is_empty()
-        || grants
-            .iter()
-            .any(|g| g.privilege.allows(action) && g.pattern.covers(target))
+/// What one identity of a session may do on queues.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rights {
+    /// Superusers, and roles outside every confined role.
+    Unconfined,
+    /// The grants of every confined role the identity belongs to.
+    Confined(Vec<Grant>),
+}
+
+impl Rights {
+    /// Whether `action` is allowed on every queue `target` matches (for a
+    /// single queue, an exact pattern).
+    pub fn allows(&self, action: Action, target: &Pattern) -> bool {
+        match self {
+            Rights::Unconfined => true,
+            Rights::Confined(grants) => grants
+                .iter()
+                .any(|g| g.privilege.allows(action) && g.pattern.covers(target)),
+        }
+    }
+
+    pub fn is_confined(&self) -> bool {
+        matches!(self, Rights::Confined(_))
+    }
+
+    /// Whether an admin with these rights may change the grants of a role
+    /// whose own rights are `target`, giving or taking `pattern`: an
+    /// unconfined admin may change any role's; a confined one only those
+    /// of a confined role all of whose grants, and the pattern, lie within
+    /// the queues it administers. So a confined admin can neither reach
+    /// outside its patterns nor confine (lock out) a role that was free.
+    pub fn may_change_grants_of(&self, target: &Rights, pattern: &Pattern) -> bool {
+        match (self, target) {
+            (Rights::Unconfined, _) => true,
+            (Rights::Confined(_), Rights::Unconfined) => false,
+            (Rights::Confined(_), Rights::Confined(held)) => {
+                self.allows(Action::Administer, pattern)
+                    && held
+                        .iter()
+                        .all(|g| self.allows(Action::Administer, &g.pattern))
+            }
+        }
+    }
+}
+
+/// Whether every identity of a session allows `action` on `target`.
+pub fn all_allow(identities: &[Rights], action: Action, target: &Pattern) -> bool {
+    identities.iter().all(|r| r.allows(action, target))
 }
 
 #[cfg(test)]
@@ -188,22 +234,71 @@ mod tests {
         assert!(Privilege::parse("privilege", "owner").is_err());
     }
 
+    fn queue(q: &str) -> Pattern {
+        Pattern::Exact(q.into())
+    }
+
+    fn confined(grants: &[(&str, Privilege)]) -> Rights {
+        Rights::Confined(grants.iter().map(|(p, v)| grant(p, *v)).collect())
+    }
+
     #[test]
-    fn a_role_without_grants_is_unrestricted_and_one_with_grants_is_confined() {
-        let queue = |q: &str| Pattern::Exact(q.into());
-        assert!(allowed(&[], Action::Administer, &queue("any")));
-        let tenant = [
-            grant("a.*", Privilege::Worker),
-            grant("a.in", Privilege::Producer),
-        ];
-        assert!(allowed(&tenant, Action::Work, &queue("a.jobs")));
-        assert!(!allowed(&tenant, Action::Work, &queue("b.jobs")));
-        assert!(!allowed(&tenant, Action::Read, &queue("b.jobs")));
-        assert!(allowed(&tenant, Action::Enqueue, &queue("a.in")));
-        assert!(!allowed(&tenant, Action::Enqueue, &queue("a.jobs")));
-        assert!(!allowed(&tenant, Action::Administer, &queue("a.jobs")));
-        let admin = [grant("a.*", Privilege::Admin)];
-        assert!(allowed(&admin, Action::Administer, &pattern("a.x.*")));
-        assert!(!allowed(&admin, Action::Administer, &pattern("*")));
+    fn unconfined_is_unrestricted_and_confined_is_limited_to_its_grants() {
+        assert!(Rights::Unconfined.allows(Action::Administer, &queue("any")));
+        let tenant = confined(&[("a.*", Privilege::Worker), ("a.in", Privilege::Producer)]);
+        assert!(tenant.allows(Action::Work, &queue("a.jobs")));
+        assert!(!tenant.allows(Action::Work, &queue("b.jobs")));
+        assert!(!tenant.allows(Action::Read, &queue("b.jobs")));
+        assert!(tenant.allows(Action::Enqueue, &queue("a.in")));
+        assert!(!tenant.allows(Action::Enqueue, &queue("a.jobs")));
+        assert!(!tenant.allows(Action::Administer, &queue("a.jobs")));
+        let admin = confined(&[("a.*", Privilege::Admin)]);
+        assert!(admin.allows(Action::Administer, &pattern("a.x.*")));
+        assert!(!admin.allows(Action::Administer, &pattern("*")));
+    }
+
+    #[test]
+    fn confined_without_grants_may_do_nothing() {
+        let none = Rights::Confined(Vec::new());
+        for action in [
+            Action::Enqueue,
+            Action::Work,
+            Action::Read,
+            Action::Administer,
+        ] {
+            assert!(!none.allows(action, &queue("a.jobs")));
+        }
+        assert!(none.is_confined() && !Rights::Unconfined.is_confined());
+    }
+
+    #[test]
+    fn every_identity_of_a_session_must_allow() {
+        let tenant = confined(&[("a.*", Privilege::Worker)]);
+        // SET ROLE to an unconfined group role keeps the login's confinement.
+        let session = [Rights::Unconfined, tenant.clone()];
+        assert!(all_allow(&session, Action::Work, &queue("a.jobs")));
+        assert!(!all_allow(&session, Action::Work, &queue("b.jobs")));
+        assert!(all_allow(
+            &[Rights::Unconfined],
+            Action::Work,
+            &queue("b.jobs")
+        ));
+    }
+
+    #[test]
+    fn a_confined_admin_changes_only_roles_confined_within_its_patterns() {
+        let admin = confined(&[("a.*", Privilege::Admin)]);
+        let inside = confined(&[("a.x", Privilege::Worker)]);
+        let straddling = confined(&[("a.x", Privilege::Worker), ("b.*", Privilege::Worker)]);
+        let empty = Rights::Confined(Vec::new());
+        assert!(admin.may_change_grants_of(&inside, &pattern("a.y")));
+        assert!(admin.may_change_grants_of(&empty, &pattern("a.*")));
+        assert!(!admin.may_change_grants_of(&inside, &pattern("b.y")));
+        assert!(!admin.may_change_grants_of(&straddling, &pattern("a.y")));
+        // An unconfined role would be confined (locked out) by a grant.
+        assert!(!admin.may_change_grants_of(&Rights::Unconfined, &pattern("a.x")));
+        assert!(Rights::Unconfined.may_change_grants_of(&Rights::Unconfined, &pattern("*")));
+        let worker = confined(&[("a.*", Privilege::Worker)]);
+        assert!(!worker.may_change_grants_of(&inside, &pattern("a.x")));
     }
 }

@@ -11,6 +11,7 @@
 pub mod backoff;
 pub mod error;
 pub mod grants;
+pub mod reaper;
 pub mod scan_hint;
 pub mod spec;
 pub mod transition;

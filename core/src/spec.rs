@@ -1,13 +1,18 @@
 //! Follow-up enqueue specs: a JSON array of objects, each one enqueue.
 //!
+//! The extension walks the caller's jsonb itself, one level deep, and hands
+//! each spec's keys here as [`Json`] values; the payload never leaves
+//! jsonb, so it is stored byte for byte (no precision lost, any depth).
 //! Durations are a number of seconds (`90`, `0.5`) or text made of
 //! `<number> <unit>` pairs (`"5 minutes"`, `"1 hour 30 min"`, `"250 ms"`).
 
-use serde_json::{Map, Value};
-
 use crate::QueueError;
 
+/// Most follow-ups one completion may enqueue (SQLSTATE 54000 above).
 pub const MAX_FOLLOW_UPS: usize = 1_000;
+/// Most bytes all follow-up specs together may take, unless the payload
+/// limit (`aedb_queue.max_payload_bytes`) is larger (SQLSTATE 54000 above).
+pub const MAX_FOLLOW_UPS_BYTES: usize = 16 * 1024 * 1024;
 
 const KNOWN_KEYS: &[&str] = &[
     "queue",
@@ -20,12 +25,25 @@ const KNOWN_KEYS: &[&str] = &[
     "idempotency_key",
 ];
 
+/// One value of a spec's key, as the jsonb holds it: scalars with their
+/// text (a number as its exact decimal text), containers by kind only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Json<'a> {
+    Null,
+    Bool(bool),
+    Number(&'a str),
+    String(&'a str),
+    Array,
+    Object,
+}
+
+/// A follow-up spec with every option checked for type and range (the
+/// payload is the caller's: it stays jsonb).
 #[derive(Debug, Clone, PartialEq)]
 pub struct EnqueueSpec {
     /// Prefix naming this spec in errors, e.g. `follow_ups[0].`.
     pub path: String,
     pub queue: String,
-    pub payload: Option<Value>,
     pub delay: Option<i64>,
     pub priority: Option<i64>,
     pub max_attempts: Option<i32>,
@@ -34,40 +52,47 @@ pub struct EnqueueSpec {
     pub idempotency_key: Option<String>,
 }
 
-/// Parses the `follow_ups` argument. JSON `null` means no follow-ups.
-pub fn parse_follow_ups(arg: &str, value: &Value) -> Result<Vec<EnqueueSpec>, QueueError> {
-    let items = match value {
-        Value::Null => return Ok(Vec::new()),
-        Value::Array(items) => items,
-        _ => {
-            return Err(QueueError::invalid(
-                arg,
-                "must be a JSON array of enqueue specs",
-            ))
-        }
-    };
-    if items.len() > MAX_FOLLOW_UPS {
-        return Err(QueueError::invalid(
+/// Checks the size of the whole `follow_ups` argument, before it is read.
+pub fn check_follow_ups_size(
+    arg: &str,
+    bytes: usize,
+    payload_limit: usize,
+) -> Result<(), QueueError> {
+    let limit = MAX_FOLLOW_UPS_BYTES.max(payload_limit);
+    if bytes > limit {
+        return Err(QueueError::limit(
             arg,
-            format!("has {} specs, more than {MAX_FOLLOW_UPS}", items.len()),
+            format!("is {bytes} bytes, more than {limit}"),
         ));
     }
-    items
-        .iter()
-        .enumerate()
-        .map(|(i, item)| parse_spec(&format!("{arg}[{i}]."), item))
-        .collect()
+    Ok(())
 }
 
-fn parse_spec(path: &str, value: &Value) -> Result<EnqueueSpec, QueueError> {
-    let at = |key: &str| format!("{path}{key}");
-    let Value::Object(object) = value else {
-        return Err(QueueError::invalid(
-            path.trim_end_matches('.'),
-            "must be a JSON object",
+/// Checks the number of specs, before any is read.
+pub fn check_follow_ups_count(arg: &str, count: usize) -> Result<(), QueueError> {
+    if count > MAX_FOLLOW_UPS {
+        return Err(QueueError::limit(
+            arg,
+            format!("has {count} specs, more than {MAX_FOLLOW_UPS}"),
         ));
-    };
-    if let Some(unknown) = object.keys().find(|k| !KNOWN_KEYS.contains(&k.as_str())) {
+    }
+    Ok(())
+}
+
+/// The error for a `follow_ups` argument that is not an array (JSON `null` means none).
+pub fn not_an_array(arg: &str) -> QueueError {
+    QueueError::invalid(arg, "must be a JSON array of enqueue specs")
+}
+
+/// The error for an element that is not an object; `path` is `follow_ups[i].`.
+pub fn not_an_object(path: &str) -> QueueError {
+    QueueError::invalid(path.trim_end_matches('.'), "must be a JSON object")
+}
+
+/// Parses one spec from its keys and values, `path` naming it in errors.
+pub fn parse_spec(path: &str, fields: &[(&str, Json<'_>)]) -> Result<EnqueueSpec, QueueError> {
+    let at = |key: &str| format!("{path}{key}");
+    if let Some((unknown, _)) = fields.iter().find(|(k, _)| !KNOWN_KEYS.contains(k)) {
         return Err(QueueError::invalid(
             at(unknown),
             format!(
@@ -76,28 +101,65 @@ fn parse_spec(path: &str, value: &Value) -> Result<EnqueueSpec, QueueError> {
             ),
         ));
     }
-    let queue = match field(object, "queue") {
-        Some(Value::String(queue)) => queue.clone(),
+    // A present key whose value is JSON `null` counts as absent.
+    let field = |key: &str| {
+        fields
+            .iter()
+            .find(|(k, v)| *k == key && *v != Json::Null)
+            .map(|(_, v)| *v)
+    };
+    let queue = match field("queue") {
+        Some(Json::String(queue)) => queue.to_string(),
         Some(_) => return Err(QueueError::invalid(at("queue"), "must be a string")),
         None => return Err(QueueError::invalid(at("queue"), "is required")),
+    };
+    let integer = |key: &str| -> Result<Option<i64>, QueueError> {
+        match field(key) {
+            None => Ok(None),
+            Some(Json::Number(text)) => text
+                .parse::<i64>()
+                .map(Some)
+                .map_err(|_| QueueError::invalid(at(key), "must be an integer in range")),
+            Some(_) => Err(QueueError::invalid(at(key), "must be an integer")),
+        }
+    };
+    let duration = |key: &str| -> Result<Option<i64>, QueueError> {
+        match field(key) {
+            None => Ok(None),
+            Some(Json::String(text)) => parse_duration_text(text).map(Some).ok_or_else(|| {
+                QueueError::invalid(
+                    at(key),
+                    format!("{text:?} is not a duration like \"5 minutes\" or \"1 hour 30 min\""),
+                )
+            }),
+            Some(Json::Number(text)) => text
+                .parse::<f64>()
+                .ok()
+                .and_then(seconds_to_micros)
+                .map(Some)
+                .ok_or_else(|| QueueError::invalid(at(key), "is out of range")),
+            Some(_) => Err(QueueError::invalid(
+                at(key),
+                "must be duration text (\"5 minutes\") or a number of seconds",
+            )),
+        }
     };
     Ok(EnqueueSpec {
         path: path.to_string(),
         queue,
-        payload: field(object, "payload").cloned(),
-        delay: duration(object, "delay", &at)?,
-        priority: integer(object, "priority", &at)?,
-        max_attempts: integer(object, "max_attempts", &at)?
+        delay: duration("delay")?,
+        priority: integer("priority")?,
+        max_attempts: integer("max_attempts")?
             .map(|n| {
                 i32::try_from(n)
                     .map_err(|_| QueueError::invalid(at("max_attempts"), "is out of range"))
             })
             .transpose()?,
-        backoff_base: duration(object, "backoff_base", &at)?,
-        backoff_max: duration(object, "backoff_max", &at)?,
-        idempotency_key: match field(object, "idempotency_key") {
+        backoff_base: duration("backoff_base")?,
+        backoff_max: duration("backoff_max")?,
+        idempotency_key: match field("idempotency_key") {
             None => None,
-            Some(Value::String(key)) => Some(key.clone()),
+            Some(Json::String(key)) => Some(key.to_string()),
             Some(_) => {
                 return Err(QueueError::invalid(
                     at("idempotency_key"),
@@ -106,48 +168,6 @@ fn parse_spec(path: &str, value: &Value) -> Result<EnqueueSpec, QueueError> {
             }
         },
     })
-}
-
-/// A present key whose value is JSON `null` counts as absent.
-fn field<'a>(object: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
-    object.get(key).filter(|v| !v.is_null())
-}
-
-fn integer(
-    object: &Map<String, Value>,
-    key: &str,
-    at: &dyn Fn(&str) -> String,
-) -> Result<Option<i64>, QueueError> {
-    match field(object, key) {
-        None => Ok(None),
-        Some(v) => v
-            .as_i64()
-            .map(Some)
-            .ok_or_else(|| QueueError::invalid(at(key), "must be an integer")),
-    }
-}
-
-fn duration(
-    object: &Map<String, Value>,
-    key: &str,
-    at: &dyn Fn(&str) -> String,
-) -> Result<Option<i64>, QueueError> {
-    match field(object, key) {
-        None => Ok(None),
-        Some(Value::String(text)) => parse_duration_text(text).map(Some).ok_or_else(|| {
-            QueueError::invalid(
-                at(key),
-                format!("{text:?} is not a duration like \"5 minutes\" or \"1 hour 30 min\""),
-            )
-        }),
-        Some(Value::Number(n)) => seconds_to_micros(n.as_f64().unwrap_or(f64::NAN))
-            .map(Some)
-            .ok_or_else(|| QueueError::invalid(at(key), "is out of range")),
-        Some(_) => Err(QueueError::invalid(
-            at(key),
-            "must be duration text (\"5 minutes\") or a number of seconds",
-        )),
-    }
 }
 
 fn seconds_to_micros(seconds: f64) -> Option<i64> {
@@ -195,7 +215,46 @@ pub fn parse_duration_text(text: &str) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
+
+    /// What the extension's jsonb walk hands over, made from serde values.
+    fn parse_follow_ups(arg: &str, value: &Value) -> Result<Vec<EnqueueSpec>, QueueError> {
+        let items = match value {
+            Value::Null => return Ok(Vec::new()),
+            Value::Array(items) => items,
+            _ => return Err(not_an_array(arg)),
+        };
+        check_follow_ups_count(arg, items.len())?;
+        items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| {
+                let path = format!("{arg}[{i}].");
+                let Value::Object(object) = item else {
+                    return Err(not_an_object(&path));
+                };
+                let texts: Vec<(String, Value, String)> = object
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone(), v.to_string()))
+                    .collect();
+                let fields: Vec<(&str, Json<'_>)> = texts
+                    .iter()
+                    .map(|(k, v, text)| {
+                        let json = match v {
+                            Value::Null => Json::Null,
+                            Value::Bool(b) => Json::Bool(*b),
+                            Value::Number(_) => Json::Number(text),
+                            Value::String(s) => Json::String(s),
+                            Value::Array(_) => Json::Array,
+                            Value::Object(_) => Json::Object,
+                        };
+                        (k.as_str(), json)
+                    })
+                    .collect();
+                parse_spec(&path, &fields)
+            })
+            .collect()
+    }
 
     fn err(value: Value) -> String {
         parse_follow_ups("follow_ups", &value)
@@ -226,7 +285,6 @@ mod tests {
         assert_eq!(specs.len(), 2);
         let s = &specs[0];
         assert_eq!(s.queue, "q");
-        assert_eq!(s.payload, Some(json!({"a": 1})));
         assert_eq!(s.delay, Some(300_000_000));
         assert_eq!(s.priority, Some(3));
         assert_eq!(s.max_attempts, Some(2));
@@ -234,7 +292,6 @@ mod tests {
         assert_eq!(s.backoff_max, Some(3_600_000_000));
         assert_eq!(s.idempotency_key.as_deref(), Some("k"));
         assert_eq!(specs[1].path, "follow_ups[1].");
-        assert_eq!(specs[1].payload, None);
     }
 
     #[test]
@@ -249,13 +306,38 @@ mod tests {
         );
         assert!(err(json!([{"queue": "q", "priority": "high"}])).contains("priority"));
         assert!(err(json!([{"queue": "q", "priority": 1.5}])).contains("priority"));
+        assert!(err(json!([{"queue": "q", "priority": 1e30}])).contains("priority"));
         assert!(err(json!([{"queue": "q", "max_attempts": 1e12}])).contains("max_attempts"));
+        assert!(
+            err(json!([{"queue": "q", "max_attempts": 10000000000i64}])).contains("max_attempts")
+        );
         assert!(err(json!([{"queue": "q", "delay": true}])).contains("delay"));
         assert!(err(json!([{"queue": "q", "idempotency_key": 5}])).contains("idempotency_key"));
         assert_eq!(
             parse_follow_ups("f", &json!(7)).unwrap_err().sqlstate(),
             "22023"
         );
+    }
+
+    #[test]
+    fn exact_decimal_text_is_read_as_given() {
+        let spec = parse_spec(
+            "f[0].",
+            &[
+                ("queue", Json::String("q")),
+                ("priority", Json::Number("9223372036854775807")),
+            ],
+        )
+        .unwrap();
+        assert_eq!(spec.priority, Some(i64::MAX));
+        let over = parse_spec(
+            "f[0].",
+            &[
+                ("queue", Json::String("q")),
+                ("priority", Json::Number("9223372036854775808")),
+            ],
+        );
+        assert!(over.unwrap_err().to_string().contains("f[0].priority"));
     }
 
     #[test]
@@ -285,10 +367,17 @@ mod tests {
     }
 
     #[test]
-    fn too_many_specs_are_rejected() {
+    fn too_many_or_too_large_is_a_limit_error() {
         let many: Vec<Value> = (0..=MAX_FOLLOW_UPS)
             .map(|_| json!({"queue": "q"}))
             .collect();
-        assert!(err(Value::Array(many)).contains("more than"));
+        let e = parse_follow_ups("follow_ups", &Value::Array(many)).unwrap_err();
+        assert!(e.to_string().contains("more than") && e.sqlstate() == "54000");
+        assert!(check_follow_ups_size("follow_ups", MAX_FOLLOW_UPS_BYTES, 1024).is_ok());
+        let big = check_follow_ups_size("follow_ups", MAX_FOLLOW_UPS_BYTES + 1, 1024).unwrap_err();
+        assert_eq!(big.sqlstate(), "54000");
+        assert!(big.to_string().contains("\"follow_ups\""));
+        // A payload limit raised above the default raises the total with it.
+        assert!(check_follow_ups_size("follow_ups", MAX_FOLLOW_UPS_BYTES + 1, usize::MAX).is_ok());
     }
 }

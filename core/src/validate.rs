@@ -11,6 +11,11 @@ pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 512;
 /// Upper bound on one claim batch: keeps a single call's locks and work bounded.
 pub const MAX_CLAIM_BATCH: i32 = 10_000;
 pub const MAX_LIST_LIMIT: i32 = 100_000;
+/// Most elements of one batch call (`payloads`, `task_ids`): bounds the
+/// memory and locks of a single statement (SQLSTATE 54000 above).
+pub const MAX_BATCH: usize = 10_000;
+/// Longest `error` text `queue_fail` stores, in bytes (SQLSTATE 54000 above).
+pub const MAX_ERROR_BYTES: usize = 64 * 1024;
 /// Longest accepted duration: far beyond any real use, far below where
 /// `now() + duration` overflows a timestamp.
 pub const MAX_DURATION_MICROS: i64 = 100 * 365 * crate::MICROS_PER_DAY;
@@ -74,6 +79,26 @@ fn in_range(arg: &str, value: i32, low: i32, high: i32) -> Result<i32, QueueErro
         ));
     }
     Ok(value)
+}
+
+pub fn batch_length(arg: &str, len: usize) -> Result<(), QueueError> {
+    if len > MAX_BATCH {
+        return Err(QueueError::limit(
+            arg,
+            format!("has {len} elements, more than {MAX_BATCH}"),
+        ));
+    }
+    Ok(())
+}
+
+pub fn error_text(arg: &str, bytes: usize) -> Result<(), QueueError> {
+    if bytes > MAX_ERROR_BYTES {
+        return Err(QueueError::limit(
+            arg,
+            format!("is {bytes} bytes, more than {MAX_ERROR_BYTES}"),
+        ));
+    }
+    Ok(())
 }
 
 /// Parallel arrays (ids and their tokens) must pair up one to one.
@@ -245,6 +270,16 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("owner_id"));
+    }
+
+    #[test]
+    fn batches_and_error_texts_are_capped() {
+        assert!(batch_length("payloads", MAX_BATCH).is_ok());
+        let e = batch_length("payloads", MAX_BATCH + 1).unwrap_err();
+        assert_eq!(e.sqlstate(), "54000");
+        assert!(e.to_string().contains("\"payloads\""));
+        assert!(error_text("error", MAX_ERROR_BYTES).is_ok());
+        assert_eq!(sqlstate(error_text("error", MAX_ERROR_BYTES + 1)), "54000");
     }
 
     #[test]

@@ -4,9 +4,10 @@
 use aedb_queue_core::grants::{Action, Pattern, Privilege};
 use aedb_queue_core::{validate, QueueError};
 use pgrx::datum::Interval;
+use pgrx::pg_sys::Oid;
 use pgrx::prelude::*;
 
-use super::{checked_name, micros, required};
+use super::{checked_name, interval, micros, required};
 use crate::errors::{run, Result};
 use crate::security;
 use crate::store::{self, QueueSettings, SettingsChange};
@@ -41,10 +42,9 @@ fn settings_row(queue: &str, s: QueueSettings) -> SettingsRow {
 }
 
 fn positive(arg: &'static str, value: Option<Interval>) -> Result<Option<Interval>> {
-    if let Some(v) = value {
-        validate::positive_duration(arg, micros(v))?;
-    }
-    Ok(value)
+    value
+        .map(|v| validate::positive_duration(arg, micros(v)).map(interval))
+        .transpose()
 }
 
 fn at_least_one(arg: &'static str, value: Option<i32>) -> Result<Option<i32>> {
@@ -177,19 +177,52 @@ fn queue_purge(
     })
 }
 
-/// Confines `role` to the queues `queue_pattern` matches (an exact name, or
-/// a prefix followed by `*`) for `privilege` (producer, worker or admin).
-/// Returns false when the grant already existed.
+/// Lets `role` do what `privilege` (producer, worker or admin) allows on the
+/// queues `queue_pattern` matches (an exact name, or a prefix followed by
+/// `*`), confining it to its grants if it was not confined yet. Returns
+/// false when the grant already existed. A confined admin may only change
+/// the grants of roles already confined within the queues it administers.
 #[pg_extern]
 fn queue_grant(queue_pattern: Option<&str>, role: Option<&str>, privilege: Option<&str>) -> bool {
     run(|| change_grant(queue_pattern, role, privilege, false))
 }
 
-/// Removes a grant made by `queue_grant`; returns whether it existed. A
-/// role left with no grant at all is no longer confined to any queue.
+/// Removes a grant made by `queue_grant`; returns whether it existed. The
+/// role stays confined (with no grant left it may use no queue); only
+/// `queue_unconfine` lifts a confinement.
 #[pg_extern]
 fn queue_revoke(queue_pattern: Option<&str>, role: Option<&str>, privilege: Option<&str>) -> bool {
     run(|| change_grant(queue_pattern, role, privilege, true))
+}
+
+/// Confines `role` (and every role that is a member of it) to its grants,
+/// none yet; true if it was not confined. Unconfined admins only.
+#[pg_extern]
+fn queue_confine(role: Option<&str>) -> bool {
+    run(|| {
+        let (_, role_oid) = grantee(role)?;
+        security::require_unconfined("confine roles")?;
+        store::confine(role_oid)
+    })
+}
+
+/// Lifts the confinement of `role` and drops all its grants; true if it
+/// had either. Unconfined admins only.
+#[pg_extern]
+fn queue_unconfine(role: Option<&str>) -> bool {
+    run(|| {
+        let (_, role_oid) = grantee(role)?;
+        security::require_unconfined("unconfine roles")?;
+        store::unconfine(role_oid)
+    })
+}
+
+/// The role argument of the rights calls: an existing role that may hold grants.
+fn grantee(role: Option<&str>) -> Result<(&str, Oid)> {
+    let name = required("role", role)?;
+    let oid = security::role_oid(name)?;
+    security::check_grantee(name, oid)?;
+    Ok((name, oid))
 }
 
 fn change_grant(
@@ -200,9 +233,20 @@ fn change_grant(
 ) -> Result<bool> {
     let text = required("queue_pattern", queue_pattern)?;
     let pattern = Pattern::parse("queue_pattern", text)?;
-    let role = required("role", role)?;
     let privilege = Privilege::parse("privilege", required("privilege", privilege)?)?;
+    let (name, role_oid) = grantee(role)?;
     security::authorize_pattern(Action::Administer, &pattern, text)?;
-    let role_oid = security::role_oid(role)?;
+    let target = security::rights_of(role_oid)?;
+    for admin in security::identity_rights()? {
+        if !admin.may_change_grants_of(&target, &pattern) {
+            return Err(QueueError::RoleOutsideYourQueues {
+                role: name.to_string(),
+            });
+        }
+    }
+    // Only an unconfined admin gets here with an unconfined target.
+    if !revoke && store::schema_level() >= store::SchemaLevel::V030 {
+        store::confine(role_oid)?;
+    }
     store::change_grant(role_oid, text, privilege, revoke)
 }

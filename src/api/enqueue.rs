@@ -45,8 +45,7 @@ impl CheckedEnqueue {
         })
     }
 
-    pub(crate) fn from_spec(spec: EnqueueSpec) -> Result<Self> {
-        let payload = spec.payload.map(RawJsonb::from_json);
+    pub(crate) fn from_spec(spec: EnqueueSpec, payload: Option<RawJsonb>) -> Result<Self> {
         let options = EnqueueOptions {
             delay_micros: spec.delay.unwrap_or(0),
             priority: spec.priority.unwrap_or(0),
@@ -76,15 +75,21 @@ impl CheckedEnqueue {
         let Some(key) = self.options.idempotency_key.as_deref() else {
             return Ok((store::insert_task(&task, None, self.payload, None)?, false));
         };
-        match store::reserve_key(&self.queue, key)? {
-            Some(id) => Ok((
-                store::insert_task(&task, Some(id), self.payload, Some(key))?,
-                false,
-            )),
-            None => store::lookup_key(&self.queue, key)?
-                .map(|id| (id, true))
-                .ok_or_else(|| internal("idempotency key vanished between reserve and lookup")),
+        // A key expired (queue_reap) between a failed reserve and the
+        // lookup is free again: reserve once more. Each round either takes
+        // the key or finds its holder, unless the reaper keeps racing us.
+        for _ in 0..3 {
+            if let Some(id) = store::reserve_key(&self.queue, key)? {
+                let id = store::insert_task(&task, Some(id), self.payload, Some(key))?;
+                return Ok((id, false));
+            }
+            if let Some(id) = store::lookup_key(&self.queue, key)? {
+                return Ok((id, true));
+            }
         }
+        Err(internal(
+            "idempotency key expired three times while being looked up",
+        ))
     }
 }
 
@@ -170,6 +175,7 @@ fn queue_enqueue_batch(
         let payloads = required("payloads", payloads)?;
         security::authorize(Action::Enqueue, queue)?;
         let settings = store::settings(queue)?;
+        validate::batch_length("payloads", payloads.len())?;
         let payloads = payloads.elements();
         for (i, payload) in payloads.iter().enumerate() {
             if let Some(payload) = payload {

@@ -3,13 +3,15 @@
 
 mod admin;
 mod claim;
+mod cron;
 mod enqueue;
 mod inspect;
 mod reap;
 mod settle;
+mod triggers;
 
+use aedb_queue_core::validate;
 pub(crate) use aedb_queue_core::validate::required;
-use aedb_queue_core::{validate, MICROS_PER_DAY};
 use pgrx::datum::Interval;
 
 use crate::errors::Result;
@@ -17,18 +19,7 @@ use crate::guc;
 use crate::jsonb::RawJsonb;
 use crate::store::QueueSettings;
 
-/// Interval length in microseconds, counting a month as 30 days as Postgres
-/// does when it compares intervals.
-pub(crate) fn micros(interval: Interval) -> i64 {
-    let total = interval.months() as i128 * 30 * MICROS_PER_DAY as i128
-        + interval.days() as i128 * MICROS_PER_DAY as i128
-        + interval.micros() as i128;
-    total.clamp(i64::MIN as i128, i64::MAX as i128) as i64
-}
-
-pub(crate) fn interval(micros: i64) -> Interval {
-    Interval::from_micros(micros)
-}
+pub(crate) use crate::duration::{interval, micros};
 
 pub(crate) fn checked_name<'a>(arg: &'static str, value: Option<&'a str>) -> Result<&'a str> {
     let value = validate::required(arg, value)?;
@@ -57,8 +48,8 @@ pub(crate) fn checked_size(arg: &str, bytes: usize, settings: &QueueSettings) ->
     validate::payload_size(arg, bytes, limit)
 }
 
+/// A required positive duration, as exactly its length (see `duration`).
 pub(crate) fn positive_interval(arg: &'static str, value: Option<Interval>) -> Result<Interval> {
     let value = validate::required(arg, value)?;
-    validate::positive_duration(arg, micros(value))?;
-    Ok(value)
+    Ok(interval(validate::positive_duration(arg, micros(value))?))
 }

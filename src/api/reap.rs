@@ -2,9 +2,13 @@
 //! kept completed tasks and old idempotency keys, for one queue or all of
 //! them (what pg_cron runs).
 
-use aedb_queue_core::grants::{Action, Pattern};
-use aedb_queue_core::validate;
+use std::panic::AssertUnwindSafe;
+
+use aedb_queue_core::grants::Action;
+use aedb_queue_core::{reaper, validate};
 use pgrx::datum::Interval;
+use pgrx::pg_sys::panic::CaughtError;
+use pgrx::pg_sys::{self, PgTryBuilder};
 use pgrx::prelude::*;
 
 use super::{checked_name, required};
@@ -12,7 +16,8 @@ use crate::errors::{run, Result};
 use crate::security;
 use crate::store::{self, Reaped};
 
-/// Reaps one queue, `max` of each kind of work at most.
+/// Reaps one queue: up to `promote` due timers and `reclaim` expired
+/// leases, then expires kept completed tasks and idempotency keys.
 fn reap_queue(queue: &str, promote: i32, reclaim: i32) -> Result<Reaped> {
     let reaped = store::reap(queue, promote, reclaim)?;
     let settings = store::settings(queue)?;
@@ -32,29 +37,63 @@ fn reap_queue(queue: &str, promote: i32, reclaim: i32) -> Result<Reaped> {
     Ok(reaped)
 }
 
-/// Reaps every registered queue the caller may administer, `max` of each
-/// kind of work in total.
+/// Reaps every queue with work, `max` of each kind in total, shared so
+/// that each gets a part (`reaper::share`). Each queue is reaped in its own
+/// subtransaction: one queue's bad data, error or lock never stops the
+/// others (its error is logged as a WARNING naming it, and its part of the
+/// work is undone). Only unconfined admins may: it spans every tenant.
 fn reap_all(max: i32) -> Result<Reaped> {
+    security::require_unconfined("reap every queue")?;
+    let queues = store::queues_with_work()?;
     let mut total = Reaped::default();
-    for queue in store::queue_names()? {
-        if !security::may(Action::Administer, &Pattern::Exact(queue.clone()))? {
-            continue;
+    for (i, queue) in queues.iter().enumerate() {
+        let left = queues.len() - i;
+        let promote = reaper::share(max as i64 - total.promoted, left);
+        let reclaim = reaper::share(max as i64 - total.reclaimed - total.dead_lettered, left);
+        match in_subtransaction(|| reap_queue(queue, promote, reclaim)) {
+            Ok(reaped) => {
+                total.promoted += reaped.promoted;
+                total.reclaimed += reaped.reclaimed;
+                total.dead_lettered += reaped.dead_lettered;
+            }
+            Err(message) => {
+                pgrx::warning!("aedb_queue: queue_reap() skipped queue {queue:?}: {message}")
+            }
         }
-        let promote_left = max as i64 - total.promoted;
-        let reclaim_left = max as i64 - total.reclaimed - total.dead_lettered;
-        if promote_left <= 0 && reclaim_left <= 0 {
-            break;
-        }
-        let reaped = reap_queue(
-            &queue,
-            promote_left.max(0) as i32,
-            reclaim_left.max(0) as i32,
-        )?;
-        total.promoted += reaped.promoted;
-        total.reclaimed += reaped.reclaimed;
-        total.dead_lettered += reaped.dead_lettered;
     }
     Ok(total)
+}
+
+/// Runs `body` in a subtransaction, as a PL/pgSQL EXCEPTION block does:
+/// committed into the caller's transaction if it succeeds, rolled back
+/// (with the user, search path and settings it changed) if it fails,
+/// returning the error's message.
+fn in_subtransaction<T>(body: impl FnOnce() -> Result<T>) -> std::result::Result<T, String> {
+    // SAFETY: the sequence plpgsql's exec_stmt_block uses around a block
+    // with an exception handler.
+    unsafe {
+        let context = pg_sys::CurrentMemoryContext;
+        let owner = pg_sys::CurrentResourceOwner;
+        pg_sys::BeginInternalSubTransaction(std::ptr::null());
+        pg_sys::MemoryContextSwitchTo(context);
+        let outcome = PgTryBuilder::new(AssertUnwindSafe(|| body().map_err(|e| e.to_string())))
+            .catch_others(|caught| match caught {
+                CaughtError::PostgresError(report)
+                | CaughtError::ErrorReport(report)
+                | CaughtError::RustPanic {
+                    ereport: report, ..
+                } => Err(report.message().to_string()),
+            })
+            .execute();
+        if outcome.is_ok() {
+            pg_sys::ReleaseCurrentSubTransaction();
+        } else {
+            pg_sys::RollbackAndReleaseCurrentSubTransaction();
+        }
+        pg_sys::MemoryContextSwitchTo(context);
+        pg_sys::CurrentResourceOwner = owner;
+        outcome
+    }
 }
 
 #[pg_extern]

@@ -1,17 +1,18 @@
 //! Fenced settlements (`queue_complete`, `queue_fail`, `queue_heartbeat`) and `queue_cancel`.
 
 use aedb_queue_core::grants::Action;
-use aedb_queue_core::spec::parse_follow_ups;
+use aedb_queue_core::spec::parse_spec;
 use aedb_queue_core::transition::{on_failure, FailOutcome, FailRequest, RetryPolicy};
 use aedb_queue_core::{validate, QueueError};
-use pgrx::datum::{Interval, JsonB};
+use pgrx::datum::Interval;
 use pgrx::prelude::*;
 use std::collections::HashSet;
 
 use super::enqueue::CheckedEnqueue;
 use super::{checked_json, checked_name, interval, micros, positive_interval, required};
 use crate::errors::{run, Result};
-use crate::jsonb::RawJsonb;
+use crate::guc;
+use crate::jsonb::{follow_up_specs, RawJsonb};
 use crate::outcome::Outcome;
 use crate::security;
 use crate::store;
@@ -25,7 +26,7 @@ fn queue_complete(
     task_id: Option<i64>,
     fencing_token: Option<i64>,
     result: default!(Option<RawJsonb>, "NULL"),
-    follow_ups: default!(Option<JsonB>, "NULL"),
+    follow_ups: default!(Option<RawJsonb>, "NULL"),
     strict: default!(Option<bool>, false),
 ) -> Outcome {
     run(|| {
@@ -38,10 +39,7 @@ fn queue_complete(
         checked_json("result", result, &settings)?;
         // Check every follow-up before touching anything.
         let follow_ups = match follow_ups {
-            Some(JsonB(value)) => parse_follow_ups("follow_ups", &value)?
-                .into_iter()
-                .map(CheckedEnqueue::from_spec)
-                .collect::<Result<Vec<_>>>()?,
+            Some(value) => checked_follow_ups(value)?,
             None => Vec::new(),
         };
         let applied = if settings.keep_completed.is_some() {
@@ -65,6 +63,23 @@ fn queue_complete(
     })
 }
 
+/// The follow-ups, each checked as `queue_enqueue` checks its arguments:
+/// the caller's right to enqueue at all, then per spec the grant on its
+/// queue, then its options and payload.
+fn checked_follow_ups(value: RawJsonb) -> Result<Vec<CheckedEnqueue>> {
+    let specs = follow_up_specs("follow_ups", value, guc::max_payload_bytes())?;
+    if !specs.is_empty() {
+        security::require_enqueue_right("follow_ups")?;
+    }
+    specs
+        .into_iter()
+        .map(|(path, fields)| {
+            let spec = parse_spec(&path, &fields.as_json())?;
+            CheckedEnqueue::from_spec(spec, fields.payload)
+        })
+        .collect()
+}
+
 /// Completes many tasks in one statement, each under its own fencing token;
 /// returns one row per task. With `strict`, any fenced-out task raises
 /// SQLSTATE 40002 and nothing applies.
@@ -86,23 +101,29 @@ fn queue_complete_batch(
             "task_ids",
             task_ids.len(),
         )?;
+        validate::batch_length("task_ids", task_ids.len())?;
         security::authorize(Action::Work, queue)?;
-        let applied: HashSet<i64> = if store::settings(queue)?.keep_completed.is_some() {
-            let mut applied = Vec::new();
+        let mut applied: HashSet<(i64, i64)> = if store::settings(queue)?.keep_completed.is_some() {
+            let mut applied = HashSet::new();
             for (&id, &token) in task_ids.iter().zip(&fencing_tokens) {
-                if store::complete_keeping(queue, id, token, None)? {
-                    applied.push(id);
+                if !applied.contains(&(id, token))
+                    && store::complete_keeping(queue, id, token, None)?
+                {
+                    applied.insert((id, token));
                 }
             }
-            applied.into_iter().collect()
+            applied
         } else {
             store::complete_many(queue, &task_ids, &fencing_tokens)?
                 .into_iter()
                 .collect()
         };
+        // Each settlement is reported once, on the first entry naming it;
+        // a repeat of it, or the same task under another token, is fenced out.
         let rows: Vec<_> = task_ids
             .iter()
-            .map(|id| (*id, Outcome::from_applied(applied.contains(id))))
+            .zip(&fencing_tokens)
+            .map(|(&id, &token)| (id, Outcome::from_applied(applied.remove(&(id, token)))))
             .collect();
         if strict {
             if let Some(i) = rows.iter().position(|(_, o)| *o == Outcome::LeaseLost) {
@@ -131,6 +152,7 @@ fn queue_fail(
         let task_id = required("task_id", task_id)?;
         let fencing_token = required("fencing_token", fencing_token)?;
         let error = required("error", error)?;
+        validate::error_text("error", error.len())?;
         let retry_in_micros = retry_in
             .map(|r| validate::non_negative_duration("retry_in", micros(r)))
             .transpose()?;

@@ -2,20 +2,17 @@
 //! letters, purges, the completed-task archive, wake-ups and inspection.
 
 use std::cell::RefCell;
-use std::rc::Rc;
 
-use aedb_queue_core::grants::{Grant, Pattern, Privilege};
 use aedb_queue_core::validate::RetryDefaults;
 use pgrx::datum::{Interval, TimestampWithTimeZone};
-use pgrx::pg_sys::Oid;
 use pgrx::spi::SpiHeapTupleData;
 
 use super::{
     column, execute, first_i64, required_column, with_client, Statement, BOOL, INT4, INT8,
     INTERVAL, JSONB, TEXT,
 };
-use crate::api::micros;
-use crate::cache::{self, Copies};
+use crate::cache::{self, Copies, Topic};
+use crate::duration::micros;
 use crate::errors::{internal, Result};
 use crate::jsonb::RawJsonb;
 
@@ -71,23 +68,6 @@ static SET_PAUSED: Statement = Statement {
     args: &[TEXT, BOOL],
 };
 
-static ALL_GRANTS: Statement = Statement {
-    sql: "SELECT role::oid, pattern, privilege FROM aedb_queue.queue_grant",
-    args: &[],
-};
-
-static INSERT_GRANT: Statement = Statement {
-    sql: "INSERT INTO aedb_queue.queue_grant (role, pattern, privilege) VALUES ($1::oid::regrole, $2, $3)
-          ON CONFLICT DO NOTHING RETURNING 1",
-    args: &[INT8, TEXT, TEXT],
-};
-
-static DELETE_GRANT: Statement = Statement {
-    sql: "DELETE FROM aedb_queue.queue_grant
-          WHERE role = $1::oid::regrole AND pattern = $2 AND privilege = $3 RETURNING 1",
-    args: &[INT8, TEXT, TEXT],
-};
-
 /// Dead tasks back to ready with their attempts reset; $2 one task (NULL: all), up to $3.
 /// Both cases are one task-id range, so the dead index serves either.
 static RETRY_DEAD: Statement = Statement {
@@ -135,27 +115,29 @@ static COMPLETE_KEEPING: Statement = Statement {
     args: &[INT8, TEXT, INT8, JSONB],
 };
 
-/// Archived tasks completed longer than $2 ago, up to $3.
+/// Archived tasks completed longer than $2 ago, up to $3; rows someone
+/// holds locked are left for the next run rather than waited for.
 static EXPIRE_COMPLETED: Statement = Statement {
     sql: "WITH expired AS (
               DELETE FROM aedb_queue.completed_task
               WHERE task_id = ANY(ARRAY(
                   SELECT task_id FROM aedb_queue.completed_task
                   WHERE queue = $1 AND completed_at < statement_timestamp() - $2
-                  ORDER BY completed_at LIMIT $3))
+                  ORDER BY completed_at LIMIT $3 FOR UPDATE SKIP LOCKED))
               RETURNING 1)
           SELECT count(*) FROM expired",
     args: &[TEXT, INTERVAL, INT4],
 };
 
-/// Idempotency keys taken longer than $2 ago whose task is gone, up to $3.
+/// Idempotency keys taken longer than $2 ago whose task is gone, up to $3
+/// (locked ones skipped, as above).
 static EXPIRE_KEYS: Statement = Statement {
     sql: "WITH expired AS (
               DELETE FROM aedb_queue.idempotency_key k
               USING (SELECT key FROM aedb_queue.idempotency_key i
                      WHERE i.queue = $1 AND i.created_at < statement_timestamp() - $2
                        AND NOT EXISTS (SELECT 1 FROM aedb_queue.task t WHERE t.task_id = i.task_id)
-                     ORDER BY i.created_at LIMIT $3) AS old
+                     ORDER BY i.created_at LIMIT $3 FOR UPDATE OF i SKIP LOCKED) AS old
               WHERE k.queue = $1 AND k.key = old.key
               RETURNING 1)
           SELECT count(*) FROM expired",
@@ -245,12 +227,8 @@ static LIST_TASKS: Statement = Statement {
     args: &[TEXT, TEXT, INT4],
 };
 
-/// Every per-queue grant, with the role it was given to.
-pub type Grants = Rc<[(Oid, Grant)]>;
-
 thread_local! {
-    static SETTINGS: RefCell<Copies<String, QueueSettings>> = RefCell::new(Copies::new());
-    static GRANTS: RefCell<Copies<(), Grants>> = RefCell::new(Copies::new());
+    static SETTINGS: RefCell<Copies<String, QueueSettings>> = RefCell::new(Copies::new(Topic::Settings));
 }
 
 /// The queue's settings, from this backend's copy while no change was committed.
@@ -262,7 +240,7 @@ pub fn settings(queue: &str) -> Result<QueueSettings> {
     if let Some(found) = SETTINGS.with(|s| s.borrow_mut().get(&key)) {
         return Ok(found);
     }
-    let generation = cache::generation();
+    let generation = cache::generation(Topic::Settings);
     let loaded = with_client(|client| {
         let table = execute(client, &LOAD_SETTINGS, &[queue.into()])?;
         match table.into_iter().next() {
@@ -325,7 +303,7 @@ pub fn configure(queue: &str, change: &SettingsChange) -> Result<QueueSettings> 
             .ok_or_else(|| internal("CONFIGURE returned no row"))?;
         settings_of(&row)
     })?;
-    cache::invalidate(c"queue");
+    super::copies_stale_without_trigger(c"queue");
     Ok(settings)
 }
 
@@ -335,53 +313,8 @@ pub fn set_paused(queue: &str, paused: bool) -> Result<bool> {
         let table = execute(client, &SET_PAUSED, &[queue.into(), paused.into()])?;
         table.first().get::<bool>(1).map_err(internal)
     })?;
-    cache::invalidate(c"queue");
+    super::copies_stale_without_trigger(c"queue");
     Ok(changed == Some(true))
-}
-
-/// The per-queue grants, from this backend's copy while no change was committed.
-/// Shared, not copied: every call of a confined role reads it.
-pub fn all_grants() -> Result<Grants> {
-    if !super::schema_current() {
-        return Ok(Rc::from([]));
-    }
-    if let Some(found) = GRANTS.with(|g| g.borrow_mut().get(&())) {
-        return Ok(found);
-    }
-    let generation = cache::generation();
-    let loaded = with_client(|client| {
-        execute(client, &ALL_GRANTS, &[])?
-            .map(|row| {
-                let role: Oid = required_column(&row, 1)?;
-                let pattern: String = required_column(&row, 2)?;
-                let privilege: String = required_column(&row, 3)?;
-                Ok((
-                    role,
-                    Grant {
-                        pattern: Pattern::parse("pattern", &pattern)?,
-                        privilege: Privilege::parse("privilege", &privilege)?,
-                    },
-                ))
-            })
-            .collect::<Result<Rc<[_]>>>()
-    })?;
-    GRANTS.with(|g| g.borrow_mut().put((), loaded.clone(), generation));
-    Ok(loaded)
-}
-
-/// Adds (or with `revoke`, removes) a grant; true if that changed anything.
-pub fn change_grant(role: Oid, pattern: &str, privilege: Privilege, revoke: bool) -> Result<bool> {
-    let statement = if revoke { &DELETE_GRANT } else { &INSERT_GRANT };
-    let changed = with_client(|client| {
-        let args = [
-            i64::from(u32::from(role)).into(),
-            pattern.into(),
-            privilege.as_str().into(),
-        ];
-        Ok(!execute(client, statement, &args)?.is_empty())
-    })?;
-    cache::invalidate(c"queue_grant");
-    Ok(changed)
 }
 
 /// Moves dead tasks (one, or all when `task_id` is None) back to ready, up to `max`.

@@ -11,9 +11,14 @@
 
 mod admin;
 pub(crate) mod bulk;
+mod cron;
+mod owner;
+mod rights;
 mod tasks;
 
 pub use admin::*;
+pub use cron::*;
+pub use rights::*;
 pub use tasks::*;
 
 use std::cell::RefCell;
@@ -26,7 +31,7 @@ use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiHeapTupleData, SpiTupleTab
 use pgrx::Spi;
 
 use crate::errors::{internal, Result};
-use crate::security::OwnerRights;
+use owner::OwnerRights;
 
 pub(crate) struct Statement {
     pub(crate) sql: &'static str,
@@ -122,8 +127,12 @@ pub(crate) fn explain(stmt: &Statement) -> Result<serde_json::Value> {
     })
 }
 
-/// The planner settings our statements run with, restored when dropped
-/// (also when the statement errors: pgrx unwinds through this frame).
+/// The planner settings our statements run with, set through the GUC
+/// machinery exactly as a function's `SET` clause sets them (a new GUC nest
+/// level, saved values, restored when dropped or by the (sub)transaction
+/// abort on error). So the GUC stack stays consistent, and user code run
+/// inside our statements (a trigger someone put on our tables) sees them as
+/// it would inside `CREATE FUNCTION ... SET enable_seqscan = off`.
 ///
 /// Generic plans: the plan cache would otherwise misjudge `LIMIT $n` and
 /// re-plan the claim on every call. No sequential scans: a generic plan
@@ -133,54 +142,91 @@ pub(crate) fn explain(stmt: &Statement) -> Result<serde_json::Value> {
 /// ANALYZE; every statement here has an index path, which is right at any
 /// table size.
 struct PlannerSettings {
-    plan_cache_mode: std::ffi::c_int,
-    enable_seqscan: bool,
+    nest_level: std::ffi::c_int,
 }
 
 impl PlannerSettings {
     fn enter() -> Self {
-        // SAFETY: plain GUC variables of this single-threaded backend, read
-        // only by the planner; assigning them directly skips the GUC stack,
-        // which is why Drop restores them.
+        // SAFETY: what fmgr_security_definer does for a function's SET clause.
         unsafe {
-            let saved = PlannerSettings {
-                plan_cache_mode: pg_sys::plan_cache_mode,
-                enable_seqscan: pg_sys::enable_seqscan,
-            };
-            pg_sys::plan_cache_mode =
-                pg_sys::PlanCacheMode::PLAN_CACHE_MODE_FORCE_GENERIC_PLAN as std::ffi::c_int;
-            pg_sys::enable_seqscan = false;
-            saved
+            let nest_level = pg_sys::NewGUCNestLevel();
+            for (name, value) in [
+                (c"enable_seqscan", c"off"),
+                (c"plan_cache_mode", c"force_generic_plan"),
+            ] {
+                pg_sys::set_config_option(
+                    name.as_ptr(),
+                    value.as_ptr(),
+                    pg_sys::GucContext::PGC_USERSET,
+                    pg_sys::GucSource::PGC_S_SESSION,
+                    pg_sys::GucAction::GUC_ACTION_SAVE,
+                    true,
+                    0,
+                    false,
+                );
+            }
+            PlannerSettings { nest_level }
         }
     }
 }
 
 impl Drop for PlannerSettings {
     fn drop(&mut self) {
-        unsafe {
-            pg_sys::plan_cache_mode = self.plan_cache_mode;
-            pg_sys::enable_seqscan = self.enable_seqscan;
+        // While unwinding, the abort restores them (and raising now would
+        // abort the backend).
+        if !std::thread::panicking() {
+            // SAFETY: closes the nest level `enter` opened.
+            unsafe { pg_sys::AtEOXact_GUC(true, self.nest_level) };
         }
     }
 }
 
-/// False while the database still has the 0.1.0 schema: between installing
-/// this library and `ALTER EXTENSION aedb_queue UPDATE`, 0.1.0's SQL
-/// functions call into it, so it must not need what 0.2.0 added (settings
-/// columns, grants, the archive, the new ready index order).
-pub fn schema_current() -> bool {
+/// Which version's schema the database has: between installing this
+/// library and `ALTER EXTENSION aedb_queue UPDATE`, the old version's SQL
+/// functions call into it, so it must not need what later versions added.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum SchemaLevel {
+    /// No settings columns, grants, archive; the old ready index order.
+    V010,
+    /// No confinement rows: a role holding a grant is confined.
+    V020,
+    V030,
+}
+
+pub fn schema_level() -> SchemaLevel {
     thread_local! {
-        static CURRENT: std::cell::Cell<Option<(u64, bool)>> = const { std::cell::Cell::new(None) };
+        static LEVEL: std::cell::Cell<Option<((u64, u64), SchemaLevel)>> = const { std::cell::Cell::new(None) };
     }
-    let generation = crate::cache::generation();
-    match CURRENT.with(|c| c.get()) {
-        Some((seen, current)) if seen == generation => current,
+    let generation = crate::cache::generation(crate::cache::Topic::Catalog);
+    match LEVEL.with(|c| c.get()) {
+        Some((seen, level)) if seen == generation => level,
         _ => {
-            let current = crate::cache::relation_oid(c"queue_grant").is_some();
-            CURRENT.with(|c| c.set(Some((generation, current))));
-            current
+            let level = if crate::catalog::relation_oid(c"confined_role").is_some() {
+                SchemaLevel::V030
+            } else if crate::catalog::relation_oid(c"queue_grant").is_some() {
+                SchemaLevel::V020
+            } else {
+                SchemaLevel::V010
+            };
+            LEVEL.with(|c| c.set(Some((generation, level))));
+            level
         }
     }
+}
+
+/// Tells every backend its copies of `table` are stale where no trigger
+/// does (schemas before 0.3.0, see `cache`).
+pub(crate) fn copies_stale_without_trigger(table: &std::ffi::CStr) {
+    if schema_level() < SchemaLevel::V030 {
+        if let Some(relid) = crate::catalog::relation_oid(table) {
+            crate::cache::invalidate_relation(relid);
+        }
+    }
+}
+
+/// False while the database still has the 0.1.0 schema (see [`SchemaLevel`]).
+pub fn schema_current() -> bool {
+    schema_level() >= SchemaLevel::V020
 }
 
 /// Runs `body` with an SPI connection, as the extension's owner and with a

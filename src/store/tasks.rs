@@ -210,7 +210,7 @@ static COMPLETE_MANY: Statement = Statement {
           USING unnest($2::bigint[], $3::bigint[]) AS s(task_id, fencing_token)
           WHERE t.task_id = s.task_id AND t.queue = $1 AND t.state = 'in_flight'
             AND t.fencing_token = s.fencing_token
-          RETURNING t.task_id",
+          RETURNING t.task_id, t.fencing_token",
     args: &[TEXT, INT8_ARRAY, INT8_ARRAY],
 };
 
@@ -246,9 +246,76 @@ static CANCEL: Statement = Statement {
     args: &[INT8, TEXT],
 };
 
+/// Every registered queue (the 0.1.0 schema has nothing better to go by).
 static QUEUE_NAMES: Statement = Statement {
     sql: "SELECT name FROM aedb_queue.queue ORDER BY name",
     args: &[],
+};
+
+/// The next queue name after `$prev` among the entries of one partial index:
+/// a skip scan, one index descent per distinct queue.
+macro_rules! next_queue {
+    ($table:literal, $where:literal, $prev:literal) => {
+        concat!(
+            "(SELECT t.queue FROM aedb_queue.",
+            $table,
+            " t WHERE ",
+            $where,
+            " AND t.queue > ",
+            $prev,
+            " ORDER BY t.queue LIMIT 1)"
+        )
+    };
+}
+
+macro_rules! distinct_queues {
+    ($name:literal, $table:literal, $where:literal) => {
+        concat!(
+            $name,
+            "(queue) AS (",
+            next_queue!($table, $where, "''"),
+            " UNION ALL SELECT ",
+            next_queue!($table, $where, "p.queue"),
+            " FROM ",
+            $name,
+            " p WHERE p.queue IS NOT NULL)"
+        )
+    };
+}
+
+/// The queues with work for `queue_reap()` at time $1: a due timer, an
+/// expired lease, kept completed tasks, or idempotency keys to expire. The
+/// cost grows with the queues that have timers, leases or kept tasks at
+/// all, and with those that keep keys for a limited time, not with every
+/// queue name ever registered.
+static QUEUES_WITH_WORK: Statement = Statement {
+    sql: concat!(
+        "WITH RECURSIVE ",
+        distinct_queues!("timers", "task", "t.state = 'scheduled'"),
+        ", ",
+        distinct_queues!(
+            "leases",
+            "task",
+            "t.state = 'in_flight' AND t.lease_deadline IS NOT NULL"
+        ),
+        ", ",
+        distinct_queues!("kept", "completed_task", "true"),
+        "
+        SELECT queue FROM timers p WHERE p.queue IS NOT NULL AND EXISTS (
+            SELECT 1 FROM aedb_queue.task t
+            WHERE t.queue = p.queue AND t.state = 'scheduled' AND t.not_before <= $1)
+        UNION
+        SELECT queue FROM leases p WHERE p.queue IS NOT NULL AND EXISTS (
+            SELECT 1 FROM aedb_queue.task t
+            WHERE t.queue = p.queue AND t.state = 'in_flight' AND t.lease_deadline IS NOT NULL
+              AND t.lease_deadline < $1)
+        UNION
+        SELECT queue FROM kept WHERE queue IS NOT NULL
+        UNION
+        SELECT name FROM aedb_queue.queue WHERE keep_idempotency_keys IS NOT NULL
+        ORDER BY 1"
+    ),
+    args: &[TIMESTAMPTZ],
 };
 
 /// The statements of the task lifecycle, by name, for the plan tests: each
@@ -291,11 +358,14 @@ fn register(client: &mut SpiClient<'_>, task: &NewTask<'_>) -> Result<()> {
     if task.registered {
         return Ok(());
     }
+    // The registration drops every backend's settings copies (the table's
+    // trigger; sent here on schemas older than 0.3.0, which have none), so
+    // a later enqueue finds the row and skips this.
     if execute(client, &REGISTER_QUEUE, &[task.queue.into()])?
         .next()
         .is_some()
     {
-        crate::cache::invalidate(c"queue");
+        super::copies_stale_without_trigger(c"queue");
     }
     Ok(())
 }
@@ -377,7 +447,7 @@ struct BatchStart {
 
 impl BatchStart {
     fn new(task: &NewTask<'_>, count: usize) -> Result<Self> {
-        let sequence = crate::cache::relation_oid(c"task_id_seq")
+        let sequence = crate::catalog::relation_oid(c"task_id_seq")
             .ok_or_else(|| internal("no sequence aedb_queue.task_id_seq"))?;
         let delay = task
             .delay
@@ -412,7 +482,7 @@ impl BatchStart {
                 now,
                 not_before,
                 state_label,
-                state: crate::cache::enum_label_oid(c"task_state", label),
+                state: crate::catalog::enum_label_oid(c"task_state", label),
                 ids,
             })
         }
@@ -425,8 +495,8 @@ fn write_batch(
     payloads: &[Option<RawJsonb>],
     batch: &BatchStart,
 ) -> Result<bool> {
-    let relid =
-        crate::cache::relation_oid(c"task").ok_or_else(|| internal("no table aedb_queue.task"))?;
+    let relid = crate::catalog::relation_oid(c"task")
+        .ok_or_else(|| internal("no table aedb_queue.task"))?;
     let datum =
         |value: Option<pg_sys::Datum>| value.ok_or_else(|| internal("a batch value is NULL"));
     let ids: Vec<Option<pg_sys::Datum>> = batch.ids.iter().map(|id| id.into_datum()).collect();
@@ -654,8 +724,13 @@ pub fn complete(queue: &str, task_id: i64, fencing_token: i64) -> Result<bool> {
     })
 }
 
-/// Deletes each task in flight under its token; returns the ids that were.
-pub fn complete_many(queue: &str, task_ids: &[i64], fencing_tokens: &[i64]) -> Result<Vec<i64>> {
+/// Deletes each task in flight under its token; returns the (id, token)
+/// pairs that were.
+pub fn complete_many(
+    queue: &str,
+    task_ids: &[i64],
+    fencing_tokens: &[i64],
+) -> Result<Vec<(i64, i64)>> {
     with_client(|client| {
         let args = [
             queue.into(),
@@ -663,7 +738,12 @@ pub fn complete_many(queue: &str, task_ids: &[i64], fencing_tokens: &[i64]) -> R
             fencing_tokens.to_vec().into(),
         ];
         execute(client, &COMPLETE_MANY, &args)?
-            .map(|row| required_column::<i64>(&row, 1))
+            .map(|row| {
+                Ok((
+                    required_column::<i64>(&row, 1)?,
+                    required_column::<i64>(&row, 2)?,
+                ))
+            })
             .collect()
     })
 }
@@ -734,9 +814,22 @@ pub fn cancel(queue: &str, task_id: i64) -> Result<bool> {
     with_client(|client| Ok(!execute(client, &CANCEL, &[task_id.into(), queue.into()])?.is_empty()))
 }
 
-pub fn queue_names() -> Result<Vec<String>> {
+/// The queues `queue_reap()` has work in (on the 0.1.0 schema: all of them).
+pub fn queues_with_work() -> Result<Vec<String>> {
     with_client(|client| {
-        execute(client, &QUEUE_NAMES, &[])?
+        let table = if super::schema_current() {
+            // SAFETY: reads the clock.
+            let now = unsafe {
+                TimestampWithTimeZone::from_datum(
+                    pg_sys::Datum::from(pg_sys::GetCurrentTimestamp()),
+                    false,
+                )
+            };
+            execute(client, &QUEUES_WITH_WORK, &[now.into()])?
+        } else {
+            execute(client, &QUEUE_NAMES, &[])?
+        };
+        table
             .map(|row| required_column::<String>(&row, 1))
             .collect()
     })
