@@ -10,7 +10,7 @@ mod tests {
     use pgrx::prelude::*;
 
     use crate::tests::tests::{
-        claim_one, count, enqueue, error_of, exec, expect_error, one, state_of,
+        claim_one, count, enqueue, error_of, exec, expect_error, make_due, one, state_of,
     };
 
     fn sqlstate_of(query: &str) -> Option<String> {
@@ -442,6 +442,87 @@ mod tests {
             "{message}"
         );
         assert_eq!(count("aedb_queue.task WHERE queue = 'big'"), 1);
+    }
+
+    // ------------------------------------------------------------------
+    // 7. The reaper: isolated per queue, fair, and only where work is.
+    // ------------------------------------------------------------------
+
+    fn timers(queue: &str, n: usize) -> Vec<i64> {
+        let ids: Vec<i64> = (0..n)
+            .map(|_| enqueue(queue, ", delay => '1 hour'"))
+            .collect();
+        exec(&format!(
+            "UPDATE aedb_queue.task SET not_before = statement_timestamp() - interval '1 second'
+              WHERE queue = '{queue}' AND state = 'scheduled'"
+        ));
+        make_due(ids[0]);
+        ids
+    }
+
+    #[pg_test]
+    fn one_queues_error_does_not_stop_the_others() {
+        let bad = timers("bad", 1)[0];
+        let good = timers("good", 1)[0];
+        // The bad queue's completed-task expiry fails (think: corrupt data).
+        exec("SELECT * FROM aedb_queue.queue_configure('bad', keep_completed => '1 second')");
+        exec(
+            "INSERT INTO aedb_queue.completed_task (task_id, queue, priority, attempts, max_attempts,
+                 fencing_token, created_at, completed_at)
+             VALUES (999999, 'bad', 0, 1, 1, 1, now() - interval '1 day', now() - interval '1 day')",
+        );
+        exec(
+            "CREATE FUNCTION public.broken() RETURNS trigger LANGUAGE plpgsql
+             AS $$ BEGIN RAISE EXCEPTION 'broken row in %', OLD.queue; END $$",
+        );
+        exec(
+            "CREATE TRIGGER broken BEFORE DELETE ON aedb_queue.completed_task
+             FOR EACH ROW EXECUTE FUNCTION public.broken()",
+        );
+        assert_eq!(
+            one::<i64>("SELECT promoted FROM aedb_queue.queue_reap()"),
+            1
+        );
+        assert_eq!(state_of("good", good).as_deref(), Some("ready"));
+        assert_eq!(
+            state_of("bad", bad).as_deref(),
+            Some("scheduled"),
+            "its part rolled back"
+        );
+    }
+
+    #[pg_test]
+    fn every_queue_with_due_work_gets_a_part_of_the_budget() {
+        timers("a.many", 1500);
+        let lone = timers("z.one", 1)[0];
+        let promoted: i64 = one("SELECT promoted FROM aedb_queue.queue_reap(max => 1000)");
+        assert!(promoted <= 1000, "{promoted}");
+        assert_eq!(
+            state_of("z.one", lone).as_deref(),
+            Some("ready"),
+            "the lone timer was not starved"
+        );
+        assert_eq!(
+            count("aedb_queue.task WHERE queue = 'a.many' AND state = 'ready'"),
+            999
+        );
+    }
+
+    #[pg_test]
+    fn the_reaper_reads_only_queues_with_work() {
+        exec("INSERT INTO aedb_queue.queue (name) SELECT 'idle.' || g FROM generate_series(1, 20000) g");
+        exec("ANALYZE aedb_queue.queue");
+        let plan = format!(
+            "{:?}",
+            crate::store::explain(&crate::store::QUEUES_WITH_WORK).unwrap()
+        );
+        assert!(!plan.contains("Seq Scan"), "{plan}");
+        assert!(plan.contains("queue_keeps_keys_idx"), "{plan}");
+        timers("busy", 1);
+        assert_eq!(
+            one::<i64>("SELECT promoted FROM aedb_queue.queue_reap()"),
+            1
+        );
     }
 
     // ------------------------------------------------------------------

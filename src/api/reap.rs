@@ -44,22 +44,38 @@ fn reap_queue(queue: &str, promote: i32, reclaim: i32) -> Result<Reaped> {
 /// work is undone). Only unconfined admins may: it spans every tenant.
 fn reap_all(max: i32) -> Result<Reaped> {
     security::require_unconfined("reap every queue")?;
-    let queues = store::queues_with_work()?;
+    let mut pending = store::queues_with_work()?;
     let mut total = Reaped::default();
-    for (i, queue) in queues.iter().enumerate() {
-        let left = queues.len() - i;
-        let promote = reaper::share(max as i64 - total.promoted, left);
-        let reclaim = reaper::share(max as i64 - total.reclaimed - total.dead_lettered, left);
-        match in_subtransaction(|| reap_queue(queue, promote, reclaim)) {
-            Ok(reaped) => {
-                total.promoted += reaped.promoted;
-                total.reclaimed += reaped.reclaimed;
-                total.dead_lettered += reaped.dead_lettered;
-            }
-            Err(message) => {
-                pgrx::warning!("aedb_queue: queue_reap() skipped queue {queue:?}: {message}")
+    // A second round gives what queues with little work left over to
+    // those that used their whole part.
+    for round in 0..2 {
+        let promote_left = |t: &Reaped| max as i64 - t.promoted;
+        let reclaim_left = |t: &Reaped| max as i64 - t.reclaimed - t.dead_lettered;
+        if round > 0 && promote_left(&total) <= 0 && reclaim_left(&total) <= 0 {
+            break;
+        }
+        let mut busy = Vec::new();
+        for (i, queue) in pending.iter().enumerate() {
+            let left = pending.len() - i;
+            let promote = reaper::share(promote_left(&total), left);
+            let reclaim = reaper::share(reclaim_left(&total), left);
+            match in_subtransaction(|| reap_queue(queue, promote, reclaim)) {
+                Ok(reaped) => {
+                    total.promoted += reaped.promoted;
+                    total.reclaimed += reaped.reclaimed;
+                    total.dead_lettered += reaped.dead_lettered;
+                    if reaped.promoted >= promote as i64
+                        || reaped.reclaimed + reaped.dead_lettered >= reclaim as i64
+                    {
+                        busy.push(queue.clone());
+                    }
+                }
+                Err(message) => {
+                    pgrx::warning!("aedb_queue: queue_reap() skipped queue {queue:?}: {message}")
+                }
             }
         }
+        pending = busy;
     }
     Ok(total)
 }

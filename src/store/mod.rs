@@ -99,11 +99,15 @@ pub(crate) fn explain(stmt: &Statement) -> Result<serde_json::Value> {
     Spi::connect_mut(|client| {
         client
             .update(
-                &format!(
-                    "PREPARE aedb_queue_explained({}) AS {}",
-                    types.join(", "),
-                    stmt.sql
-                ),
+                &if types.is_empty() {
+                    format!("PREPARE aedb_queue_explained AS {}", stmt.sql)
+                } else {
+                    format!(
+                        "PREPARE aedb_queue_explained({}) AS {}",
+                        types.join(", "),
+                        stmt.sql
+                    )
+                },
                 None,
                 &[],
             )

@@ -283,12 +283,12 @@ macro_rules! distinct_queues {
     };
 }
 
-/// The queues with work for `queue_reap()` at time $1: a due timer, an
+/// The queues with work for `queue_reap()`: a due timer, an
 /// expired lease, kept completed tasks, or idempotency keys to expire. The
 /// cost grows with the queues that have timers, leases or kept tasks at
 /// all, and with those that keep keys for a limited time, not with every
 /// queue name ever registered.
-static QUEUES_WITH_WORK: Statement = Statement {
+pub(crate) static QUEUES_WITH_WORK: Statement = Statement {
     sql: concat!(
         "WITH RECURSIVE ",
         distinct_queues!("timers", "task", "t.state = 'scheduled'"),
@@ -303,25 +303,26 @@ static QUEUES_WITH_WORK: Statement = Statement {
         "
         SELECT queue FROM timers p WHERE p.queue IS NOT NULL AND EXISTS (
             SELECT 1 FROM aedb_queue.task t
-            WHERE t.queue = p.queue AND t.state = 'scheduled' AND t.not_before <= $1)
+            WHERE t.queue = p.queue AND t.state = 'scheduled' AND t.not_before <= statement_timestamp())
         UNION
         SELECT queue FROM leases p WHERE p.queue IS NOT NULL AND EXISTS (
             SELECT 1 FROM aedb_queue.task t
             WHERE t.queue = p.queue AND t.state = 'in_flight' AND t.lease_deadline IS NOT NULL
-              AND t.lease_deadline < $1)
+              AND t.lease_deadline < statement_timestamp())
         UNION
         SELECT queue FROM kept WHERE queue IS NOT NULL
         UNION
         SELECT name FROM aedb_queue.queue WHERE keep_idempotency_keys IS NOT NULL
         ORDER BY 1"
     ),
-    args: &[TIMESTAMPTZ],
+    args: &[],
 };
 
 /// The statements of the task lifecycle, by name, for the plan tests: each
 /// touches a bounded set of tasks, so none may scan the task table.
 #[cfg(any(test, feature = "pg_test"))]
 pub(crate) static LIFECYCLE_STATEMENTS: &[(&str, &Statement)] = &[
+    ("QUEUES_WITH_WORK", &QUEUES_WITH_WORK),
     ("INSERT_TASK", &INSERT_TASK),
     ("INSERT_BATCH", &INSERT_BATCH),
     ("RESERVE_KEY", &RESERVE_KEY),
@@ -817,19 +818,12 @@ pub fn cancel(queue: &str, task_id: i64) -> Result<bool> {
 /// The queues `queue_reap()` has work in (on the 0.1.0 schema: all of them).
 pub fn queues_with_work() -> Result<Vec<String>> {
     with_client(|client| {
-        let table = if super::schema_current() {
-            // SAFETY: reads the clock.
-            let now = unsafe {
-                TimestampWithTimeZone::from_datum(
-                    pg_sys::Datum::from(pg_sys::GetCurrentTimestamp()),
-                    false,
-                )
-            };
-            execute(client, &QUEUES_WITH_WORK, &[now.into()])?
+        let statement = if super::schema_current() {
+            &QUEUES_WITH_WORK
         } else {
-            execute(client, &QUEUE_NAMES, &[])?
+            &QUEUE_NAMES
         };
-        table
+        execute(client, statement, &[])?
             .map(|row| required_column::<String>(&row, 1))
             .collect()
     })
