@@ -45,6 +45,7 @@ fn hint(error: &QueueError) -> Option<String> {
 
 /// Runs an entry point's body, raising its error (if any) as a Postgres ERROR.
 pub fn run<T>(body: impl FnOnce() -> Result<T>) -> T {
+    crate::clock::start_call();
     match body() {
         Ok(value) => value,
         Err(error) => raise(error),

@@ -15,6 +15,7 @@ use pgrx::prelude::*;
 mod api;
 mod cache;
 mod catalog;
+mod clock;
 mod duration;
 mod errors;
 mod guc;

@@ -35,6 +35,7 @@ static LOAD_SETTINGS: Statement = Statement {
                  keep_completed, keep_idempotency_keys, notify, paused
           FROM aedb_queue.queue WHERE name = $1",
     args: &[TEXT],
+    clock: false,
 };
 
 /// Sets the given settings, or with $11 first resets every one to the default.
@@ -57,6 +58,7 @@ static CONFIGURE: Statement = Statement {
     args: &[
         TEXT, INT4, INTERVAL, INTERVAL, INTERVAL, INT4, INTERVAL, INTERVAL, BOOL, BOOL,
     ],
+    clock: false,
 };
 
 /// Returns whether the flag changed.
@@ -66,6 +68,7 @@ static SET_PAUSED: Statement = Statement {
           ON CONFLICT (name) DO UPDATE SET paused = $2
           RETURNING coalesce((SELECT paused FROM before), false) <> $2",
     args: &[TEXT, BOOL],
+    clock: false,
 };
 
 /// Dead tasks back to ready with their attempts reset; $2 one task (NULL: all), up to $3.
@@ -73,8 +76,8 @@ static SET_PAUSED: Statement = Statement {
 static RETRY_DEAD: Statement = Statement {
     sql: "WITH retried AS (
               UPDATE aedb_queue.task
-              SET state = 'ready', attempts = 0, not_before = statement_timestamp(),
-                  updated_at = statement_timestamp()
+              SET state = 'ready', attempts = 0, not_before = $4,
+                  updated_at = $4
               WHERE task_id = ANY(ARRAY(
                   SELECT task_id FROM aedb_queue.task
                   WHERE queue = $1 AND state = 'dead'
@@ -83,6 +86,7 @@ static RETRY_DEAD: Statement = Statement {
               RETURNING 1)
           SELECT count(*) FROM retried",
     args: &[TEXT, INT8, INT4],
+    clock: true,
 };
 
 static PURGE: Statement = Statement {
@@ -91,12 +95,14 @@ static PURGE: Statement = Statement {
               RETURNING 1)
           SELECT count(*) FROM purged",
     args: &[TEXT, TEXT],
+    clock: false,
 };
 
 static PURGE_COMPLETED: Statement = Statement {
     sql: "WITH purged AS (DELETE FROM aedb_queue.completed_task WHERE queue = $1 RETURNING 1)
           SELECT count(*) FROM purged",
     args: &[TEXT],
+    clock: false,
 };
 
 /// COMPLETE that keeps the task, with its result, in the archive.
@@ -109,10 +115,11 @@ static COMPLETE_KEEPING: Statement = Statement {
               (task_id, queue, priority, attempts, max_attempts, fencing_token, owner_id, payload,
                progress, result, idempotency_key, created_at, completed_at)
           SELECT task_id, queue, priority, attempts, max_attempts, fencing_token, owner_id, payload,
-                 progress, $4, idempotency_key, created_at, statement_timestamp()
+                 progress, $4, idempotency_key, created_at, $5
           FROM done
           RETURNING task_id",
     args: &[INT8, TEXT, INT8, JSONB],
+    clock: true,
 };
 
 /// Archived tasks completed longer than $2 ago, up to $3; rows someone
@@ -122,11 +129,12 @@ static EXPIRE_COMPLETED: Statement = Statement {
               DELETE FROM aedb_queue.completed_task
               WHERE task_id = ANY(ARRAY(
                   SELECT task_id FROM aedb_queue.completed_task
-                  WHERE queue = $1 AND completed_at < statement_timestamp() - $2
+                  WHERE queue = $1 AND completed_at < $4 - $2
                   ORDER BY completed_at LIMIT $3 FOR UPDATE SKIP LOCKED))
               RETURNING 1)
           SELECT count(*) FROM expired",
     args: &[TEXT, INTERVAL, INT4],
+    clock: true,
 };
 
 /// Idempotency keys taken longer than $2 ago whose task is gone, up to $3
@@ -135,19 +143,21 @@ static EXPIRE_KEYS: Statement = Statement {
     sql: "WITH expired AS (
               DELETE FROM aedb_queue.idempotency_key k
               USING (SELECT key FROM aedb_queue.idempotency_key i
-                     WHERE i.queue = $1 AND i.created_at < statement_timestamp() - $2
+                     WHERE i.queue = $1 AND i.created_at < $4 - $2
                        AND NOT EXISTS (SELECT 1 FROM aedb_queue.task t WHERE t.task_id = i.task_id)
                      ORDER BY i.created_at LIMIT $3 FOR UPDATE OF i SKIP LOCKED) AS old
               WHERE k.queue = $1 AND k.key = old.key
               RETURNING 1)
           SELECT count(*) FROM expired",
     args: &[TEXT, INTERVAL, INT4],
+    clock: true,
 };
 
 /// Wakes listeners; Postgres delivers it at commit, once per transaction and queue.
 static NOTIFY: Statement = Statement {
     sql: "SELECT pg_catalog.pg_notify('aedb_queue', $1)",
     args: &[TEXT],
+    clock: false,
 };
 
 macro_rules! task_record_select {
@@ -183,6 +193,7 @@ static GET_TASK: Statement = Statement {
         completed_record_select!("WHERE t.queue = $1 AND t.task_id = $2")
     ),
     args: &[TEXT, INT8],
+    clock: false,
 };
 
 /// Each state through its own index in its natural order; $2 NULL lists all.
@@ -225,6 +236,7 @@ static LIST_TASKS: Statement = Statement {
          LIMIT $3"
     ),
     args: &[TEXT, TEXT, INT4],
+    clock: false,
 };
 
 thread_local! {

@@ -12,12 +12,14 @@ static PG_CRON_STATE: Statement = Statement {
     sql: "SELECT pg_catalog.current_setting('cron.database_name', true), pg_catalog.current_database()::text,
                  EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'pg_cron')",
     args: &[],
+    clock: false,
 };
 
 /// Creates the job or updates its schedule (pg_cron upserts by job name).
 static SCHEDULE: Statement = Statement {
     sql: "SELECT cron.schedule('aedb_queue_reaper'::text, $1, 'SELECT aedb_queue.queue_reap()'::text)",
     args: &[TEXT],
+    clock: false,
 };
 
 /// The job, locked: of two concurrent unschedules, the second waits and
@@ -26,11 +28,13 @@ static LOCK_JOB: Statement = Statement {
     sql: "SELECT jobid FROM cron.job
           WHERE jobname = 'aedb_queue_reaper' AND username = pg_catalog.current_user() FOR UPDATE",
     args: &[],
+    clock: false,
 };
 
 static UNSCHEDULE: Statement = Statement {
     sql: "SELECT cron.unschedule($1)",
     args: &[INT8],
+    clock: false,
 };
 
 pub struct PgCronState {

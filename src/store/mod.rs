@@ -6,8 +6,11 @@
 //! (partial indexes with literal predicates; rows picked with `LIMIT $n ...
 //! FOR UPDATE SKIP LOCKED` fed to the write through `= ANY(ARRAY(...))`), and
 //! runs with a generic plan and no sequential scans (`PlannerSettings`).
-//! Statements use schema-qualified names and `statement_timestamp()`, so a
-//! call sees the current time even inside a long transaction.
+//! Statements use schema-qualified names. Statements that need the time
+//! take it as their last parameter (`clock: true`), which `execute` fills
+//! with the call's clock (`crate::clock`): the time the entry point was
+//! called, so it is current inside a long transaction and inside a
+//! procedure or PL/pgSQL loop, where `statement_timestamp()` stands still.
 
 mod admin;
 pub(crate) mod bulk;
@@ -36,6 +39,19 @@ use owner::OwnerRights;
 pub(crate) struct Statement {
     pub(crate) sql: &'static str,
     pub(crate) args: &'static [PgBuiltInOids],
+    /// The statement takes one more parameter after `args`, the call's
+    /// clock (timestamptz), supplied by `execute`.
+    pub(crate) clock: bool,
+}
+
+impl Statement {
+    fn parameter_types(&self) -> Vec<PgBuiltInOids> {
+        let mut types = self.args.to_vec();
+        if self.clock {
+            types.push(TIMESTAMPTZ);
+        }
+        types
+    }
 }
 
 pub(crate) const BOOL: PgBuiltInOids = PgBuiltInOids::BOOLOID;
@@ -65,7 +81,11 @@ pub(crate) fn execute<'conn>(
     let plan = match cached {
         Some(plan) => plan,
         None => {
-            let oids: Vec<PgOid> = stmt.args.iter().map(|&oid| PgOid::BuiltIn(oid)).collect();
+            let oids: Vec<PgOid> = stmt
+                .parameter_types()
+                .into_iter()
+                .map(PgOid::BuiltIn)
+                .collect();
             let plan = Rc::new(
                 client
                     .prepare_mut(stmt.sql, &oids)
@@ -77,6 +97,15 @@ pub(crate) fn execute<'conn>(
         }
     };
     let _planner = PlannerSettings::enter();
+    if stmt.clock {
+        // SAFETY: the same datums with the same type oids, plus the clock.
+        let mut with_clock: Vec<DatumWithOid<'_>> = args
+            .iter()
+            .map(|a| unsafe { DatumWithOid::new_from_datum(a.datum(), a.oid()) })
+            .collect();
+        with_clock.push(crate::clock::now().into());
+        return client.update(&*plan, None, &with_clock).map_err(internal);
+    }
     client.update(&*plan, None, args).map_err(internal)
 }
 
@@ -86,9 +115,9 @@ pub(crate) fn execute<'conn>(
 #[cfg(any(test, feature = "pg_test"))]
 pub(crate) fn explain(stmt: &Statement) -> Result<serde_json::Value> {
     let types: Vec<String> = stmt
-        .args
-        .iter()
-        .map(|&oid| {
+        .parameter_types()
+        .into_iter()
+        .map(|oid| {
             // SAFETY: a built-in type oid; the result is a palloc'd C string.
             let name = unsafe { std::ffi::CStr::from_ptr(pg_sys::format_type_be(oid.into())) };
             name.to_string_lossy().into_owned()

@@ -31,6 +31,7 @@ static CONFINED: Statement = Statement {
                           WHERE c.role::oid IN (SELECT r FROM member_of))"
     ),
     args: &[INT8],
+    clock: false,
 };
 
 /// The 0.2.0 schema has no confinement rows: holding a grant confined.
@@ -41,6 +42,7 @@ static CONFINED_0_2_0: Statement = Statement {
                           WHERE g.role::oid IN (SELECT r FROM member_of))"
     ),
     args: &[INT8],
+    clock: false,
 };
 
 /// The grants of every role `$1` belongs to.
@@ -51,6 +53,7 @@ static GRANTS: Statement = Statement {
            WHERE g.role::oid IN (SELECT r FROM member_of)"
     ),
     args: &[INT8],
+    clock: false,
 };
 
 /// Returns a row when the role was not confined before.
@@ -59,6 +62,7 @@ static CONFINE: Statement = Statement {
           VALUES ($1::oid::regrole, pg_catalog.clock_timestamp())
           ON CONFLICT DO NOTHING RETURNING 1",
     args: &[INT8],
+    clock: false,
 };
 
 /// Lifts the confinement and drops the role's grants; a row per change.
@@ -67,18 +71,21 @@ static UNCONFINE: Statement = Statement {
                confinement AS (DELETE FROM aedb_queue.confined_role WHERE role = $1::oid::regrole RETURNING 1)
           SELECT 1 FROM confinement UNION ALL SELECT 1 FROM grants",
     args: &[INT8],
+    clock: false,
 };
 
 static INSERT_GRANT: Statement = Statement {
     sql: "INSERT INTO aedb_queue.queue_grant (role, pattern, privilege) VALUES ($1::oid::regrole, $2, $3)
           ON CONFLICT DO NOTHING RETURNING 1",
     args: &[INT8, TEXT, TEXT],
+    clock: false,
 };
 
 static DELETE_GRANT: Statement = Statement {
     sql: "DELETE FROM aedb_queue.queue_grant
           WHERE role = $1::oid::regrole AND pattern = $2 AND privilege = $3 RETURNING 1",
     args: &[INT8, TEXT, TEXT],
+    clock: false,
 };
 
 thread_local! {

@@ -24,6 +24,7 @@ use super::bulk::{self, Values};
 static REGISTER_QUEUE: Statement = Statement {
     sql: "INSERT INTO aedb_queue.queue (name) VALUES ($1) ON CONFLICT DO NOTHING RETURNING true",
     args: &[TEXT],
+    clock: false,
 };
 
 static INSERT_TASK: Statement = Statement {
@@ -32,12 +33,13 @@ static INSERT_TASK: Statement = Statement {
                                        created_at, updated_at)
           VALUES (COALESCE($2, nextval('aedb_queue.task_id_seq')), $1,
                   CASE WHEN $3 THEN 'scheduled' ELSE 'ready' END::aedb_queue.task_state,
-                  statement_timestamp() + $4, $5, $6, $7, $8, $9, $10,
-                  statement_timestamp(), statement_timestamp())
+                  $11 + $4, $5, $6, $7, $8, $9, $10,
+                  $11, $11)
           RETURNING task_id",
     args: &[
         TEXT, INT8, BOOL, INTERVAL, INT8, INT4, INTERVAL, INTERVAL, JSONB, TEXT,
     ],
+    clock: true,
 };
 
 /// The batch's rows through the executor, when `bulk::write` declines.
@@ -58,21 +60,24 @@ static INSERT_BATCH: Statement = Statement {
         INT8_ARRAY,
         JSONB_ARRAY,
     ],
+    clock: false,
 };
 
 /// Takes the key, waiting for a concurrent holder to commit or roll back;
 /// returns the reserved task id, or no row when the key already exists.
 static RESERVE_KEY: Statement = Statement {
     sql: "INSERT INTO aedb_queue.idempotency_key (queue, key, task_id, created_at)
-          VALUES ($1, $2, nextval('aedb_queue.task_id_seq'), statement_timestamp())
+          VALUES ($1, $2, nextval('aedb_queue.task_id_seq'), $3)
           ON CONFLICT DO NOTHING
           RETURNING task_id",
     args: &[TEXT, TEXT],
+    clock: true,
 };
 
 static LOOKUP_KEY: Statement = Statement {
     sql: "SELECT task_id FROM aedb_queue.idempotency_key WHERE queue = $1 AND key = $2",
     args: &[TEXT, TEXT],
+    clock: false,
 };
 
 /// Whether the queue has a due timer or an expired lease from $2 on, so a
@@ -85,14 +90,15 @@ static LOOKUP_KEY: Statement = Statement {
 static REAP_NEEDED: Statement = Statement {
     sql: "SELECT (SELECT not_before FROM aedb_queue.task
                   WHERE queue = $1 AND state = 'scheduled'
-                    AND not_before >= $2 AND not_before <= statement_timestamp()
+                    AND not_before >= $2 AND not_before <= $3
                   ORDER BY not_before LIMIT 1) IS NOT NULL
               OR (SELECT lease_deadline FROM aedb_queue.task
                   WHERE queue = $1 AND state = 'in_flight' AND lease_deadline IS NOT NULL
-                    AND lease_deadline >= $2 AND lease_deadline < statement_timestamp()
+                    AND lease_deadline >= $2 AND lease_deadline < $3
                   ORDER BY lease_deadline LIMIT 1) IS NOT NULL,
-             statement_timestamp()",
+             $3",
     args: &[TEXT, TIMESTAMPTZ],
+    clock: true,
 };
 
 /// Promotes due timers and reclaims expired leases of one queue, up to $2 and
@@ -102,11 +108,11 @@ static REAP_NEEDED: Statement = Statement {
 static REAP: Statement = Statement {
     sql: "WITH promoted AS (
               UPDATE aedb_queue.task
-              SET state = 'ready', updated_at = statement_timestamp()
+              SET state = 'ready', updated_at = $5
               WHERE task_id = ANY(ARRAY(
                   SELECT task_id FROM aedb_queue.task
                   WHERE queue = $1 AND state = 'scheduled'
-                    AND not_before >= $4 AND not_before <= statement_timestamp()
+                    AND not_before >= $4 AND not_before <= $5
                   ORDER BY not_before
                   LIMIT $2
                   FOR UPDATE SKIP LOCKED))
@@ -117,11 +123,11 @@ static REAP: Statement = Statement {
                   last_error = CASE WHEN attempts >= max_attempts
                                     THEN 'lease expired; attempts exhausted'
                                     ELSE 'lease expired; requeued' END,
-                  owner_id = NULL, lease_deadline = NULL, updated_at = statement_timestamp()
+                  owner_id = NULL, lease_deadline = NULL, updated_at = $5
               WHERE task_id = ANY(ARRAY(
                   SELECT task_id FROM aedb_queue.task
                   WHERE queue = $1 AND state = 'in_flight'
-                    AND lease_deadline >= $4 AND lease_deadline < statement_timestamp()
+                    AND lease_deadline >= $4 AND lease_deadline < $5
                   ORDER BY lease_deadline
                   LIMIT $3
                   FOR UPDATE SKIP LOCKED))
@@ -130,16 +136,18 @@ static REAP: Statement = Statement {
                  (SELECT count(*) FROM reclaimed WHERE NOT dead),
                  (SELECT count(*) FROM reclaimed WHERE dead)",
     args: &[TEXT, INT4, INT4, TIMESTAMPTZ],
+    clock: true,
 };
 
 /// One claim statement around the subquery that picks and locks the tasks.
+/// `$now` names the clock parameter (the statement's last).
 macro_rules! claim_picked {
-    ($pick:expr) => {
+    ($pick:expr, $now:literal) => {
         concat!(
             "UPDATE aedb_queue.task
              SET state = 'in_flight', attempts = attempts + 1, fencing_token = fencing_token + 1,
-                 owner_id = $3, lease_deadline = statement_timestamp() + $4,
-                 updated_at = statement_timestamp()
+                 owner_id = $3, lease_deadline = ", $now, " + $4,
+                 updated_at = ", $now, "
              WHERE task_id = ANY(ARRAY(",
             $pick,
             "))
@@ -165,14 +173,16 @@ macro_rules! ready_head {
 }
 
 static CLAIM: Statement = Statement {
-    sql: claim_picked!(ready_head!("priority DESC, -task_id DESC")),
+    sql: claim_picked!(ready_head!("priority DESC, -task_id DESC"), "$5"),
     args: &[TEXT, INT4, TEXT, INTERVAL],
+    clock: true,
 };
 
 /// CLAIM in the order 0.1.0's ready index serves (see `schema_current`).
 static CLAIM_0_1_0: Statement = Statement {
-    sql: claim_picked!(ready_head!("priority DESC, task_id")),
+    sql: claim_picked!(ready_head!("priority DESC, task_id"), "$5"),
     args: &[TEXT, INT4, TEXT, INTERVAL],
+    clock: true,
 };
 
 /// CLAIM resumed after position ($5 priority, $6 task id) in service order
@@ -191,9 +201,11 @@ static CLAIM_AFTER: Statement = Statement {
                  WHERE queue = $1 AND state = 'ready' AND (priority, -task_id) < ($5, -$6)
                  ORDER BY priority DESC, -task_id DESC LIMIT $2 FOR UPDATE SKIP LOCKED) AS after
          ) AS resumed
-         LIMIT $2"
+         LIMIT $2",
+        "$7"
     ),
     args: &[TEXT, INT4, TEXT, INTERVAL, INT8, INT8],
+    clock: true,
 };
 
 /// The fence: a settlement applies only to the task in flight under this token.
@@ -202,6 +214,7 @@ static COMPLETE: Statement = Statement {
           WHERE task_id = $1 AND queue = $2 AND state = 'in_flight' AND fencing_token = $3
           RETURNING task_id",
     args: &[INT8, TEXT, INT8],
+    clock: false,
 };
 
 /// The same fence as COMPLETE, for many tasks in one statement.
@@ -212,6 +225,7 @@ static COMPLETE_MANY: Statement = Statement {
             AND t.fencing_token = s.fencing_token
           RETURNING t.task_id, t.fencing_token",
     args: &[TEXT, INT8_ARRAY, INT8_ARRAY],
+    clock: false,
 };
 
 static LOCK_FOR_FAIL: Statement = Statement {
@@ -219,37 +233,42 @@ static LOCK_FOR_FAIL: Statement = Statement {
           WHERE task_id = $1 AND queue = $2 AND state = 'in_flight' AND fencing_token = $3
           FOR UPDATE",
     args: &[INT8, TEXT, INT8],
+    clock: false,
 };
 
 /// `$2` is the new state (scheduled, ready or dead); `$3` the retry delay, NULL for dead.
 static SETTLE_FAILURE: Statement = Statement {
     sql: "UPDATE aedb_queue.task
           SET state = $2::aedb_queue.task_state,
-              not_before = COALESCE(statement_timestamp() + $3, not_before),
+              not_before = COALESCE($5 + $3, not_before),
               last_error = $4, owner_id = NULL, lease_deadline = NULL,
-              updated_at = statement_timestamp()
+              updated_at = $5
           WHERE task_id = $1",
     args: &[INT8, TEXT, INTERVAL, TEXT],
+    clock: true,
 };
 
 static HEARTBEAT: Statement = Statement {
     sql: "UPDATE aedb_queue.task
-          SET lease_deadline = statement_timestamp() + $4, progress = COALESCE($5, progress),
-              updated_at = statement_timestamp()
+          SET lease_deadline = $6 + $4, progress = COALESCE($5, progress),
+              updated_at = $6
           WHERE task_id = $1 AND queue = $2 AND state = 'in_flight' AND fencing_token = $3
           RETURNING task_id",
     args: &[INT8, TEXT, INT8, INTERVAL, JSONB],
+    clock: true,
 };
 
 static CANCEL: Statement = Statement {
     sql: "DELETE FROM aedb_queue.task WHERE task_id = $1 AND queue = $2 RETURNING task_id",
     args: &[INT8, TEXT],
+    clock: false,
 };
 
 /// Every registered queue (the 0.1.0 schema has nothing better to go by).
 static QUEUE_NAMES: Statement = Statement {
     sql: "SELECT name FROM aedb_queue.queue ORDER BY name",
     args: &[],
+    clock: false,
 };
 
 /// The next queue name after `$prev` among the entries of one partial index:
@@ -303,12 +322,12 @@ pub(crate) static QUEUES_WITH_WORK: Statement = Statement {
         "
         SELECT queue FROM timers p WHERE p.queue IS NOT NULL AND EXISTS (
             SELECT 1 FROM aedb_queue.task t
-            WHERE t.queue = p.queue AND t.state = 'scheduled' AND t.not_before <= statement_timestamp())
+            WHERE t.queue = p.queue AND t.state = 'scheduled' AND t.not_before <= $1)
         UNION
         SELECT queue FROM leases p WHERE p.queue IS NOT NULL AND EXISTS (
             SELECT 1 FROM aedb_queue.task t
             WHERE t.queue = p.queue AND t.state = 'in_flight' AND t.lease_deadline IS NOT NULL
-              AND t.lease_deadline < statement_timestamp())
+              AND t.lease_deadline < $1)
         UNION
         SELECT queue FROM kept WHERE queue IS NOT NULL
         UNION
@@ -316,6 +335,7 @@ pub(crate) static QUEUES_WITH_WORK: Statement = Statement {
         ORDER BY 1"
     ),
     args: &[],
+    clock: true,
 };
 
 /// The statements of the task lifecycle, by name, for the plan tests: each
@@ -435,8 +455,8 @@ extern "C-unwind" {
 }
 
 /// What every task of a batch shares, found without a statement: the
-/// creation and due times (as `statement_timestamp()` and
-/// `statement_timestamp() + delay` would give them), the state, and the
+/// creation and due times (the call's clock, and the clock + delay), the
+/// state, and the
 /// batch's ids from the task sequence, in payload order.
 struct BatchStart {
     now: pg_sys::Datum,
@@ -462,7 +482,7 @@ impl BatchStart {
         // SAFETY: built-in functions called with arguments of their types;
         // nextval checks the (owner's) rights on the sequence.
         unsafe {
-            let now = pg_sys::Datum::from(pg_sys::GetCurrentStatementStartTimestamp());
+            let now = crate::clock::now_datum();
             let not_before = pg_sys::DirectFunctionCall2Coll(
                 Some(timestamptz_pl_interval),
                 pg_sys::InvalidOid,

@@ -1,0 +1,33 @@
+//! The call's clock: the time an entry point was called, read once per call
+//! (`errors::run`) so that all its statements agree, and current even where
+//! `statement_timestamp()` stands still (inside a procedure, a PL/pgSQL
+//! loop, or a long transaction).
+
+use std::cell::Cell;
+
+use pgrx::datum::TimestampWithTimeZone;
+use pgrx::{pg_sys, FromDatum};
+
+thread_local! {
+    static CALL_STARTED: Cell<Option<pg_sys::TimestampTz>> = const { Cell::new(None) };
+}
+
+/// Starts a call: its statements run at this time.
+pub(crate) fn start_call() {
+    // SAFETY: reads the system clock.
+    CALL_STARTED.with(|c| c.set(Some(unsafe { pg_sys::GetCurrentTimestamp() })));
+}
+
+pub(crate) fn now_datum() -> pg_sys::Datum {
+    let at = CALL_STARTED.with(Cell::get).unwrap_or_else(|| {
+        // SAFETY: reads the system clock.
+        unsafe { pg_sys::GetCurrentTimestamp() }
+    });
+    pg_sys::Datum::from(at)
+}
+
+pub(crate) fn now() -> TimestampWithTimeZone {
+    // SAFETY: a timestamptz datum is a plain integer.
+    unsafe { TimestampWithTimeZone::from_datum(now_datum(), false) }
+        .expect("a timestamptz datum is never NULL")
+}
