@@ -1,0 +1,380 @@
+-- The permission matrix: every entry point called by every kind of caller,
+-- each cell 'ok' or the SQLSTATE the call raised (42501: permission denied).
+--
+-- Callers (columns):
+--   producer     perm_producer, member of aedb_queue_producer
+--   worker       perm_worker, member of aedb_queue_worker
+--   admin        perm_admin, member of aedb_queue_admin, not confined
+--   c_admin      perm_cadmin, member of aedb_queue_admin, granted admin on 'perm_a.*'
+--   c_worker     perm_cworker, member of aedb_queue_worker, granted worker on 'perm_a.*'
+--   no_role      perm_nobody, a login role in none of the aedb_queue roles
+--   cw>producer  SET SESSION AUTHORIZATION perm_cworker; SET ROLE aedb_queue_producer
+--   cw>worker    SET SESSION AUTHORIZATION perm_cworker; SET ROLE aedb_queue_worker
+--   cw>admin     SET SESSION AUTHORIZATION perm_cworker; SET ROLE aedb_queue_admin
+-- The last three must stay confined to perm_cworker's grants: a call is
+-- checked against the current role, the SET ROLE role and the login role.
+-- So that perm_cworker may SET ROLE to all three group roles without
+-- holding their privileges itself, it reaches aedb_queue_admin through
+-- perm_gate, a NOINHERIT role: membership (what SET ROLE needs) follows the
+-- chain, privileges stop at perm_gate.
+--
+-- The first matrix calls queue perm_b.jobs, outside the confined roles'
+-- grants; the second calls perm_a.jobs, inside them. Rows that act on no
+-- queue (queue_reap() of every queue, confine, unconfine, the pg_cron
+-- reaper) are in both. Cells:
+--   ok        the call succeeded and did what it was asked (a settle applied,
+--             a cancel found its task, a grant changed something, ...)
+--   false     the call succeeded but did not do it (a setup mistake)
+--   no rows   a view was readable but showed no row of the queue
+--   42501     refused by the caller's roles: no EXECUTE on the function, no
+--             SELECT on the view, no USAGE on schema aedb_queue (no_role),
+--             or follow-ups from a role without EXECUTE on queue_enqueue
+--   42501 conf  refused by per-queue confinement: no grant of the session's
+--             roles covers the queue for that action, or a cluster-wide
+--             operation from a confined session (where both checks refuse a
+--             call, the cell shows the one that came first)
+--   55000     schedule_reaper/unschedule_reaper got past the permission
+--             checks and found no pg_cron in this cluster
+-- Each call runs in its own subtransaction (pg_temp.try), so a refused call
+-- changes nothing; the calls that succeed are made not to disturb the
+-- later cells (fresh tasks per cell, pause then resume, grant then revoke,
+-- confine then unconfine, purge of a state with no tasks).
+
+-- Roles are cluster-wide: made if absent (a run that stopped half-way may
+-- have left them), dropped at the end.
+DO $$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN SELECT * FROM (VALUES
+        ('perm_gate', NULL),
+        ('perm_producer', 'aedb_queue_producer'),
+        ('perm_worker', 'aedb_queue_worker'),
+        ('perm_admin', 'aedb_queue_admin'),
+        ('perm_cadmin', 'aedb_queue_admin'),
+        ('perm_cworker', 'aedb_queue_worker'),
+        ('perm_cworker', 'perm_gate'),
+        ('perm_cproducer', 'aedb_queue_producer'),
+        ('perm_cproducer', 'perm_gate'),
+        ('perm_nobody', NULL),
+        ('perm_gate2', 'perm_cworker'),
+        ('perm_member', 'aedb_queue_admin'),
+        ('perm_member', 'perm_gate2'),
+        ('perm_tenant_a', NULL),
+        ('perm_tenant_b', NULL),
+        ('perm_spare', NULL)) AS v(role, member_of)
+    LOOP
+        IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = r.role) THEN
+            EXECUTE format('CREATE ROLE %I LOGIN', r.role);
+        END IF;
+        IF r.member_of IS NOT NULL AND NOT pg_has_role(r.role, r.member_of, 'MEMBER') THEN
+            EXECUTE format('GRANT %I TO %I', r.member_of, r.role);
+        END IF;
+    END LOOP;
+    ALTER ROLE perm_gate NOLOGIN NOINHERIT;
+    ALTER ROLE perm_gate2 NOLOGIN NOINHERIT;
+    IF NOT pg_has_role('perm_gate', 'aedb_queue_admin', 'MEMBER') THEN
+        GRANT aedb_queue_admin TO perm_gate;
+    END IF;
+END
+$$;
+
+-- The confined roles. perm_tenant_a and perm_tenant_b are what the
+-- queue_grant/queue_revoke cells change: confined roles whose grants lie
+-- inside perm_a.* and perm_b.* respectively. perm_spare (no grant) is what
+-- the queue_confine/queue_unconfine cells confine and set free again.
+SELECT aedb_queue.queue_grant('perm_a.*', 'perm_cadmin', 'admin') AS c_admin,
+       aedb_queue.queue_grant('perm_a.*', 'perm_cworker', 'worker') AS c_worker,
+       aedb_queue.queue_grant('perm_a.*', 'perm_cproducer', 'producer') AS c_producer,
+       aedb_queue.queue_grant('perm_a.t', 'perm_tenant_a', 'worker') AS tenant_a,
+       aedb_queue.queue_grant('perm_b.t', 'perm_tenant_b', 'worker') AS tenant_b;
+
+-- One call, caught: 'ok' or its SQLSTATE, and for 42501 which check
+-- refused it (see the cells above). A call whose first column comes back
+-- false did not do what the cell meant.
+CREATE FUNCTION pg_temp.try(call text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    v text;
+BEGIN
+    EXECUTE call INTO v;
+    RETURN CASE WHEN v IN ('false', 'no rows') THEN v ELSE 'ok' END;
+EXCEPTION WHEN others THEN
+    RETURN CASE
+        WHEN SQLSTATE <> '42501' THEN SQLSTATE
+        -- PostgreSQL's own privilege checks (function, view, schema), and
+        -- follow-ups from a role that may not call queue_enqueue
+        WHEN SQLERRM LIKE 'permission denied for %'
+          OR SQLERRM LIKE '%may not call queue\_enqueue%' THEN '42501'
+        -- the extension's per-queue grants and confinement
+        WHEN SQLERRM LIKE '%no aedb\_queue grant of this role covers it%'
+          OR SQLERRM LIKE '%roles are confined to some queues%' THEN '42501 conf'
+        ELSE '42501 ' || SQLERRM
+    END;
+END
+$$;
+
+CREATE TABLE pg_temp.caller (ord int, name text);
+INSERT INTO pg_temp.caller VALUES
+    (1, 'producer'),
+    (2, 'worker'),
+    (3, 'admin'),
+    (4, 'c_admin'),
+    (5, 'c_worker'),
+    (6, 'no_role'),
+    (7, 'cw>producer'),
+    (8, 'cw>worker'),
+    (9, 'cw>admin');
+
+-- Every cell's call, with its own tasks: the superuser enqueues them and
+-- claims those a settle call needs (lease 1 hour, so none expires during
+-- the test). The tasks for claim, cancel and get wait at priority -1, so
+-- that each fixture claim takes the task just enqueued.
+CREATE TABLE pg_temp.call (caller text, scope text, seq int, entry text, sql text);
+DO $$
+DECLARE
+    c record;
+    sc text;
+    q text;
+    k text;
+    enq bigint;
+    id jsonb;
+    tok jsonb;
+BEGIN
+    FOR c IN SELECT * FROM pg_temp.caller ORDER BY ord LOOP
+        FOREACH sc IN ARRAY ARRAY['b', 'a'] LOOP
+            q := format('perm_%s.jobs', sc);
+            id := '{}';
+            tok := '{}';
+            FOREACH k IN ARRAY ARRAY['complete', 'fu_a', 'fu_b', 'batch', 'fail', 'heartbeat', 'dead'] LOOP
+                SELECT e.task_id INTO enq FROM aedb_queue.queue_enqueue(q, jsonb_build_object('cell', k)) e;
+                SELECT id || jsonb_build_object(k, l.task_id), tok || jsonb_build_object(k, l.fencing_token)
+                  INTO id, tok
+                  FROM aedb_queue.queue_claim(q, 'perm-fixture', lease => '1 hour') l;
+                IF (id->>k)::bigint IS DISTINCT FROM enq THEN
+                    RAISE 'fixture claim took task % instead of %', id->>k, enq;
+                END IF;
+            END LOOP;
+            PERFORM aedb_queue.queue_fail(q, (id->>'dead')::bigint, (tok->>'dead')::bigint, 'fixture',
+                                          dead_letter => true);
+            FOREACH k IN ARRAY ARRAY['claim', 'get', 'cancel'] LOOP
+                SELECT id || jsonb_build_object(k, e.task_id) INTO id
+                  FROM aedb_queue.queue_enqueue(q, jsonb_build_object('cell', k), priority => -1) e;
+            END LOOP;
+
+            INSERT INTO pg_temp.call
+            SELECT c.name, sc, v.seq, v.entry, v.sql FROM (VALUES
+              (1, 'queue_enqueue',
+                  format('SELECT task_id FROM aedb_queue.queue_enqueue(%L, ''{}'')', q)),
+              (2, 'queue_enqueue_batch',
+                  format('SELECT aedb_queue.queue_enqueue_batch(%L, ARRAY[''{}''::jsonb, ''{}''])', q)),
+              (3, 'queue_claim',
+                  format('SELECT count(*) = 1 FROM aedb_queue.queue_claim(%L, ''perm'', lease => ''1 hour'')', q)),
+              (4, 'queue_complete',
+                  format('SELECT aedb_queue.queue_complete(%L, %s, %s) = ''applied''',
+                         q, id->'complete', tok->'complete')),
+              (5, 'queue_complete, follow-up to perm_a.next',
+                  format('SELECT aedb_queue.queue_complete(%L, %s, %s, follow_ups => ''[{"queue": "perm_a.next"}]'') = ''applied''',
+                         q, id->'fu_a', tok->'fu_a')),
+              (6, 'queue_complete, follow-up to perm_b.next',
+                  format('SELECT aedb_queue.queue_complete(%L, %s, %s, follow_ups => ''[{"queue": "perm_b.next"}]'') = ''applied''',
+                         q, id->'fu_b', tok->'fu_b')),
+              (7, 'queue_complete_batch',
+                  format('SELECT bool_and(outcome = ''applied'') FROM aedb_queue.queue_complete_batch(%L, ARRAY[%s]::bigint[], ARRAY[%s]::bigint[])',
+                         q, id->'batch', tok->'batch')),
+              (8, 'queue_fail',
+                  format('SELECT aedb_queue.queue_fail(%L, %s, %s, ''boom'') = ''applied''',
+                         q, id->'fail', tok->'fail')),
+              (9, 'queue_heartbeat',
+                  format('SELECT aedb_queue.queue_heartbeat(%L, %s, %s, extend => ''1 hour'') = ''applied''',
+                         q, id->'heartbeat', tok->'heartbeat')),
+              (10, 'queue_get',
+                  format('SELECT count(*) = 1 FROM aedb_queue.queue_get(%L, %s)', q, id->'get')),
+              (11, 'queue_list',
+                  format('SELECT count(*) = 1 FROM aedb_queue.queue_list(%L, "limit" => 1)', q)),
+              (12, 'queue_cancel',
+                  format('SELECT aedb_queue.queue_cancel(%L, %s)', q, id->'cancel')),
+              (13, 'queue_reap(queue)',
+                  format('SELECT promoted FROM aedb_queue.queue_reap(%L)', q)),
+              (14, 'queue_configure',
+                  format('SELECT queue FROM aedb_queue.queue_configure(%L, max_attempts => 5)', q)),
+              (15, 'queue_pause',
+                  format('SELECT aedb_queue.queue_pause(%L)', q)),
+              (16, 'queue_resume',
+                  format('SELECT aedb_queue.queue_resume(%L)', q)),
+              (17, 'queue_retry_dead',
+                  format('SELECT aedb_queue.queue_retry_dead(%L, task_id => %s) = 1', q, id->'dead')),
+              (18, 'queue_purge',
+                  format('SELECT aedb_queue.queue_purge(%L, ''completed'')', q)),
+              (19, format('queue_grant perm_%s.x*', sc),
+                  format('SELECT aedb_queue.queue_grant(''perm_%s.x*'', ''perm_tenant_%s'', ''worker'')', sc, sc)),
+              (20, format('queue_revoke perm_%s.x*', sc),
+                  format('SELECT aedb_queue.queue_revoke(''perm_%s.x*'', ''perm_tenant_%s'', ''worker'')', sc, sc)),
+              (21, 'queue_reap() of all queues',
+                  'SELECT promoted FROM aedb_queue.queue_reap()'),
+              (22, 'queue_confine',
+                  'SELECT aedb_queue.queue_confine(''perm_spare'')'),
+              (23, 'queue_unconfine',
+                  'SELECT aedb_queue.queue_unconfine(''perm_spare'')'),
+              (24, 'schedule_reaper',
+                  'SELECT aedb_queue.schedule_reaper()'),
+              (25, 'unschedule_reaper',
+                  'SELECT aedb_queue.unschedule_reaper()'),
+              (26, 'SELECT FROM aedb_queue.tasks',
+                  format('SELECT CASE WHEN count(*) > 0 THEN ''rows'' ELSE ''no rows'' END FROM aedb_queue.tasks WHERE queue = %L', q)),
+              (27, 'SELECT FROM aedb_queue.queue_stats',
+                  format('SELECT CASE WHEN count(*) > 0 THEN ''rows'' ELSE ''no rows'' END FROM aedb_queue.queue_stats WHERE queue = %L', q))
+            ) AS v(seq, entry, sql);
+        END LOOP;
+    END LOOP;
+END
+$$;
+GRANT SELECT ON pg_temp.call TO PUBLIC;
+CREATE TABLE pg_temp.cell (caller text, scope text, seq int, entry text, result text);
+GRANT INSERT ON pg_temp.cell TO PUBLIC;
+
+-- Runs one caller's calls in order, as whoever calls it (not SECURITY
+-- DEFINER), and says who that was.
+CREATE FUNCTION pg_temp.run(who text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    c record;
+BEGIN
+    FOR c IN SELECT * FROM pg_temp.call WHERE caller = who ORDER BY scope DESC, seq LOOP
+        INSERT INTO pg_temp.cell VALUES (who, c.scope, c.seq, c.entry, pg_temp.try(c.sql));
+    END LOOP;
+    RETURN format('session_user %s, current_user %s', session_user, current_user);
+END
+$$;
+
+-- For the hostile-tenant checks below: a task with an idempotency key in perm_b.jobs.
+SELECT task_id AS keyed FROM aedb_queue.queue_enqueue('perm_b.jobs', '{"keyed": true}', idempotency_key => 'perm-key') \gset
+
+-- The callers, one after the other.
+SET SESSION AUTHORIZATION perm_producer;
+SELECT pg_temp.run('producer');
+RESET SESSION AUTHORIZATION;
+SET SESSION AUTHORIZATION perm_worker;
+SELECT pg_temp.run('worker');
+RESET SESSION AUTHORIZATION;
+SET SESSION AUTHORIZATION perm_admin;
+SELECT pg_temp.run('admin');
+RESET SESSION AUTHORIZATION;
+SET SESSION AUTHORIZATION perm_cadmin;
+SELECT pg_temp.run('c_admin');
+RESET SESSION AUTHORIZATION;
+SET SESSION AUTHORIZATION perm_cworker;
+SELECT pg_temp.run('c_worker');
+RESET SESSION AUTHORIZATION;
+SET SESSION AUTHORIZATION perm_nobody;
+SELECT pg_temp.run('no_role');
+RESET SESSION AUTHORIZATION;
+SET SESSION AUTHORIZATION perm_cworker;
+SET ROLE aedb_queue_producer;
+SELECT pg_temp.run('cw>producer');
+SET ROLE aedb_queue_worker;
+SELECT pg_temp.run('cw>worker');
+SET ROLE aedb_queue_admin;
+SELECT pg_temp.run('cw>admin');
+RESET ROLE;
+RESET SESSION AUTHORIZATION;
+
+-- Queue perm_b.jobs: outside every confined role's grants.
+SELECT c.entry, c.caller, c.result, r.ord
+FROM pg_temp.cell c JOIN pg_temp.caller r ON r.name = c.caller
+WHERE c.scope = 'b' ORDER BY c.seq, r.ord
+\crosstabview entry caller result ord
+
+-- Queue perm_a.jobs: inside the grants of c_admin (admin) and of
+-- perm_cworker (worker), for whom the cw> columns act.
+SELECT c.entry, c.caller, c.result, r.ord
+FROM pg_temp.cell c JOIN pg_temp.caller r ON r.name = c.caller
+WHERE c.scope = 'a' ORDER BY c.seq, r.ord
+\crosstabview entry caller result ord
+
+-- What the matrix left behind: the calls that succeeded undid each other
+-- (grants back as set up, perm_spare unconfined, no queue paused), and of
+-- the follow-ups only those of admin (both queues) and c_admin (perm_a.next,
+-- from perm_a.jobs) were enqueued.
+SELECT role, pattern, privilege FROM aedb_queue.queue_grant
+WHERE role::text LIKE 'perm\_%' ORDER BY role::text, pattern;
+SELECT role FROM aedb_queue.confined_role WHERE role::text LIKE 'perm\_%' ORDER BY role::text;
+SELECT name, paused FROM aedb_queue.queue WHERE name LIKE 'perm\_%' ORDER BY name;
+SELECT queue, count(*) FROM aedb_queue.task WHERE queue LIKE 'perm\__.next' GROUP BY queue ORDER BY queue;
+
+-- Hostile tenants, with the errors they get.
+\set VERBOSITY default
+\set sqlstate '\\echo SQLSTATE :LAST_ERROR_SQLSTATE'
+
+-- A confined admin (admin on perm_a.*) cannot hand perm_a queues to a role
+-- it does not administer: an unconfined role (that would confine it), or a
+-- confined role with grants outside perm_a.*.
+SET SESSION AUTHORIZATION perm_cadmin;
+SELECT aedb_queue.queue_grant('perm_a.x', 'perm_worker', 'worker');
+:sqlstate
+SELECT aedb_queue.queue_grant('perm_a.x', 'perm_tenant_b', 'worker');
+:sqlstate
+-- Grants to the group roles or to a superuser are refused (22023) for everyone.
+SELECT aedb_queue.queue_grant('perm_a.x', 'aedb_queue_worker', 'worker');
+:sqlstate
+SELECT aedb_queue.queue_grant('perm_a.x', 'postgres', 'worker');
+:sqlstate
+RESET SESSION AUTHORIZATION;
+SET SESSION AUTHORIZATION perm_admin;
+SELECT aedb_queue.queue_grant('perm_a.x', 'aedb_queue_worker', 'worker');
+:sqlstate
+RESET SESSION AUTHORIZATION;
+
+-- A confined admin that revokes its own last grant is not set free: it
+-- is confined to nothing, and cannot grant itself anything back.
+SET SESSION AUTHORIZATION perm_cadmin;
+SELECT aedb_queue.queue_revoke('perm_a.*', 'perm_cadmin', 'admin');
+SELECT task_id = :keyed AS keyed FROM aedb_queue.queue_get('perm_b.jobs', :keyed);
+:sqlstate
+SELECT count(*) FROM aedb_queue.queue_list('perm_a.jobs');
+:sqlstate
+SELECT count(*) AS tasks_visible FROM aedb_queue.tasks;
+SELECT aedb_queue.queue_grant('perm_a.*', 'perm_cadmin', 'admin');
+:sqlstate
+RESET SESSION AUTHORIZATION;
+
+-- A confined producer (producer on perm_a.*) that can SET ROLE to the group
+-- roles (through perm_gate) enqueues into perm_b.jobs with the idempotency
+-- key of a task already there. Whatever the role it switches to, it gets
+-- 42501, not that task's id (deduplicated), and nothing is enqueued.
+SET SESSION AUTHORIZATION perm_cproducer;
+SELECT deduplicated FROM aedb_queue.queue_enqueue('perm_a.jobs', '{}', idempotency_key => 'perm-key');
+SELECT task_id = :keyed AS leaked FROM aedb_queue.queue_enqueue('perm_b.jobs', '{}', idempotency_key => 'perm-key');
+:sqlstate
+SET ROLE aedb_queue_worker;
+SELECT task_id = :keyed AS leaked FROM aedb_queue.queue_enqueue('perm_b.jobs', '{}', idempotency_key => 'perm-key');
+:sqlstate
+SET ROLE aedb_queue_producer;
+SELECT task_id = :keyed AS leaked FROM aedb_queue.queue_enqueue('perm_b.jobs', '{}', idempotency_key => 'perm-key');
+:sqlstate
+SET ROLE aedb_queue_admin;
+SELECT task_id = :keyed AS leaked FROM aedb_queue.queue_enqueue('perm_b.jobs', '{}', idempotency_key => 'perm-key');
+:sqlstate
+RESET ROLE;
+RESET SESSION AUTHORIZATION;
+SELECT count(*) AS keyed_tasks, bool_and(task_id = :keyed) AS the_first
+FROM aedb_queue.task WHERE queue = 'perm_b.jobs' AND idempotency_key = 'perm-key';
+
+-- Confinement reaches every member of a confined role, through any chain,
+-- NOINHERIT links included: perm_member holds aedb_queue_admin's privileges
+-- itself, but is a member of perm_cworker (through perm_gate2, NOINHERIT),
+-- so it may only do what perm_cworker's grant allows.
+SET SESSION AUTHORIZATION perm_member;
+SELECT count(*) AS claimed FROM aedb_queue.queue_claim('perm_a.jobs', 'm', lease => '1 hour');
+SELECT count(*) AS claimed FROM aedb_queue.queue_claim('perm_b.jobs', 'm', lease => '1 hour');
+:sqlstate
+SELECT aedb_queue.queue_pause('perm_a.jobs');
+:sqlstate
+SELECT * FROM aedb_queue.queue_reap();
+:sqlstate
+RESET SESSION AUTHORIZATION;
+\set VERBOSITY terse
+
+-- Clean up: unconfine (which drops the grants too), then drop the roles.
+SELECT count(*) FILTER (WHERE aedb_queue.queue_unconfine(role::text)) AS unconfined
+FROM aedb_queue.confined_role WHERE role::text LIKE 'perm\_%';
+DROP ROLE perm_producer, perm_worker, perm_admin, perm_cadmin, perm_cworker, perm_cproducer,
+          perm_nobody, perm_tenant_a, perm_tenant_b, perm_spare, perm_member, perm_gate2, perm_gate;
