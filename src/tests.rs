@@ -222,28 +222,25 @@ pub(crate) mod tests {
     // Test-environment assumption: time is frozen within one test.
     // ------------------------------------------------------------------
 
-    /// Every helper that moves deadlines relies on this; if it ever stops
-    /// holding, tests using lease '1 microsecond' + pg_sleep would work too.
+    /// The statement clock stands still inside a test (one top-level
+    /// statement); the helpers that move deadlines rely on it. Our calls
+    /// run on the call's clock instead (`crate::clock`), so a lease of 1 µs
+    /// taken in this same statement is expired for a later call.
     #[pg_test]
-    fn time_does_not_move_inside_a_test() {
+    fn the_statement_clock_stands_still_but_calls_read_the_real_one() {
         let before: String = one("SELECT statement_timestamp()::text");
         exec("SELECT pg_sleep(0.01)");
         let after: String = one("SELECT statement_timestamp()::text");
         assert_eq!(before, after);
-        // Consequence: a lease of 1 µs is not yet expired for a claim in the same test.
         let id = enqueue("q", "");
         claim("q", ", lease => '1 microsecond'");
         exec("SELECT pg_sleep(0.01)");
         assert_eq!(
             ints("SELECT reclaimed FROM aedb_queue.queue_reap('q')"),
-            vec![0]
+            vec![1]
         );
-        assert_eq!(state_of("q", id).as_deref(), Some("in_flight"));
+        assert_eq!(state_of("q", id).as_deref(), Some("ready"));
     }
-
-    // ------------------------------------------------------------------
-    // Enqueue: ids, stored options, scheduling, idempotency, batches.
-    // ------------------------------------------------------------------
 
     #[pg_test]
     fn enqueue_returns_fresh_ids_not_deduplicated() {
@@ -492,7 +489,8 @@ pub(crate) mod tests {
             let t = c
                 .update(
                     "SELECT task_id, payload::text, attempts, fencing_token,
-                            lease_deadline = statement_timestamp() + interval '45 seconds',
+                            lease_deadline BETWEEN statement_timestamp() + interval '45 seconds'
+                                               AND clock_timestamp() + interval '45 seconds',
                             priority, enqueued_at::text, progress::text
                      FROM aedb_queue.queue_claim('q', 'worker-7', lease => '45 seconds')",
                     None,
@@ -516,7 +514,11 @@ pub(crate) mod tests {
         assert_eq!(row.1.as_deref(), Some("{\"job\": \"x\"}"));
         assert_eq!(row.2, Some(1), "attempts");
         assert_eq!(row.3, Some(1), "fencing_token");
-        assert_eq!(row.4, Some(true), "lease_deadline = now + lease");
+        assert_eq!(
+            row.4,
+            Some(true),
+            "lease_deadline = time of the call + lease"
+        );
         assert_eq!(row.5, Some(2), "priority");
         assert_eq!(
             row.6,
@@ -1804,12 +1806,10 @@ pub(crate) mod tests {
     #[pg_test]
     fn a_null_lease_is_the_default_lease() {
         enqueue("q", "");
+        let id: i64 = one("SELECT task_id FROM aedb_queue.queue_claim('q', 'w', lease => NULL)");
         assert_eq!(
-            one::<String>(
-                "SELECT (lease_deadline - statement_timestamp())::text
-                 FROM aedb_queue.queue_claim('q', 'w', lease => NULL)"
-            ),
-            "00:00:30"
+            text_field(id, "lease_deadline - updated_at").as_deref(),
+            Some("00:00:30")
         );
     }
 

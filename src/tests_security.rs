@@ -555,10 +555,12 @@ mod tests {
             assert_eq!(sqlstate_of(&call), Some("22023".into()), "{call}");
         }
         enqueue("d", "");
-        let deadline_ok: bool = one(
-            "SELECT lease_deadline = statement_timestamp() + interval '30 days'
-               FROM aedb_queue.queue_claim('d', 'w', lease => '1 month')",
-        );
+        let leased: i64 =
+            one("SELECT task_id FROM aedb_queue.queue_claim('d', 'w', lease => '1 month')");
+        let deadline_ok: bool = one(&format!(
+            "SELECT lease_deadline - updated_at = interval '720 hours'
+               FROM aedb_queue.task WHERE task_id = {leased}"
+        ));
         assert!(deadline_ok, "a month of lease is 30 days, as checked");
         for call in [
             "SELECT * FROM aedb_queue.queue_claim('d', 'w', lease => '1200 months 501 days')",
