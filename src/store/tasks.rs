@@ -320,14 +320,15 @@ pub(crate) static QUEUES_WITH_WORK: Statement = Statement {
         ", ",
         distinct_queues!("kept", "completed_task", "true"),
         "
-        SELECT queue FROM timers p WHERE p.queue IS NOT NULL AND EXISTS (
-            SELECT 1 FROM aedb_queue.task t
-            WHERE t.queue = p.queue AND t.state = 'scheduled' AND t.not_before <= $1)
+        SELECT queue FROM timers p WHERE p.queue IS NOT NULL AND (
+            SELECT t.not_before FROM aedb_queue.task t
+            WHERE t.queue = p.queue AND t.state = 'scheduled'
+            ORDER BY t.not_before LIMIT 1) <= $1
         UNION
-        SELECT queue FROM leases p WHERE p.queue IS NOT NULL AND EXISTS (
-            SELECT 1 FROM aedb_queue.task t
+        SELECT queue FROM leases p WHERE p.queue IS NOT NULL AND (
+            SELECT t.lease_deadline FROM aedb_queue.task t
             WHERE t.queue = p.queue AND t.state = 'in_flight' AND t.lease_deadline IS NOT NULL
-              AND t.lease_deadline < $1)
+            ORDER BY t.lease_deadline LIMIT 1) < $1
         UNION
         SELECT queue FROM kept WHERE queue IS NOT NULL
         UNION

@@ -11,8 +11,8 @@ SELECT task_id AS r4 FROM aedb_queue.queue_enqueue('reports', '{"report": 4}', d
 SELECT task_id = :r1 AS first, max_attempts, backoff_base FROM aedb_queue.queue_list('reports', 'ready');
 
 -- A claim without a lease gets the queue's default lease.
-SELECT task_id = :r1 AS is_r1, fencing_token AS tok, lease_deadline - now() AS lease
-FROM aedb_queue.queue_claim('reports', 'worker-1') \gset
+SELECT task_id = :r1 AS is_r1, fencing_token AS tok FROM aedb_queue.queue_claim('reports', 'worker-1') \gset
+SELECT lease_deadline - updated_at AS lease FROM aedb_queue.queue_get('reports', :r1) \gset
 \echo :is_r1 :lease
 SELECT aedb_queue.queue_complete('reports', :r1, :tok, result => '{"pages": 12}');
 -- The queue keeps completed tasks: queue_get still shows it, with its result.
