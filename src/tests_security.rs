@@ -571,6 +571,35 @@ mod tests {
     }
 
     // ------------------------------------------------------------------
+    // 9. A rights check costs what the caller's own roles hold.
+    // ------------------------------------------------------------------
+
+    /// 50,000 grants of other roles: the caller's rights are read through
+    /// the primary keys, bounded by the roles it belongs to, never by
+    /// scanning everyone's grants.
+    #[pg_test]
+    fn a_rights_check_reads_only_the_callers_own_rows() {
+        role("crowd", &["aedb_queue_worker"]);
+        exec("SELECT aedb_queue.queue_confine('crowd')");
+        exec(
+            "INSERT INTO aedb_queue.queue_grant (role, pattern, privilege)
+             SELECT 'crowd'::regrole, 'crowd.' || g, 'worker' FROM generate_series(1, 50000) g",
+        );
+        exec("ANALYZE aedb_queue.queue_grant");
+        for (name, stmt, index) in [
+            ("CONFINED", &crate::store::CONFINED, "confined_role_pkey"),
+            ("GRANTS", &crate::store::GRANTS, "queue_grant_pkey"),
+        ] {
+            let plan = format!("{:?}", crate::store::explain(stmt).unwrap());
+            assert!(!plan.contains("Seq Scan"), "{name}: {plan}");
+            assert!(plan.contains(index), "{name} does not read {index}: {plan}");
+        }
+        tenants();
+        enqueue("a.jobs", "");
+        as_login("tenant_worker", None, || assert!(claim_one("a.jobs").0 > 0));
+    }
+
+    // ------------------------------------------------------------------
     // 10. A batch settles each task at most once.
     // ------------------------------------------------------------------
 

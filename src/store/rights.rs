@@ -24,7 +24,7 @@ macro_rules! member_of {
 }
 
 /// Whether any role `$1` belongs to is confined.
-static CONFINED: Statement = Statement {
+pub(crate) static CONFINED: Statement = Statement {
     sql: concat!(
         member_of!(),
         " SELECT EXISTS (SELECT 1 FROM aedb_queue.confined_role c
@@ -46,7 +46,7 @@ static CONFINED_0_2_0: Statement = Statement {
 };
 
 /// The grants of every role `$1` belongs to.
-static GRANTS: Statement = Statement {
+pub(crate) static GRANTS: Statement = Statement {
     sql: concat!(
         member_of!(),
         " SELECT g.pattern, g.privilege FROM aedb_queue.queue_grant g
