@@ -30,7 +30,13 @@ mod tests_bulk;
 #[cfg(any(test, feature = "pg_test"))]
 mod tests_cron;
 #[cfg(any(test, feature = "pg_test"))]
+mod tests_errors;
+#[cfg(any(test, feature = "pg_test"))]
+mod tests_lifecycle;
+#[cfg(any(test, feature = "pg_test"))]
 mod tests_ops;
+#[cfg(any(test, feature = "pg_test"))]
+mod tests_plans;
 #[cfg(any(test, feature = "pg_test"))]
 mod tests_security;
 

@@ -1,0 +1,366 @@
+//! `#[pg_test]`s of how statements run: their plans (the index each real
+//! statement reads), batch completion, inline reaping, and the scan hints
+//! that let claims resume. Conventions as in `tests.rs`.
+
+#[pgrx::pg_schema]
+mod tests {
+    #[allow(unused_imports)]
+    use crate::tests::tests::*;
+    #[allow(unused_imports)]
+    use pgrx::prelude::*;
+
+    // ------------------------------------------------------------------
+    // Claim cost does not depend on clutter: the plans read only the
+    // partial index of the state they serve.
+    // ------------------------------------------------------------------
+
+    type PlanNode = (String, Option<String>, Option<String>);
+
+    /// (Node Type, Index Name, Index Cond) of every node of an EXPLAIN (FORMAT JSON) plan.
+    fn nodes_of(plan: &serde_json::Value) -> Vec<PlanNode> {
+        fn walk(node: &serde_json::Value, out: &mut Vec<PlanNode>) {
+            let text = |key: &str| node.get(key).and_then(|v| v.as_str()).map(str::to_string);
+            if let Some(kind) = text("Node Type") {
+                out.push((kind, text("Index Name"), text("Index Cond")));
+            }
+            if let Some(plan) = node.get("Plan") {
+                walk(plan, out);
+            }
+            for child in node
+                .get("Plans")
+                .and_then(|p| p.as_array())
+                .into_iter()
+                .flatten()
+            {
+                walk(child, out);
+            }
+        }
+        let mut out = Vec::new();
+        for root in plan.as_array().expect("EXPLAIN JSON is an array") {
+            walk(root, &mut out);
+        }
+        out
+    }
+
+    /// 20,000 future timers, 20,000 dead tasks and a few ready ones in one queue.
+    fn fill_with_clutter() {
+        exec(
+            "INSERT INTO aedb_queue.task (queue, state, not_before, max_attempts, backoff_base, backoff_max,
+                                          attempts, created_at, updated_at)
+             SELECT 'clutter', s.state::aedb_queue.task_state,
+                    statement_timestamp() + interval '1 day' + g * interval '1 second', 5, '1 second', '1 minute',
+                    CASE WHEN s.state = 'dead' THEN 5 ELSE 0 END, statement_timestamp(), statement_timestamp()
+             FROM generate_series(1, 20000) g, (VALUES ('scheduled'), ('dead')) s(state)",
+        );
+        assert_eq!(
+            ints("SELECT count(*) FROM aedb_queue.queue_enqueue_batch('clutter', array_fill('{}'::jsonb, ARRAY[5]))"),
+            vec![5]
+        );
+        exec("ANALYZE aedb_queue.task");
+    }
+
+    /// The index scans each task statement's generic plan must contain, as
+    /// (statement, [(index, a column its condition must mention)]).
+    const EXPECTED_INDEXES: &[(&str, &[(&str, &str)])] = &[
+        (
+            "CLAIM",
+            &[("task_ready_idx", "queue"), ("task_pkey", "task_id")],
+        ),
+        (
+            "CLAIM_AFTER",
+            &[("task_ready_idx", "task_id"), ("task_pkey", "task_id")],
+        ),
+        (
+            "REAP_NEEDED",
+            &[
+                ("task_scheduled_idx", "not_before"),
+                ("task_in_flight_idx", "lease_deadline"),
+            ],
+        ),
+        (
+            "REAP",
+            &[
+                ("task_scheduled_idx", "not_before"),
+                ("task_in_flight_idx", "lease_deadline"),
+            ],
+        ),
+        ("COMPLETE", &[("task_pkey", "task_id")]),
+        ("COMPLETE_MANY", &[("task_pkey", "task_id")]),
+        ("LOCK_FOR_FAIL", &[("task_pkey", "task_id")]),
+        ("SETTLE_FAILURE", &[("task_pkey", "task_id")]),
+        ("HEARTBEAT", &[("task_pkey", "task_id")]),
+        ("CANCEL", &[("task_pkey", "task_id")]),
+        ("LOOKUP_KEY", &[("idempotency_key_pkey", "key")]),
+        (
+            "QUEUES_WITH_WORK",
+            &[
+                ("task_scheduled_idx", "queue"),
+                ("task_in_flight_idx", "queue"),
+                ("completed_task_age_idx", "queue"),
+            ],
+        ),
+    ];
+
+    /// The real statements, prepared and planned as `store::execute` runs
+    /// them (generic plans, our planner settings), on a table full of
+    /// timers and dead tasks: each reads the index of the state it serves,
+    /// bounded by its condition, and none scans the table. The resumed
+    /// claim reads a range of the ready index, never the primary key in
+    /// task-id order (which would walk every later task of any queue).
+    #[pg_test]
+    fn every_task_statement_reads_its_index_on_a_cluttered_table() {
+        fill_with_clutter();
+        for (name, stmt) in crate::store::LIFECYCLE_STATEMENTS {
+            let nodes = nodes_of(&crate::store::explain(stmt).unwrap());
+            assert!(
+                // The registry rows keeping keys: a partial index, any scan of it.
+                nodes.iter().all(|(kind, _, _)| kind != "Seq Scan"
+                    && (!kind.starts_with("Bitmap") || *name == "QUEUES_WITH_WORK")),
+                "{name}: {nodes:?}"
+            );
+            let expected = EXPECTED_INDEXES
+                .iter()
+                .find(|(n, _)| n == name)
+                .map_or(&[][..], |(_, e)| *e);
+            for (index, column) in expected {
+                assert!(
+                    nodes.iter().any(|(kind, used, cond)| kind.starts_with("Index")
+                        && used.as_deref() == Some(*index)
+                        && cond.as_deref().is_some_and(|c| c.contains(column))),
+                    "{name}: expected an index scan of {index} bounded by {column}; plan: {nodes:?}"
+                );
+            }
+            if *name == "CLAIM_AFTER" {
+                assert!(
+                    nodes
+                        .iter()
+                        .all(|(_, used, cond)| used.as_deref() != Some("task_pkey")
+                            || cond.as_deref().is_some_and(|c| c.contains("ANY"))),
+                    "the resumed pick must not walk the primary key: {nodes:?}"
+                );
+            }
+        }
+        // And the claim itself serves exactly the ready tasks.
+        assert_eq!(claim("clutter", ", max => 100").len(), 5);
+        assert_eq!(
+            count("aedb_queue.task WHERE queue = 'clutter' AND state = 'scheduled'"),
+            20_000
+        );
+    }
+
+    /// A generic plan lives until the next ANALYZE, so one made while the
+    /// task table is empty and never analyzed (a fresh install, workers
+    /// started before producers) serves the queue as it fills. None of the
+    /// lifecycle statements may scan the table then, or every claim would
+    /// read every task: the claim's write, picked by `task_id = ANY(...)`,
+    /// is a sequential scan on such a table unless they are ruled out.
+    #[pg_test]
+    fn lifecycle_plans_made_on_a_never_analyzed_table_never_scan_it() {
+        exec(
+            "UPDATE pg_catalog.pg_class SET relpages = 0, reltuples = -1, relallvisible = 0
+             WHERE oid = 'aedb_queue.task'::regclass",
+        );
+        for (name, stmt) in crate::store::LIFECYCLE_STATEMENTS {
+            let nodes = nodes_of(&crate::store::explain(stmt).unwrap());
+            assert!(!nodes.is_empty(), "{name}: no plan");
+            assert!(
+                nodes.iter().all(|(kind, _, _)| kind != "Seq Scan"),
+                "{name} scans the task table: {nodes:?}"
+            );
+        }
+        // The planner settings are the statement's only: the session's are back.
+        assert_eq!(
+            Spi::get_one::<String>("SELECT current_setting('enable_seqscan')").unwrap(),
+            Some("on".into())
+        );
+    }
+
+    // ------------------------------------------------------------------
+    // queue_complete_batch: many fenced completions in one statement.
+    // ------------------------------------------------------------------
+
+    fn complete_batch(queue: &str, ids: &[i64], tokens: &[i64], extra: &str) -> Vec<(i64, String)> {
+        let list = |v: &[i64]| v.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+        Spi::connect(|c| {
+            c.select(
+                &format!(
+                    "SELECT task_id, outcome::text FROM aedb_queue.queue_complete_batch('{queue}', \
+                     ARRAY[{}]::bigint[], ARRAY[{}]::bigint[]{extra})",
+                    list(ids),
+                    list(tokens)
+                ),
+                None,
+                &[],
+            )
+            .unwrap()
+            .map(|r| {
+                (
+                    r.get::<i64>(1).unwrap().unwrap(),
+                    r.get::<String>(2).unwrap().unwrap(),
+                )
+            })
+            .collect()
+        })
+    }
+
+    #[pg_test]
+    fn complete_batch_applies_each_task_under_its_own_token() {
+        for _ in 0..3 {
+            enqueue("cb", "");
+        }
+        let claimed = claim("cb", ", max => 3");
+        let ids: Vec<i64> = claimed.iter().map(|c| c.0).collect();
+        let mut tokens: Vec<i64> = claimed.iter().map(|c| c.1).collect();
+        tokens[1] += 1; // a stale token for the second task
+        let rows = complete_batch("cb", &ids, &tokens, "");
+        assert_eq!(
+            rows,
+            vec![
+                (ids[0], "applied".to_string()),
+                (ids[1], "lease_lost".to_string()),
+                (ids[2], "applied".to_string())
+            ]
+        );
+        assert_eq!(state_of("cb", ids[0]), None);
+        assert_eq!(state_of("cb", ids[1]).as_deref(), Some("in_flight"));
+        assert_eq!(state_of("cb", ids[2]), None);
+    }
+
+    #[pg_test]
+    fn complete_batch_is_fenced_by_queue() {
+        let id = enqueue("cb_a", "");
+        let (_, token) = claim_one("cb_a");
+        assert_eq!(
+            complete_batch("cb_b", &[id], &[token], ""),
+            vec![(id, "lease_lost".to_string())]
+        );
+        assert_eq!(state_of("cb_a", id).as_deref(), Some("in_flight"));
+    }
+
+    #[pg_test]
+    fn strict_complete_batch_applies_nothing_when_one_is_fenced_out() {
+        let a = enqueue("cbs", "");
+        let b = enqueue("cbs", "");
+        let claimed = claim("cbs", ", max => 2");
+        let query = format!(
+            "SELECT * FROM aedb_queue.queue_complete_batch('cbs', ARRAY[{a}, {b}], ARRAY[{}, {}], strict => true)",
+            claimed[0].1,
+            claimed[1].1 + 5
+        );
+        expect_error(
+            &query,
+            "40002",
+            &format!(
+                "lease lost: task {b} is no longer in flight under fencing token {}",
+                claimed[1].1 + 5
+            ),
+        );
+        assert_eq!(state_of("cbs", a).as_deref(), Some("in_flight"));
+        assert_eq!(state_of("cbs", b).as_deref(), Some("in_flight"));
+    }
+
+    #[pg_test]
+    fn complete_batch_rejects_unpaired_arrays() {
+        expect_error(
+            "SELECT * FROM aedb_queue.queue_complete_batch('q', ARRAY[1, 2], ARRAY[1])",
+            "22023",
+            "invalid argument \"fencing_tokens\": has 1 elements but task_ids has 2",
+        );
+        expect_error(
+            "SELECT * FROM aedb_queue.queue_complete_batch('q', NULL, ARRAY[1])",
+            "22004",
+            "argument \"task_ids\" must not be NULL",
+        );
+    }
+
+    // ------------------------------------------------------------------
+    // aedb_queue.inline_reap: off leaves timers and leases to queue_reap.
+    // ------------------------------------------------------------------
+
+    #[pg_test]
+    fn with_inline_reap_off_claims_leave_due_work_to_the_reaper() {
+        let timer = enqueue("ir", ", delay => '1 hour'");
+        make_due(timer);
+        exec("SET LOCAL aedb_queue.inline_reap = off");
+        assert!(claim("ir", "").is_empty());
+        assert_eq!(state_of("ir", timer).as_deref(), Some("scheduled"));
+        assert_eq!(
+            ints("SELECT promoted FROM aedb_queue.queue_reap('ir')"),
+            vec![1]
+        );
+        assert_eq!(claim("ir", "").len(), 1);
+    }
+
+    #[pg_test(error = "new row for relation \"task\" violates check constraint \"task_check1\"")]
+    fn in_flight_state_and_lease_go_together() {
+        let id = enqueue("inv", "");
+        exec(&format!(
+            "UPDATE aedb_queue.task SET lease_deadline = now() WHERE task_id = {id}"
+        ));
+    }
+
+    // Scan hints (core scan_hint.rs): claims resume after this backend's last
+    // position while the hints are fresh.
+
+    fn claim_ids(queue: &str, max: i32) -> Vec<i64> {
+        claim(queue, &format!(", max => {max}"))
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect()
+    }
+
+    /// A task that becomes ready behind the resume point (here retried at
+    /// once) waits while later tasks are served, and is served as soon as a
+    /// resumed claim comes up short: skipped for a while, never lost.
+    #[pg_test]
+    fn a_resumed_claim_serves_a_task_behind_it_once_it_comes_up_short() {
+        exec("SET LOCAL aedb_queue.claim_rescan_interval = '1h'");
+        let ids: Vec<i64> = (0..4).map(|_| enqueue("hint_behind", "")).collect();
+        let first = claim("hint_behind", ", max => 2");
+        assert_eq!(first.iter().map(|t| t.0).collect::<Vec<_>>(), ids[..2]);
+        let (a, token) = first[0];
+        assert_eq!(
+            fail("hint_behind", a, token, ", retry_in => '0'"),
+            "applied"
+        );
+        assert_eq!(
+            claim_ids("hint_behind", 1),
+            vec![ids[2]],
+            "resumes after its last task"
+        );
+        assert_eq!(claim_ids("hint_behind", 1), vec![ids[3]]);
+        assert_eq!(
+            claim_ids("hint_behind", 1),
+            vec![a],
+            "a short resumed claim reads from the head"
+        );
+        assert!(claim_ids("hint_behind", 1).is_empty());
+    }
+
+    /// The same steps with the interval at 0 keep strict service order.
+    #[pg_test]
+    fn with_a_zero_rescan_interval_claims_keep_strict_order() {
+        exec("SET LOCAL aedb_queue.claim_rescan_interval = 0");
+        let ids: Vec<i64> = (0..4).map(|_| enqueue("hint_zero", "")).collect();
+        let first = claim("hint_zero", ", max => 2");
+        let (a, token) = first[0];
+        assert_eq!(a, ids[0]);
+        assert_eq!(fail("hint_zero", a, token, ", retry_in => '0'"), "applied");
+        assert_eq!(claim_ids("hint_zero", 3), vec![a, ids[2], ids[3]]);
+    }
+
+    /// Resuming never delays a higher priority: it is read from its head.
+    /// Past the hint's priority, the claim moves on to lower ones.
+    #[pg_test]
+    fn a_resumed_claim_serves_higher_priorities_first_and_moves_on_to_lower() {
+        exec("SET LOCAL aedb_queue.claim_rescan_interval = '1h'");
+        let a = enqueue("hint_prio", "");
+        let b = enqueue("hint_prio", "");
+        assert_eq!(claim_ids("hint_prio", 1), vec![a]);
+        let urgent = enqueue("hint_prio", ", priority => 5");
+        let low = enqueue("hint_prio", ", priority => -5");
+        assert_eq!(claim_ids("hint_prio", 1), vec![urgent]);
+        assert_eq!(claim_ids("hint_prio", 2), vec![b, low]);
+        assert!(claim_ids("hint_prio", 1).is_empty());
+    }
+}
