@@ -2,12 +2,13 @@
 //!
 //! Each test runs inside one transaction that the harness rolls back, and the
 //! whole test body is ONE client statement (`SELECT tests.<name>()`). So
-//! `statement_timestamp()` — the clock every queue statement reads — does not
-//! move during a test, not even across `pg_sleep`. Where a test needs time to
-//! pass (a lease to expire, a timer to fall due) it moves the task's
-//! `lease_deadline` / `not_before` into the past with a direct UPDATE
-//! ([`tests::expire_lease`], [`tests::make_due`]); the
-//! `the_statement_clock_stands_still_but_calls_read_the_real_one` test pins that assumption down.
+//! `statement_timestamp()` does not move during a test, not even across
+//! `pg_sleep`, while our calls read the real clock once per call. Where a
+//! test needs time to pass (a lease to expire, a timer to fall due) it moves
+//! the task's `lease_deadline` / `not_before` into the past with a direct
+//! UPDATE ([`tests::expire_lease`], [`tests::make_due`]); the test
+//! `the_statement_clock_stands_still_but_calls_read_the_real_one` pins
+//! both down.
 //! Multi-connection behaviour (commits, SKIP LOCKED, real lease expiry) lives
 //! in the integration tests, not here.
 
