@@ -88,7 +88,7 @@ normalise() {
 schema_of() {
     sql -d "$1" -At -f tests/upgrade/members.sql || return 1
     sql -d "$1" -f tests/upgrade/detach.sql || return 1
-    "$PG_BIN/pg_dump" -h 127.0.0.1 -p "$PORT" -U postgres --schema-only --no-owner --schema=aedb_queue "$1" | normalise
+    "$PG_BIN/pg_dump" -h 127.0.0.1 -p "$PORT" -U postgres --schema-only --no-owner --schema=aedb_queue --schema=aedb_queue_internal "$1" | normalise
 }
 compared=(updated)
 ! $a_ok || compared+=(upgraded)

@@ -53,22 +53,31 @@ AS 'MODULE_PATHNAME', 'queue_unconfine_wrapper';
 REVOKE ALL ON FUNCTION aedb_queue.queue_confine(text), aedb_queue.queue_unconfine(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION aedb_queue.queue_confine(text), aedb_queue.queue_unconfine(text) TO aedb_queue_admin;
 
--- == 2. Trust: copies invalidated by a trigger, whoever writes ===============
-CREATE FUNCTION "invalidate_copies"()
+-- == 2. Trust: helpers that are not API leave schema aedb_queue ===========
+CREATE SCHEMA aedb_queue_internal;
+GRANT USAGE ON SCHEMA aedb_queue_internal TO aedb_queue_producer, aedb_queue_worker, aedb_queue_admin;
+-- The views follow the function (they refer to it by oid).
+ALTER FUNCTION aedb_queue.can_read(text) SET SCHEMA aedb_queue_internal;
+-- Only 0.1.0's own SQL functions called these; its databases keep their
+-- definitions, and the library keeps the symbols.
+DROP FUNCTION aedb_queue.check_get_args(text, bigint);
+DROP FUNCTION aedb_queue.check_list_args(text, text, integer);
+
+-- == 3. Trust: copies invalidated by a trigger, whoever writes ===============
+CREATE FUNCTION aedb_queue_internal."invalidate_copies"()
 	RETURNS TRIGGER
 	LANGUAGE c
 	AS 'MODULE_PATHNAME', 'invalidate_copies_wrapper';
-REVOKE ALL ON FUNCTION aedb_queue.invalidate_copies() FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION aedb_queue.invalidate_copies() TO aedb_queue_admin;
+REVOKE ALL ON FUNCTION aedb_queue_internal.invalidate_copies() FROM PUBLIC;
 
 CREATE TRIGGER copies_stale AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON aedb_queue.queue
-    FOR EACH STATEMENT EXECUTE FUNCTION aedb_queue.invalidate_copies();
+    FOR EACH STATEMENT EXECUTE FUNCTION aedb_queue_internal.invalidate_copies();
 CREATE TRIGGER copies_stale AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON aedb_queue.queue_grant
-    FOR EACH STATEMENT EXECUTE FUNCTION aedb_queue.invalidate_copies();
+    FOR EACH STATEMENT EXECUTE FUNCTION aedb_queue_internal.invalidate_copies();
 CREATE TRIGGER copies_stale AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON aedb_queue.confined_role
-    FOR EACH STATEMENT EXECUTE FUNCTION aedb_queue.invalidate_copies();
+    FOR EACH STATEMENT EXECUTE FUNCTION aedb_queue_internal.invalidate_copies();
 
--- == 3. Trust: the pg_cron reaper belongs to unconfined admins ===============
+-- == 4. Trust: the pg_cron reaper belongs to unconfined admins ===============
 -- The plpgsql functions ran SECURITY DEFINER, which hid who called them;
 -- the Rust ones check the caller, then run as the owner.
 DROP FUNCTION aedb_queue.schedule_reaper(interval);
@@ -90,5 +99,5 @@ AS 'MODULE_PATHNAME', 'unschedule_reaper_wrapper';
 REVOKE ALL ON FUNCTION aedb_queue.schedule_reaper(interval), aedb_queue.unschedule_reaper() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION aedb_queue.schedule_reaper(interval), aedb_queue.unschedule_reaper() TO aedb_queue_admin;
 
--- == 4. Trust: queue_reap() reads only the queues with work ===================
+-- == 5. Trust: queue_reap() reads only the queues with work ===================
 CREATE INDEX queue_keeps_keys_idx ON aedb_queue.queue (name) WHERE keep_idempotency_keys IS NOT NULL;

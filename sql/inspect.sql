@@ -1,5 +1,5 @@
 -- Views for psql. Both show only the queues the current role may read
--- (aedb_queue.can_read applies the per-queue grants); security_barrier keeps
+-- (aedb_queue_internal.can_read applies the per-queue grants); security_barrier keeps
 -- a caller's own functions in a WHERE clause from seeing the other rows.
 
 -- One row per task, made for reading: ages and time left as intervals,
@@ -19,7 +19,7 @@ SELECT t.task_id,
        CASE WHEN length(t.last_error) > 40 THEN left(t.last_error, 39) || '…'
             ELSE t.last_error END AS last_error
 FROM aedb_queue.task t
-WHERE aedb_queue.can_read(t.queue);
+WHERE aedb_queue_internal.can_read(t.queue);
 
 -- One row per registered queue. Each figure reads one partial index range
 -- of its queue (see docs/operations.md for the cost): counts are
@@ -48,4 +48,4 @@ SELECT q.name AS queue,
            AND t.lease_deadline < now()) AS expired_leases,
        q.paused
 FROM aedb_queue.queue q
-WHERE aedb_queue.can_read(q.name);
+WHERE aedb_queue_internal.can_read(q.name);

@@ -1,5 +1,9 @@
 -- aedb_queue schema: one set of tables holds every queue; queues are rows.
 
+-- Helpers that are not API. Plain CREATE SCHEMA: one made beforehand by
+-- someone else is refused, not adopted.
+CREATE SCHEMA aedb_queue_internal;
+
 -- Refuse a schema aedb_queue that someone else prepared: CREATE EXTENSION
 -- adopts an existing schema of that name, and its owner (or any role with
 -- CREATE on it) could put functions and operators there that look like

@@ -16,9 +16,13 @@ END
 $$;
 
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA aedb_queue FROM PUBLIC;
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA aedb_queue_internal FROM PUBLIC;
 REVOKE ALL ON ALL TABLES IN SCHEMA aedb_queue FROM PUBLIC;
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA aedb_queue FROM PUBLIC;
 GRANT USAGE ON SCHEMA aedb_queue TO aedb_queue_producer, aedb_queue_worker, aedb_queue_admin;
+-- Helpers that are not API (the views' read check, the invalidation
+-- trigger) live apart, so \df aedb_queue.* shows the API alone.
+GRANT USAGE ON SCHEMA aedb_queue_internal TO aedb_queue_producer, aedb_queue_worker, aedb_queue_admin;
 
 GRANT EXECUTE ON FUNCTION
     aedb_queue.queue_enqueue, aedb_queue.queue_enqueue_batch
@@ -27,10 +31,11 @@ TO aedb_queue_producer;
 GRANT EXECUTE ON FUNCTION
     aedb_queue.queue_claim, aedb_queue.queue_complete, aedb_queue.queue_complete_batch,
     aedb_queue.queue_fail, aedb_queue.queue_heartbeat, aedb_queue.queue_get,
-    aedb_queue.queue_list, aedb_queue.can_read
+    aedb_queue.queue_list, aedb_queue_internal.can_read
 TO aedb_queue_worker;
 
 -- Admins can do everything, including what the other two roles can.
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA aedb_queue TO aedb_queue_admin;
+GRANT EXECUTE ON FUNCTION aedb_queue_internal.can_read TO aedb_queue_admin;
 GRANT SELECT ON aedb_queue.tasks, aedb_queue.queue_stats TO aedb_queue_admin;
 GRANT aedb_queue_producer, aedb_queue_worker TO aedb_queue_admin;

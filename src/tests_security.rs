@@ -361,6 +361,22 @@ mod tests {
         assert_eq!(unsafe_definers, 0);
     }
 
+    /// `\df aedb_queue.*` is the API: helpers live in aedb_queue_internal.
+    #[pg_test]
+    fn the_api_schema_holds_the_api_only() {
+        let names: String = one(
+            "SELECT string_agg(proname, ' ' ORDER BY proname) FROM pg_proc
+              WHERE pronamespace = 'aedb_queue'::regnamespace",
+        );
+        assert_eq!(
+            names,
+            "queue_cancel queue_claim queue_complete queue_complete_batch queue_configure \
+             queue_confine queue_enqueue queue_enqueue_batch queue_fail queue_get queue_grant \
+             queue_heartbeat queue_list queue_pause queue_purge queue_reap queue_resume \
+             queue_retry_dead queue_revoke queue_unconfine schedule_reaper unschedule_reaper"
+        );
+    }
+
     #[pg_test]
     fn an_error_inside_our_statement_restores_the_callers_user_and_path() {
         role("trapper", &["aedb_queue_producer"]);

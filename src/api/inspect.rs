@@ -147,10 +147,11 @@ fn queue_list(
     })
 }
 
-/// Whether the calling role may read `queue`: the filter of the views.
-/// Parallel restricted: it switches user to read the grants, which only the
-/// leader of a parallel query may do.
-#[pg_extern(stable, parallel_restricted)]
+/// Whether the session may read `queue`: the filter of the views. Not
+/// API, so it lives in schema aedb_queue_internal. Parallel restricted: it
+/// switches user to read the grants, which only the leader of a parallel
+/// query may do.
+#[pg_extern(stable, parallel_restricted, schema = "aedb_queue_internal")]
 fn can_read(queue: Option<&str>) -> bool {
     run(|| match queue {
         Some(queue) => security::may(Action::Read, &Pattern::Exact(queue.to_string())),
@@ -159,8 +160,9 @@ fn can_read(queue: Option<&str>) -> bool {
 }
 
 /// Argument checks of 0.1.0's SQL-language queue_get and queue_list: that
-/// version's definitions call them until `ALTER EXTENSION aedb_queue UPDATE`.
-#[pg_extern]
+/// version's definitions call them until `ALTER EXTENSION aedb_queue UPDATE`,
+/// so the library keeps them; no later version declares them in SQL.
+#[pg_extern(sql = false)]
 fn check_get_args(queue: Option<&str>, task_id: Option<i64>) {
     run(|| {
         checked_name("queue", queue)?;
@@ -169,7 +171,7 @@ fn check_get_args(queue: Option<&str>, task_id: Option<i64>) {
     })
 }
 
-#[pg_extern]
+#[pg_extern(sql = false)]
 fn check_list_args(queue: Option<&str>, state: Option<&str>, limit: Option<i32>) {
     run(|| {
         checked_name("queue", queue)?;
