@@ -323,11 +323,28 @@ pub async fn clutter(
 
 const PAYLOAD_SQL: &str = "jsonb_build_object('t', (extract(epoch from clock_timestamp()) * 1e6)::bigint, 'kind', 'bench', 'pad', repeat('x', 64))";
 
+/// Batches of aedb_queue hold at most 10,000 tasks (SQLSTATE 54000 above).
+const AEDB_BATCH_MAX: usize = 10_000;
+
+/// `sql(k)` for chunks of at most AEDB_BATCH_MAX that add up to `n`.
+async fn in_chunks(conn: &Conn, n: usize, sql: impl Fn(usize) -> String) -> Result<()> {
+    let mut left = n;
+    while left > 0 {
+        let k = left.min(AEDB_BATCH_MAX);
+        conn.batch(&sql(k)).await?;
+        left -= k;
+    }
+    Ok(())
+}
+
 async fn bulk_ready(system: System, conn: &Conn, queue: &str, n: usize) -> Result<()> {
     let sql = match system {
-        System::Aedb => format!(
-            "SELECT count(*) FROM aedb_queue.queue_enqueue_batch('{queue}', ARRAY(SELECT {PAYLOAD_SQL} FROM generate_series(1, {n})))"
-        ),
+        System::Aedb => {
+            return in_chunks(conn, n, |k| format!(
+                "SELECT count(*) FROM aedb_queue.queue_enqueue_batch('{queue}', ARRAY(SELECT {PAYLOAD_SQL} FROM generate_series(1, {k})))"
+            ))
+            .await
+        }
         System::Baseline => format!("INSERT INTO jobs (queue, payload) SELECT '{queue}', {PAYLOAD_SQL} FROM generate_series(1, {n})"),
         _ => unreachable!("clutter runs on aedb_queue and the baseline"),
     };
@@ -336,9 +353,12 @@ async fn bulk_ready(system: System, conn: &Conn, queue: &str, n: usize) -> Resul
 
 async fn bulk_future(system: System, conn: &Conn, n: usize) -> Result<()> {
     let sql = match system {
-        System::Aedb => format!(
-            "SELECT count(*) FROM aedb_queue.queue_enqueue_batch('{QUEUE}', ARRAY(SELECT {PAYLOAD_SQL} FROM generate_series(1, {n})), delay => '1 day')"
-        ),
+        System::Aedb => {
+            return in_chunks(conn, n, |k| format!(
+                "SELECT count(*) FROM aedb_queue.queue_enqueue_batch('{QUEUE}', ARRAY(SELECT {PAYLOAD_SQL} FROM generate_series(1, {k})), delay => '1 day')"
+            ))
+            .await
+        }
         System::Baseline => format!(
             "INSERT INTO jobs (queue, payload, run_at) SELECT '{QUEUE}', {PAYLOAD_SQL}, now() + interval '1 day' FROM generate_series(1, {n})"
         ),
