@@ -26,7 +26,20 @@ use postgres::NoTls;
 pub use postgres::{Client, GenericClient, Transaction};
 pub use serde_json::{json, Value};
 
-const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
+/// Where `initdb` and `pg_ctl` are taken from unless `AEDB_PG_BIN` says
+/// otherwise (e.g. a private relocated copy of PostgreSQL 15, so that
+/// reinstalling the extension into the system PG cannot touch the running
+/// test clusters; `scripts/common.sh` honours the same variable).
+const DEFAULT_PG_BIN: &str = "/usr/lib/postgresql/15/bin";
+
+/// The PostgreSQL bin directory: `$AEDB_PG_BIN`, else [`DEFAULT_PG_BIN`].
+pub fn pg_bin() -> &'static str {
+    static BIN: OnceLock<String> = OnceLock::new();
+    BIN.get_or_init(|| match std::env::var("AEDB_PG_BIN") {
+        Ok(dir) if !dir.trim().is_empty() => dir.trim_end_matches('/').to_string(),
+        _ => DEFAULT_PG_BIN.to_string(),
+    })
+}
 const DB_NAME: &str = "aedb_itests";
 const PORT_RANGE: std::ops::Range<u16> = 29000..30000;
 
@@ -69,7 +82,7 @@ impl Cluster {
         let data = root.join("data");
         let log = root.join("server.log");
         run_as_postgres(
-            Command::new(format!("{PG_BIN}/initdb"))
+            Command::new(format!("{}/initdb", pg_bin()))
                 .arg("-D")
                 .arg(&data)
                 .args(["--auth=trust", "-U", "postgres", "-E", "UTF8", "--locale=C"])
@@ -192,7 +205,7 @@ impl Cluster {
 
     fn pg_ctl_start(&self) -> Result<(), String> {
         run_as_postgres(
-            Command::new(format!("{PG_BIN}/pg_ctl"))
+            Command::new(format!("{}/pg_ctl", pg_bin()))
                 .arg("-D")
                 .arg(&self.data)
                 .arg("-l")
@@ -224,7 +237,7 @@ impl Drop for Cluster {
 
 fn stop_data_dir(data: &Path, mode: &str) -> Result<(), String> {
     run_as_postgres(
-        Command::new(format!("{PG_BIN}/pg_ctl"))
+        Command::new(format!("{}/pg_ctl", pg_bin()))
             .arg("-D")
             .arg(data)
             .args(["-m", mode, "-w", "-t", "60", "stop"]),
@@ -369,10 +382,11 @@ fn spawn_watchdog(c: &Cluster) {
     let pid = std::process::id();
     let data = c.data.display().to_string();
     let root = c.root.display().to_string();
+    let bin = pg_bin();
     let stop = if is_root() {
-        format!("runuser -u postgres -- {PG_BIN}/pg_ctl -D '{data}' -m immediate -w stop")
+        format!("runuser -u postgres -- '{bin}/pg_ctl' -D '{data}' -m immediate -w stop")
     } else {
-        format!("{PG_BIN}/pg_ctl -D '{data}' -m immediate -w stop")
+        format!("'{bin}/pg_ctl' -D '{data}' -m immediate -w stop")
     };
     let script = format!(
         "trap '' INT HUP; while kill -0 {pid} 2>/dev/null; do sleep 0.5; done; \
