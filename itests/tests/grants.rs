@@ -15,18 +15,21 @@ fn a_grant_or_revoke_committed_elsewhere_applies_to_the_next_call() {
     let role = unique_queue("tenant_worker").replace('.', "_");
     let own = format!("{role}.jobs");
     let other = unique_queue("other_tenant");
-    let mut admin = cluster.connect();
-    admin
+    // Set-up: a tenant's login role, a worker (CREATE ROLE needs more than
+    // an aedb_queue admin has).
+    cluster
+        .connect()
         .batch_execute(&format!(
-            "CREATE ROLE {role} NOLOGIN; GRANT aedb_queue_worker TO {role};"
+            "CREATE ROLE {role} LOGIN; GRANT aedb_queue_worker TO {role};"
         ))
         .unwrap();
-    enqueue(&mut admin, &own, &json!({"n": 1}));
-    enqueue(&mut admin, &other, &json!({"n": 2}));
-    enqueue(&mut admin, &other, &json!({"n": 3}));
+    let mut admin = cluster.connect_as(ADMIN);
+    let mut producer = cluster.connect_as(PRODUCER);
+    enqueue(&mut producer, &own, &json!({"n": 1}));
+    enqueue(&mut producer, &other, &json!({"n": 2}));
+    enqueue(&mut producer, &other, &json!({"n": 3}));
 
-    let mut worker = cluster.connect();
-    worker.batch_execute(&format!("SET ROLE {role}")).unwrap();
+    let mut worker = cluster.connect_as(&role);
     let claim_sql = "SELECT task_id FROM aedb_queue.queue_claim($1::text, 'w')";
     // No grant yet: not confined, and this backend has now cached "no grants".
     assert_eq!(worker.query(claim_sql, &[&other]).unwrap().len(), 1);
@@ -57,10 +60,11 @@ fn a_grant_or_revoke_committed_elsewhere_applies_to_the_next_call() {
 fn a_pause_committed_elsewhere_stops_the_next_claim() {
     let cluster = Cluster::shared();
     let queue = unique_queue("paused");
-    let mut admin = cluster.connect();
-    let mut worker = cluster.connect();
+    let mut admin = cluster.connect_as(ADMIN);
+    let mut producer = cluster.connect_as(PRODUCER);
+    let mut worker = cluster.connect_as(WORKER);
     for n in 0..3 {
-        enqueue(&mut admin, &queue, &json!({ "n": n }));
+        enqueue(&mut producer, &queue, &json!({ "n": n }));
     }
     assert!(claim_one(&mut worker, &queue, "w", "30 seconds").is_some());
 

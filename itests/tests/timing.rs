@@ -63,10 +63,11 @@ fn assert_delay(actual: f64, expected: f64, what: &str) {
 fn a_delayed_task_is_not_claimable_before_its_delay() {
     let cluster = Cluster::shared();
     let queue = unique_queue("delay");
-    let mut c = cluster.connect();
+    let mut p = cluster.connect_as(PRODUCER);
+    let mut c = cluster.connect_as(WORKER);
 
     let id = enqueue_with(
-        &mut c,
+        &mut p,
         &queue,
         Some(&json!("later")),
         &EnqueueOpts::default().delay("2 seconds"),
@@ -99,11 +100,12 @@ fn a_delayed_task_is_not_claimable_before_its_delay() {
 fn failures_back_off_exponentially_clamped_then_dead_letter() {
     let cluster = Cluster::shared();
     let queue = unique_queue("backoff");
-    let mut c = cluster.connect();
+    let mut p = cluster.connect_as(PRODUCER);
+    let mut c = cluster.connect_as(WORKER);
     let opts = EnqueueOpts::default()
         .max_attempts(3)
         .backoff("1 second", "1.5 seconds");
-    let id = enqueue_with(&mut c, &queue, Some(&json!("flaky")), &opts).task_id;
+    let id = enqueue_with(&mut p, &queue, Some(&json!("flaky")), &opts).task_id;
 
     // base * 2^(attempts-1): 1 s, then 2 s clamped to 1.5 s.
     let expected_delays = [1.0, 1.5];
@@ -154,11 +156,12 @@ fn failures_back_off_exponentially_clamped_then_dead_letter() {
 #[test]
 fn retry_in_overrides_the_backoff_and_dead_letter_is_immediate() {
     let cluster = Cluster::shared();
-    let mut c = cluster.connect();
+    let mut p = cluster.connect_as(PRODUCER);
+    let mut c = cluster.connect_as(WORKER);
 
     // Default backoff: 1 s after the first failure.
     let q_default = unique_queue("retry_default");
-    let id = enqueue(&mut c, &q_default, &json!("d")).task_id;
+    let id = enqueue(&mut p, &q_default, &json!("d")).task_id;
     let t = claim_one(&mut c, &q_default, "w", "30 seconds").unwrap();
     let (o, at) = fail_at(
         &mut c,
@@ -175,7 +178,7 @@ fn retry_in_overrides_the_backoff_and_dead_letter_is_immediate() {
 
     // retry_in replaces the computed backoff.
     let q_retry = unique_queue("retry_in");
-    let id = enqueue(&mut c, &q_retry, &json!("r")).task_id;
+    let id = enqueue(&mut p, &q_retry, &json!("r")).task_id;
     let t = claim_one(&mut c, &q_retry, "w", "30 seconds").unwrap();
     let opts = FailOpts {
         retry_in: Some("10 minutes".into()),
@@ -191,7 +194,7 @@ fn retry_in_overrides_the_backoff_and_dead_letter_is_immediate() {
 
     // dead_letter => true: dead at once, attempts left or not.
     let q_poison = unique_queue("poison");
-    let id = enqueue(&mut c, &q_poison, &json!("p")).task_id;
+    let id = enqueue(&mut p, &q_poison, &json!("p")).task_id;
     let t = claim_one(&mut c, &q_poison, "w", "30 seconds").unwrap();
     let opts = FailOpts {
         dead_letter: Some(true),
@@ -217,13 +220,14 @@ fn retry_in_overrides_the_backoff_and_dead_letter_is_immediate() {
 fn an_expired_lease_is_reclaimed_at_once_and_dies_on_the_last_attempt() {
     let cluster = Cluster::shared();
     let queue = unique_queue("expiry");
-    let (mut c, mut other) = (cluster.connect(), cluster.connect());
+    let mut p = cluster.connect_as(PRODUCER);
+    let (mut c, mut other) = (cluster.connect_as(WORKER), cluster.connect_as(WORKER));
     // A long failure backoff: if reclaiming applied it, the re-claim below
     // would find nothing.
     let opts = EnqueueOpts::default()
         .max_attempts(2)
         .backoff("1 minute", "1 minute");
-    let id = enqueue_with(&mut c, &queue, Some(&json!("crashy")), &opts).task_id;
+    let id = enqueue_with(&mut p, &queue, Some(&json!("crashy")), &opts).task_id;
 
     let first = claim_one(&mut c, &queue, "w1", "300 milliseconds").unwrap();
     assert_eq!(first.attempts, 1);
@@ -259,11 +263,13 @@ fn an_expired_lease_is_reclaimed_at_once_and_dies_on_the_last_attempt() {
 fn reap_promotes_due_timers_and_reclaims_expired_leases() {
     let cluster = Cluster::shared();
     let queue = unique_queue("reap");
-    let mut c = cluster.connect();
+    let mut p = cluster.connect_as(PRODUCER);
+    let mut c = cluster.connect_as(WORKER);
+    let mut admin = cluster.connect_as(ADMIN);
 
-    let lost = enqueue(&mut c, &queue, &json!("lost")).task_id;
+    let lost = enqueue(&mut p, &queue, &json!("lost")).task_id;
     let last = enqueue_with(
-        &mut c,
+        &mut p,
         &queue,
         Some(&json!("last")),
         &EnqueueOpts::default().max_attempts(1),
@@ -275,7 +281,7 @@ fn reap_promotes_due_timers_and_reclaims_expired_leases() {
         vec![lost, last]
     );
     let timer = enqueue_with(
-        &mut c,
+        &mut p,
         &queue,
         Some(&json!("timer")),
         &EnqueueOpts::default().delay("2 seconds"),
@@ -285,7 +291,7 @@ fn reap_promotes_due_timers_and_reclaims_expired_leases() {
 
     // Nothing is due yet.
     assert_eq!(
-        reap(&mut c, Some(&queue)),
+        reap(&mut admin, Some(&queue)),
         Reaped::default(),
         "reaped before anything was due"
     );
@@ -297,7 +303,7 @@ fn reap_promotes_due_timers_and_reclaims_expired_leases() {
         .unwrap();
     sleep_until_server_time(&mut c, latest, Duration::from_millis(500));
 
-    let r = reap(&mut c, Some(&queue));
+    let r = reap(&mut admin, Some(&queue));
     assert_eq!(
         r,
         Reaped {
@@ -326,7 +332,7 @@ fn reap_promotes_due_timers_and_reclaims_expired_leases() {
     );
 
     // Idempotent: a second pass finds nothing.
-    assert_eq!(reap(&mut c, Some(&queue)), Reaped::default());
+    assert_eq!(reap(&mut admin, Some(&queue)), Reaped::default());
     // Both ready tasks are served; the reclaimed one on its second attempt.
     let mut served: Vec<(i64, i32)> = claim(&mut c, &queue, "w", "30 seconds", 5)
         .iter()
@@ -336,7 +342,7 @@ fn reap_promotes_due_timers_and_reclaims_expired_leases() {
     assert_eq!(served, vec![(lost, 2), (timer, 1)]);
 
     // The all-queues form runs too (counts depend on other tests' queues).
-    let all = reap(&mut c, None);
+    let all = reap(&mut admin, None);
     assert!(all.promoted >= 0 && all.reclaimed >= 0 && all.dead_lettered >= 0);
 }
 
@@ -344,8 +350,9 @@ fn reap_promotes_due_timers_and_reclaims_expired_leases() {
 fn heartbeat_extends_the_lease_and_its_progress_reaches_the_next_claimer() {
     let cluster = Cluster::shared();
     let queue = unique_queue("heartbeat");
-    let (mut c, mut other) = (cluster.connect(), cluster.connect());
-    let id = enqueue(&mut c, &queue, &json!("long job")).task_id;
+    let mut p = cluster.connect_as(PRODUCER);
+    let (mut c, mut other) = (cluster.connect_as(WORKER), cluster.connect_as(WORKER));
+    let id = enqueue(&mut p, &queue, &json!("long job")).task_id;
 
     let t = claim_one(&mut c, &queue, "w1", "1 second").unwrap();
     assert_eq!(t.progress, None);
