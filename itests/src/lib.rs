@@ -204,7 +204,10 @@ impl Cluster {
                 .expect("read the session's role");
             let (name, is_super): (String, bool) = (row.get(0), row.get(1));
             assert_eq!(name, user, "connected as another role");
-            assert!(!is_super, "{user} is a superuser; application roles must not be");
+            assert!(
+                !is_super,
+                "{user} is a superuser; application roles must not be"
+            );
         }
         c
     }

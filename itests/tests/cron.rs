@@ -206,7 +206,11 @@ fn scheduling_again_updates_the_one_job() {
         ("1 day", "0 0 * * *"),
         ("7 minutes", "*/7 * * * *"),
     ] {
-        assert_eq!(schedule_reaper(&mut admin, every), jobid, "{every}: same job");
+        assert_eq!(
+            schedule_reaper(&mut admin, every),
+            jobid,
+            "{every}: same job"
+        );
         assert_eq!(reaper_schedules(&mut c), [schedule], "{every}");
     }
     let job = reaper_jobs(&mut c).remove(0);

@@ -12,10 +12,12 @@ const LEASE_LOST_SQLSTATE: &str = "40002";
 /// write and read it).
 fn create_ledger(cluster: &Cluster, queue: &str) -> String {
     let ledger = format!("ledger_{queue}");
-    cluster.connect().batch_execute(&format!(
-        "CREATE TABLE {ledger} (task_id bigint NOT NULL, worker text NOT NULL)"
-    ))
-    .unwrap();
+    cluster
+        .connect()
+        .batch_execute(&format!(
+            "CREATE TABLE {ledger} (task_id bigint NOT NULL, worker text NOT NULL)"
+        ))
+        .unwrap();
     ledger
 }
 

@@ -18,7 +18,9 @@ struct Attempt {
 fn concurrent_enqueues_with_one_key_create_one_task() {
     let cluster = Cluster::shared();
     let queue = unique_queue("idem");
-    let mut sessions: Vec<Client> = (0..SESSIONS).map(|_| cluster.connect_as(PRODUCER)).collect();
+    let mut sessions: Vec<Client> = (0..SESSIONS)
+        .map(|_| cluster.connect_as(PRODUCER))
+        .collect();
     let mut observer = cluster.connect_as(WORKER);
 
     for round in 0..ROUNDS {
