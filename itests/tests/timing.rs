@@ -1,5 +1,6 @@
 //! Time-driven semantics: delays, retry backoff (doubling, clamped), dead
-//! letters, lease expiry and the reaper. Every check compares server
+//! letters, lease expiry, the reaper, and the bound on the timers a claim
+//! promotes inline. Every check compares server
 //! timestamps with each other, with margins of hundreds of milliseconds; none
 //! measures speed.
 
@@ -395,4 +396,183 @@ fn heartbeat_extends_the_lease_and_its_progress_reaches_the_next_claimer() {
         complete(&mut other, &queue, id, next.fencing_token),
         Outcome::Applied
     );
+}
+
+/// `(state, count)` of every task of `queue`, read from the table itself.
+fn state_counts(su: &mut Client, queue: &str) -> Vec<(String, i64)> {
+    su.query(
+        "SELECT state::text, count(*) FROM aedb_queue.task WHERE queue = $1 \
+         GROUP BY 1 ORDER BY 1",
+        &[&queue],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| (r.get(0), r.get(1)))
+    .collect()
+}
+
+/// Ids of the tasks of `queue` that are no longer scheduled, in id order.
+fn promoted_ids(su: &mut Client, queue: &str) -> Vec<i64> {
+    su.query(
+        "SELECT task_id FROM aedb_queue.task WHERE queue = $1 AND state <> 'scheduled' \
+         ORDER BY task_id",
+        &[&queue],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
+}
+
+fn counts(pairs: &[(&str, i64)]) -> Vec<(String, i64)> {
+    pairs.iter().map(|(s, n)| (s.to_string(), *n)).collect()
+}
+
+/// A claim promotes at most max(`max`, 1000) due timers before serving,
+/// earliest due first (README "Semantics", Claim): with 2,500 timers due at
+/// once, `max => 1` promotes 1,000, the next claim of the same session the
+/// next 1,000, and `queue_reap` the last 500; `max => 1500` promotes 1,500.
+#[test]
+fn a_claim_promotes_at_most_max_or_1000_due_timers() {
+    const GROUP: usize = 500;
+    const GROUPS: usize = 5;
+    let cluster = Cluster::shared();
+    let mut su = cluster.connect();
+    let mut p = cluster.connect_as(PRODUCER);
+    let mut w = cluster.connect_as(WORKER);
+    let mut admin = cluster.connect_as(ADMIN);
+    let one = unique_queue("inline_bound");
+    let many = unique_queue("inline_bound_max");
+
+    // Five batches of 500 per queue, each statement with its own due time,
+    // the later batches due first (1.0 s to 2.0 s): the earliest-due are
+    // not the lowest ids.
+    let delays = [
+        "2 seconds",
+        "1.75 seconds",
+        "1.5 seconds",
+        "1.25 seconds",
+        "1 second",
+    ];
+    for queue in [&one, &many] {
+        for (g, delay) in delays.iter().enumerate() {
+            let payloads: Vec<Value> = (0..GROUP).map(|i| json!({ "g": g, "i": i })).collect();
+            let ids: Vec<i64> = p
+                .query(
+                    "SELECT aedb_queue.queue_enqueue_batch($1::text, $2::jsonb[], \
+                     delay => $3::text::interval)",
+                    &[queue, &payloads, delay],
+                )
+                .unwrap_or_else(|e| panic!("queue_enqueue_batch: {}", describe(&e)))
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            assert_eq!(ids.len(), GROUP);
+        }
+    }
+    // The timers of each queue by due time: five groups of 500 (one per
+    // statement), earliest first.
+    let by_due = |su: &mut Client, queue: &str| -> Vec<Vec<i64>> {
+        su.query(
+            "SELECT array_agg(task_id ORDER BY task_id) FROM aedb_queue.task \
+             WHERE queue = $1 GROUP BY not_before ORDER BY not_before",
+            &[&queue],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+    };
+    let groups_one = by_due(&mut su, &one);
+    let groups_many = by_due(&mut su, &many);
+    for groups in [&groups_one, &groups_many] {
+        assert_eq!(
+            groups.iter().map(Vec::len).collect::<Vec<_>>(),
+            vec![GROUP; GROUPS],
+            "timers by due time"
+        );
+    }
+    let first_due = |groups: &[Vec<i64>], n: usize| -> Vec<i64> {
+        let mut ids: Vec<i64> = groups[..n].concat();
+        ids.sort();
+        ids
+    };
+    assert_eq!(state_counts(&mut su, &one), counts(&[("scheduled", 2500)]));
+
+    let due: SystemTime = su
+        .query_one(
+            "SELECT max(not_before) FROM aedb_queue.task WHERE queue = ANY($1::text[])",
+            &[&vec![one.clone(), many.clone()]],
+        )
+        .unwrap()
+        .get(0);
+    sleep_until_server_time(&mut su, due, Duration::from_millis(300));
+    assert_eq!(
+        state_counts(&mut su, &one),
+        counts(&[("scheduled", 2500)]),
+        "nothing promotes timers but claims and reaps"
+    );
+
+    // First claim: 1,000 promoted (the two earliest-due groups), one served.
+    let got = claim(&mut w, &one, "w", "30 seconds", 1);
+    assert_eq!(
+        got.len(),
+        1,
+        "claimed {got:?}; states {:?}",
+        state_counts(&mut su, &one)
+    );
+    assert_eq!(
+        state_counts(&mut su, &one),
+        counts(&[("in_flight", 1), ("ready", 999), ("scheduled", 1500)]),
+        "after the first claim"
+    );
+    let promoted = promoted_ids(&mut su, &one);
+    assert_eq!(
+        promoted,
+        first_due(&groups_one, 2),
+        "the earliest-due 1,000"
+    );
+    assert_eq!(
+        got[0].task_id, promoted[0],
+        "served in id order once promoted"
+    );
+
+    // Second claim, same session: the next 1,000.
+    let got = claim(&mut w, &one, "w", "30 seconds", 1);
+    assert_eq!(
+        got.len(),
+        1,
+        "claimed {got:?}; states {:?}",
+        state_counts(&mut su, &one)
+    );
+    assert_eq!(
+        state_counts(&mut su, &one),
+        counts(&[("in_flight", 2), ("ready", 1998), ("scheduled", 500)]),
+        "after the second claim"
+    );
+    assert_eq!(promoted_ids(&mut su, &one), first_due(&groups_one, 4));
+
+    // The reaper takes the rest.
+    assert_eq!(
+        reap(&mut admin, Some(&one)),
+        Reaped {
+            promoted: 500,
+            reclaimed: 0,
+            dead_lettered: 0
+        }
+    );
+    assert_eq!(
+        state_counts(&mut su, &one),
+        counts(&[("in_flight", 2), ("ready", 2498)])
+    );
+
+    // max above 1,000: max timers promoted, and all of them served.
+    let got = claim(&mut w, &many, "w", "30 seconds", 1500);
+    assert_eq!(got.len(), 1500);
+    assert_eq!(
+        state_counts(&mut su, &many),
+        counts(&[("in_flight", 1500), ("scheduled", 1000)]),
+        "after a claim with max => 1500"
+    );
+    assert_eq!(promoted_ids(&mut su, &many), first_due(&groups_many, 3));
 }
