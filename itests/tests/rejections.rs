@@ -3,8 +3,9 @@
 //! missing privileges and per-queue confinement 42501), once the failing
 //! session's transaction has ended another session finds
 //!
-//! - no task, queue, kept-completion or idempotency-key row added, removed or
-//!   changed (whole tables compared, row by row, before and after),
+//! - no row of the extension's tables (tasks, queues, idempotency keys, kept
+//!   completions, grants) added, removed or changed (whole tables compared,
+//!   row by row, before and after),
 //! - `aedb_queue.task_id_seq` not advanced (checks come before `nextval`),
 //! - no NOTIFY delivered to a listener on a queue with `notify => true`,
 //!
@@ -207,34 +208,46 @@ impl<'c> Setup<'c> {
     }
 }
 
-/// Everything a call could change, read by the superuser.
+/// Everything a call could change, read by the superuser: every row of
+/// every table of the extension's schemas (tasks, queues, idempotency keys,
+/// kept completions, grants, confinements, whatever the installed version
+/// has), and the task id sequence.
 #[derive(Debug, PartialEq)]
 struct State {
-    tables: Vec<(&'static str, BTreeSet<String>)>,
+    tables: Vec<(String, BTreeSet<String>)>,
     /// `(last_value, is_called)` of `aedb_queue.task_id_seq`.
     seq: (i64, bool),
 }
 
-const WATCHED_TABLES: [&str; 5] = [
-    "task",
-    "queue",
-    "idempotency_key",
-    "completed_task",
-    "queue_grant",
-];
-
 impl State {
     fn read(su: &mut Client) -> State {
-        let tables = WATCHED_TABLES
+        let names: Vec<String> = su
+            .query(
+                "SELECT format('%I.%I', n.nspname, c.relname) FROM pg_catalog.pg_class c \
+                 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+                 WHERE n.nspname IN ('aedb_queue', 'aedb_queue_internal') \
+                   AND c.relkind IN ('r', 'p') ORDER BY 1",
+                &[],
+            )
+            .unwrap()
             .iter()
+            .map(|r| r.get(0))
+            .collect();
+        assert!(
+            names.iter().any(|t| t == "aedb_queue.task"),
+            "no aedb_queue.task among {names:?}"
+        );
+        let tables = names
+            .into_iter()
             .map(|t| {
                 let rows = su
                     .query(
-                        format!("SELECT row_to_json(r)::text FROM aedb_queue.{t} r").as_str(),
+                        format!("SELECT row_to_json(r)::text FROM {t} r").as_str(),
                         &[],
                     )
-                    .unwrap_or_else(|e| panic!("read aedb_queue.{t}: {}", describe(&e)));
-                (*t, rows.iter().map(|r| r.get::<_, String>(0)).collect())
+                    .unwrap_or_else(|e| panic!("read {t}: {}", describe(&e)));
+                let rows = rows.iter().map(|r| r.get::<_, String>(0)).collect();
+                (t, rows)
             })
             .collect();
         let row = su
@@ -254,10 +267,10 @@ impl State {
         let mut out = Vec::new();
         for ((name, before), (_, now)) in self.tables.iter().zip(&after.tables) {
             for row in before.difference(now) {
-                out.push(format!("aedb_queue.{name} lost or changed row {row}"));
+                out.push(format!("{name} lost or changed row {row}"));
             }
             for row in now.difference(before) {
-                out.push(format!("aedb_queue.{name} gained or changed row {row}"));
+                out.push(format!("{name} gained or changed row {row}"));
             }
         }
         if self.seq != after.seq {
