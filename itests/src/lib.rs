@@ -3,13 +3,21 @@
 //! These tests need what `#[pg_test]` cannot give: several sessions over real
 //! TCP connections, real commits and rollbacks, wall-clock time passing, and a
 //! server that crashes and recovers. So each test binary starts its own
-//! throw-away cluster from the system PG15 binaries (with the extension
-//! installed by `cargo pgrx install`), and the tests talk to it as an
-//! application would, through the `postgres` crate.
+//! throw-away cluster from the PG15 binaries (`$AEDB_PG_BIN`, default the
+//! system's, with the extension installed by `cargo pgrx install`), and the
+//! tests talk to it as an application would, through the `postgres` crate.
+//!
+//! Applications connect as ordinary login roles that are members of the
+//! extension's roles, not as superusers, so every application step of a test
+//! runs as one: [`PRODUCER`] enqueues, [`WORKER`] claims, settles and reads,
+//! [`ADMIN`] configures, pauses, reaps and grants, [`SERVICE`] (producer and
+//! worker) completes with follow-ups. [`Cluster::connect`] (the superuser) is
+//! only for what an application cannot do: set-up, reaching into the
+//! extension's tables, reading them for assertions.
 //!
 //! Two parts:
-//! - [`Cluster`]: initdb / pg_ctl wrapper (start, connect, crash, restart,
-//!   cleanup).
+//! - [`Cluster`]: initdb / pg_ctl wrapper (start, connect as a role, crash,
+//!   restart, cleanup).
 //! - Typed helpers around the SQL surface (`enqueue`, `claim`, `complete`,
 //!   …), so that tests read as the scenario they check and the SQL of every
 //!   call lives in one place.
@@ -26,8 +34,51 @@ use postgres::NoTls;
 pub use postgres::{Client, GenericClient, Transaction};
 pub use serde_json::{json, Value};
 
-const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
+/// Where `initdb` and `pg_ctl` are taken from unless `AEDB_PG_BIN` says
+/// otherwise (e.g. a private relocated copy of PostgreSQL 15, so that
+/// reinstalling the extension into the system PG cannot touch the running
+/// test clusters; `scripts/common.sh` honours the same variable).
+const DEFAULT_PG_BIN: &str = "/usr/lib/postgresql/15/bin";
+
+/// The PostgreSQL bin directory: `$AEDB_PG_BIN`, else [`DEFAULT_PG_BIN`].
+pub fn pg_bin() -> &'static str {
+    static BIN: OnceLock<String> = OnceLock::new();
+    BIN.get_or_init(|| match std::env::var("AEDB_PG_BIN") {
+        Ok(dir) if !dir.trim().is_empty() => dir.trim_end_matches('/').to_string(),
+        _ => DEFAULT_PG_BIN.to_string(),
+    })
+}
 const DB_NAME: &str = "aedb_itests";
+
+/// The superuser the cluster is created with ([`Cluster::connect`]).
+pub const SUPERUSER: &str = "postgres";
+/// Login role, member of `aedb_queue_producer`: enqueues.
+pub const PRODUCER: &str = "app_producer";
+/// Login role, member of `aedb_queue_worker`: claims, settles, reads tasks.
+pub const WORKER: &str = "app_worker";
+/// Login role, member of `aedb_queue_admin`: configures, pauses, reaps,
+/// cancels, retries dead letters, grants.
+pub const ADMIN: &str = "app_admin";
+/// Login role, member of `aedb_queue_producer` and `aedb_queue_worker`: a
+/// service that works tasks and enqueues in the same transaction (completion
+/// follow-ups).
+pub const SERVICE: &str = "app_service";
+
+/// Run once per cluster after `CREATE EXTENSION aedb_queue`: the login roles
+/// an application connects as, members of the extension's roles (never
+/// superusers, so the extension's owner-rights switch and per-queue grants
+/// are what lets them in). Tables the tests create as `postgres` in `public`
+/// (the application's own tables: orders, ledgers) are readable and
+/// writable by them, as an application's tables would be.
+const APP_ROLES_SQL: &str = "
+    CREATE ROLE app_producer LOGIN IN ROLE aedb_queue_producer;
+    CREATE ROLE app_worker LOGIN IN ROLE aedb_queue_worker;
+    CREATE ROLE app_admin LOGIN IN ROLE aedb_queue_admin;
+    CREATE ROLE app_service LOGIN IN ROLE aedb_queue_producer, aedb_queue_worker;
+    ALTER DEFAULT PRIVILEGES FOR ROLE postgres IN SCHEMA public
+        GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES
+        TO app_producer, app_worker, app_admin, app_service;
+";
 const PORT_RANGE: std::ops::Range<u16> = 29000..30000;
 
 // ---------------------------------------------------------------------------
@@ -69,7 +120,7 @@ impl Cluster {
         let data = root.join("data");
         let log = root.join("server.log");
         run_as_postgres(
-            Command::new(format!("{PG_BIN}/initdb"))
+            Command::new(format!("{}/initdb", pg_bin()))
                 .arg("-D")
                 .arg(&data)
                 .args(["--auth=trust", "-U", "postgres", "-E", "UTF8", "--locale=C"])
@@ -121,15 +172,53 @@ impl Cluster {
         self.port
     }
 
-    /// A new session over TCP. Every statement is capped at 30 s server-side
-    /// so that a lock-wait bug shows up as a failed test, not a hung one.
+    /// A new session over TCP as the superuser `postgres`, for what an
+    /// application cannot do: set-up (roles, grants to them, its tables),
+    /// reaching into `aedb_queue`'s tables (backdating a lease, reading rows
+    /// for a ledger or an assertion), extensions. Application steps use
+    /// [`Cluster::connect_as`] with [`PRODUCER`], [`WORKER`], [`ADMIN`] or
+    /// [`SERVICE`].
     pub fn connect(&self) -> Client {
-        self.connect_db(DB_NAME)
+        self.connect_to(DB_NAME, SUPERUSER)
+    }
+
+    /// A new session over TCP as login role `user` (trust auth: no password).
+    /// Every statement is capped at 30 s server-side so that a lock-wait bug
+    /// shows up as a failed test, not a hung one. Any role but `postgres` is
+    /// checked to be an ordinary role, so that a test meant to run with an
+    /// application's rights cannot silently run as a superuser.
+    pub fn connect_as(&self, user: &str) -> Client {
+        self.connect_to(DB_NAME, user)
+    }
+
+    /// [`Cluster::connect_as`] to another database of the cluster.
+    pub fn connect_to(&self, db: &str, user: &str) -> Client {
+        let mut c = self.connect_db_as(db, user);
+        if user != SUPERUSER {
+            let row = c
+                .query_one(
+                    "SELECT current_user::text, rolsuper FROM pg_catalog.pg_roles \
+                     WHERE rolname = current_user",
+                    &[],
+                )
+                .expect("read the session's role");
+            let (name, is_super): (String, bool) = (row.get(0), row.get(1));
+            assert_eq!(name, user, "connected as another role");
+            assert!(
+                !is_super,
+                "{user} is a superuser; application roles must not be"
+            );
+        }
+        c
     }
 
     fn connect_db(&self, db: &str) -> Client {
+        self.connect_db_as(db, SUPERUSER)
+    }
+
+    fn connect_db_as(&self, db: &str, user: &str) -> Client {
         let conn = format!(
-            "host=127.0.0.1 port={} user=postgres dbname={db} connect_timeout=20 \
+            "host=127.0.0.1 port={} user={user} dbname={db} connect_timeout=20 \
              application_name=aedb_itests options='-c statement_timeout=30000'",
             self.port
         );
@@ -146,7 +235,7 @@ impl Cluster {
             }
         }
         panic!(
-            "cannot connect to 127.0.0.1:{}: {:?}\n--- server log ---\n{}",
+            "cannot connect to 127.0.0.1:{} as {user}: {:?}\n--- server log ---\n{}",
             self.port,
             last,
             self.server_log()
@@ -188,11 +277,13 @@ impl Cluster {
                 describe(&e)
             );
         }
+        c.batch_execute(APP_ROLES_SQL)
+            .unwrap_or_else(|e| panic!("creating the application roles: {}", describe(&e)));
     }
 
     fn pg_ctl_start(&self) -> Result<(), String> {
         run_as_postgres(
-            Command::new(format!("{PG_BIN}/pg_ctl"))
+            Command::new(format!("{}/pg_ctl", pg_bin()))
                 .arg("-D")
                 .arg(&self.data)
                 .arg("-l")
@@ -224,7 +315,7 @@ impl Drop for Cluster {
 
 fn stop_data_dir(data: &Path, mode: &str) -> Result<(), String> {
     run_as_postgres(
-        Command::new(format!("{PG_BIN}/pg_ctl"))
+        Command::new(format!("{}/pg_ctl", pg_bin()))
             .arg("-D")
             .arg(data)
             .args(["-m", mode, "-w", "-t", "60", "stop"]),
@@ -369,10 +460,11 @@ fn spawn_watchdog(c: &Cluster) {
     let pid = std::process::id();
     let data = c.data.display().to_string();
     let root = c.root.display().to_string();
+    let bin = pg_bin();
     let stop = if is_root() {
-        format!("runuser -u postgres -- {PG_BIN}/pg_ctl -D '{data}' -m immediate -w stop")
+        format!("runuser -u postgres -- '{bin}/pg_ctl' -D '{data}' -m immediate -w stop")
     } else {
-        format!("{PG_BIN}/pg_ctl -D '{data}' -m immediate -w stop")
+        format!("'{bin}/pg_ctl' -D '{data}' -m immediate -w stop")
     };
     let script = format!(
         "trap '' INT HUP; while kill -0 {pid} 2>/dev/null; do sleep 0.5; done; \

@@ -19,7 +19,8 @@ const JOB_NAME: &str = "aedb_queue_reaper";
 const REAP_WAIT: Duration = Duration::from_secs(75);
 
 /// Serializes the tests of this file (they share the one reaper job) and
-/// starts each with pg_cron installed and no reaper job.
+/// starts each with pg_cron installed and no reaper job. `c` is the
+/// superuser's session (CREATE EXTENSION pg_cron is set-up).
 fn exclusive(c: &mut Client) -> MutexGuard<'static, ()> {
     static JOB: Mutex<()> = Mutex::new(());
     let guard = JOB.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -99,10 +100,15 @@ fn runs(c: &mut Client, jobid: i64) -> Vec<(String, Option<String>)> {
 #[test]
 fn the_scheduled_reaper_requeues_an_abandoned_lease_with_no_worker_polling() {
     let cluster = Cluster::shared();
-    let (mut c, mut worker) = (cluster.connect(), cluster.connect());
+    // `c` (the superuser) reads cron's tables; the operator schedules.
+    let mut c = cluster.connect();
     let _turn = exclusive(&mut c);
+    let mut admin = cluster.connect_as(ADMIN);
+    let mut producer = cluster.connect_as(PRODUCER);
+    let mut worker = cluster.connect_as(WORKER);
+    let mut watcher = cluster.connect_as(WORKER);
 
-    let jobid = schedule_reaper(&mut c, "1 minute");
+    let jobid = schedule_reaper(&mut admin, "1 minute");
     assert_eq!(
         reaper_jobs(&mut c),
         vec![Job {
@@ -116,7 +122,7 @@ fn the_scheduled_reaper_requeues_an_abandoned_lease_with_no_worker_polling() {
     );
 
     let queue = unique_queue("cron_reap");
-    let id = enqueue(&mut c, &queue, &json!("abandoned")).task_id;
+    let id = enqueue(&mut producer, &queue, &json!("abandoned")).task_id;
     let lease =
         claim_one(&mut worker, &queue, "vanishing-worker", "1 second").expect("claim the task");
     assert_eq!(lease.task_id, id);
@@ -125,7 +131,7 @@ fn the_scheduled_reaper_requeues_an_abandoned_lease_with_no_worker_polling() {
     // reap call. Only the pg_cron job can requeue the task.
     let started = Instant::now();
     let task = loop {
-        let task = get(&mut c, &queue, id).expect("the task must still exist");
+        let task = get(&mut watcher, &queue, id).expect("the task must still exist");
         if task.state != "in_flight" || started.elapsed() > REAP_WAIT {
             break task;
         }
@@ -173,7 +179,7 @@ fn the_scheduled_reaper_requeues_an_abandoned_lease_with_no_worker_polling() {
         "a run of job {jobid} failed: {history:?}"
     );
 
-    assert!(unschedule_reaper(&mut c));
+    assert!(unschedule_reaper(&mut admin));
 }
 
 #[test]
@@ -181,8 +187,9 @@ fn scheduling_again_updates_the_one_job() {
     let cluster = Cluster::shared();
     let mut c = cluster.connect();
     let _turn = exclusive(&mut c);
+    let mut admin = cluster.connect_as(ADMIN);
 
-    let jobid = c
+    let jobid = admin
         .query_one("SELECT aedb_queue.schedule_reaper()", &[])
         .unwrap_or_else(|e| panic!("schedule_reaper(): {}", describe(&e)))
         .get::<_, i64>(0);
@@ -199,14 +206,18 @@ fn scheduling_again_updates_the_one_job() {
         ("1 day", "0 0 * * *"),
         ("7 minutes", "*/7 * * * *"),
     ] {
-        assert_eq!(schedule_reaper(&mut c, every), jobid, "{every}: same job");
+        assert_eq!(
+            schedule_reaper(&mut admin, every),
+            jobid,
+            "{every}: same job"
+        );
         assert_eq!(reaper_schedules(&mut c), [schedule], "{every}");
     }
     let job = reaper_jobs(&mut c).remove(0);
     assert_eq!(job.command, "SELECT aedb_queue.queue_reap()");
     assert!(job.active);
 
-    assert!(unschedule_reaper(&mut c));
+    assert!(unschedule_reaper(&mut admin));
 }
 
 #[test]
@@ -214,19 +225,20 @@ fn unscheduling_removes_the_job_and_says_whether_there_was_one() {
     let cluster = Cluster::shared();
     let mut c = cluster.connect();
     let _turn = exclusive(&mut c);
+    let mut admin = cluster.connect_as(ADMIN);
 
-    assert!(!unschedule_reaper(&mut c), "no job yet");
-    schedule_reaper(&mut c, "5 minutes");
+    assert!(!unschedule_reaper(&mut admin), "no job yet");
+    schedule_reaper(&mut admin, "5 minutes");
     assert_eq!(reaper_jobs(&mut c).len(), 1);
 
-    assert!(unschedule_reaper(&mut c));
+    assert!(unschedule_reaper(&mut admin));
     assert!(reaper_jobs(&mut c).is_empty());
-    assert!(!unschedule_reaper(&mut c), "already removed");
+    assert!(!unschedule_reaper(&mut admin), "already removed");
 
     // It can be scheduled again afterwards.
-    schedule_reaper(&mut c, "1 minute");
+    schedule_reaper(&mut admin, "1 minute");
     assert_eq!(reaper_schedules(&mut c), ["*/1 * * * *"]);
-    assert!(unschedule_reaper(&mut c));
+    assert!(unschedule_reaper(&mut admin));
 }
 
 #[test]
@@ -234,6 +246,7 @@ fn an_interval_cron_cannot_express_is_rejected_and_changes_nothing() {
     let cluster = Cluster::shared();
     let mut c = cluster.connect();
     let _turn = exclusive(&mut c);
+    let mut admin = cluster.connect_as(ADMIN);
 
     let bad = [
         None,
@@ -264,16 +277,16 @@ fn an_interval_cron_cannot_express_is_rejected_and_changes_nothing() {
 
     // No job is created...
     for every in bad {
-        check(&mut c, every);
+        check(&mut admin, every);
         assert!(reaper_jobs(&mut c).is_empty(), "{every:?} created a job");
     }
     // ... and an existing one keeps its schedule.
-    schedule_reaper(&mut c, "5 minutes");
+    schedule_reaper(&mut admin, "5 minutes");
     for every in bad {
-        check(&mut c, every);
+        check(&mut admin, every);
         assert_eq!(reaper_schedules(&mut c), ["*/5 * * * *"], "{every:?}");
     }
-    assert!(unschedule_reaper(&mut c));
+    assert!(unschedule_reaper(&mut admin));
 }
 
 #[test]
@@ -281,6 +294,7 @@ fn without_pg_cron_in_the_database_scheduling_says_what_is_missing() {
     let cluster = Cluster::shared();
     let mut c = cluster.connect();
     let _turn = exclusive(&mut c);
+    let mut admin = cluster.connect_as(ADMIN);
     let expect_55000 = |c: &mut Client, message: &str| {
         for e in [
             try_schedule_reaper(c, Some("1 minute")).expect_err("schedule_reaper worked"),
@@ -296,7 +310,7 @@ fn without_pg_cron_in_the_database_scheduling_says_what_is_missing() {
     // not created (exclusive() creates it again for the next test).
     c.batch_execute("DROP EXTENSION pg_cron").unwrap();
     expect_55000(
-        &mut c,
+        &mut admin,
         "pg_cron is not installed in database \"aedb_itests\": run CREATE EXTENSION pg_cron",
     );
 
@@ -304,15 +318,10 @@ fn without_pg_cron_in_the_database_scheduling_says_what_is_missing() {
     let other = unique_queue("nocron_db");
     c.batch_execute(&format!("CREATE DATABASE {other}"))
         .unwrap();
-    let mut o = postgres::Client::connect(
-        &format!(
-            "host=127.0.0.1 port={} user=postgres dbname={other}",
-            cluster.port()
-        ),
-        postgres::NoTls,
-    )
-    .expect("connect to the other database");
+    let mut o = cluster.connect_to(&other, SUPERUSER);
     o.batch_execute("CREATE EXTENSION aedb_queue").unwrap();
+    drop(o);
+    let mut o = cluster.connect_to(&other, ADMIN);
     expect_55000(
         &mut o,
         &format!("pg_cron serves database \"aedb_itests\" (cron.database_name), not \"{other}\""),

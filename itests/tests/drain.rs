@@ -43,7 +43,7 @@ fn work(
     producers_done: &AtomicBool,
     bound: Instant,
 ) -> WorkerReport {
-    let mut c = cluster.connect();
+    let mut c = cluster.connect_as(WORKER);
     let owner = format!("worker-{worker}");
     let insert =
         format!("INSERT INTO {ledger} (task_id, worker, fencing_token) VALUES ($1, $2, $3)");
@@ -105,7 +105,7 @@ fn produce(
     count: usize,
     batched: bool,
 ) -> Vec<(i64, usize)> {
-    let mut c = cluster.connect();
+    let mut c = cluster.connect_as(PRODUCER);
     if !batched {
         return (first..first + count)
             .map(|n| (enqueue(&mut c, queue, &json!({ "n": n })).task_id, n))
@@ -135,7 +135,11 @@ fn twenty_thousand_tasks_are_each_completed_exactly_once() {
     let cluster = Cluster::shared();
     let queue = unique_queue("drain");
     let ledger = format!("ledger_{queue}");
+    // The superuser: set-up (the ledger table) and reading the ledger and
+    // the task table at the end.
     let mut c = cluster.connect();
+    let mut producer = cluster.connect_as(PRODUCER);
+    let mut observer = cluster.connect_as(WORKER);
     // Deliberately no unique constraint: a duplicate completion must show up
     // as a duplicate row, not as an error that hides it.
     c.batch_execute(&format!(
@@ -148,7 +152,7 @@ fn twenty_thousand_tasks_are_each_completed_exactly_once() {
     let mut ids_seen = 0usize;
     for start in (0..PRELOADED).step_by(BATCH) {
         let payloads: Vec<Value> = (start..start + BATCH).map(|n| json!({ "n": n })).collect();
-        let ids = enqueue_batch(&mut c, &queue, &payloads);
+        let ids = enqueue_batch(&mut producer, &queue, &payloads);
         assert_eq!(
             ids.len(),
             BATCH,
@@ -270,7 +274,7 @@ fn twenty_thousand_tasks_are_each_completed_exactly_once() {
     );
 
     // Nothing is left behind in any state.
-    let left = all_tasks(&mut c, &queue);
+    let left = all_tasks(&mut observer, &queue);
     assert!(
         left.is_empty(),
         "{} tasks left in the queue, e.g. {:?}",

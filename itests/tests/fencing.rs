@@ -8,12 +8,16 @@ use std::time::Duration;
 /// The SQLSTATE `queue_complete(strict => true)` raises on a lost lease.
 const LEASE_LOST_SQLSTATE: &str = "40002";
 
-fn create_ledger(c: &mut Client, queue: &str) -> String {
+/// The worker's own table (set-up as the superuser; the worker roles can
+/// write and read it).
+fn create_ledger(cluster: &Cluster, queue: &str) -> String {
     let ledger = format!("ledger_{queue}");
-    c.batch_execute(&format!(
-        "CREATE TABLE {ledger} (task_id bigint NOT NULL, worker text NOT NULL)"
-    ))
-    .unwrap();
+    cluster
+        .connect()
+        .batch_execute(&format!(
+            "CREATE TABLE {ledger} (task_id bigint NOT NULL, worker text NOT NULL)"
+        ))
+        .unwrap();
     ledger
 }
 
@@ -71,9 +75,10 @@ fn expect_strict_lease_lost(r: Result<Outcome, postgres::Error>, what: &str) {
 fn a_leased_task_is_not_handed_to_another_claimer() {
     let cluster = Cluster::shared();
     let queue = unique_queue("exclusive");
-    let (mut a, mut b) = (cluster.connect(), cluster.connect());
-    let first = enqueue(&mut a, &queue, &json!({ "n": 1 })).task_id;
-    let second = enqueue(&mut a, &queue, &json!({ "n": 2 })).task_id;
+    let mut producer = cluster.connect_as(PRODUCER);
+    let (mut a, mut b) = (cluster.connect_as(WORKER), cluster.connect_as(WORKER));
+    let first = enqueue(&mut producer, &queue, &json!({ "n": 1 })).task_id;
+    let second = enqueue(&mut producer, &queue, &json!({ "n": 2 })).task_id;
 
     let got_a = claim(&mut a, &queue, "worker-a", "5 minutes", 1);
     assert_eq!(
@@ -106,9 +111,10 @@ fn a_leased_task_is_not_handed_to_another_claimer() {
 fn a_zombie_worker_is_fenced_out() {
     let cluster = Cluster::shared();
     let queue = unique_queue("zombie");
-    let (mut a, mut b) = (cluster.connect(), cluster.connect());
-    let ledger = create_ledger(&mut a, &queue);
-    let id = enqueue(&mut a, &queue, &json!({ "job": "zombie" })).task_id;
+    let mut producer = cluster.connect_as(PRODUCER);
+    let (mut a, mut b) = (cluster.connect_as(WORKER), cluster.connect_as(WORKER));
+    let ledger = create_ledger(cluster, &queue);
+    let id = enqueue(&mut producer, &queue, &json!({ "job": "zombie" })).task_id;
 
     // A takes the task with a short lease and then stalls past it.
     let ta = claim_one(&mut a, &queue, "worker-a", "300 milliseconds").expect("A claims");
@@ -240,9 +246,10 @@ fn a_zombie_worker_is_fenced_out() {
 fn cancel_fences_out_the_holder() {
     let cluster = Cluster::shared();
     let queue = unique_queue("cancel");
-    let (mut worker, mut admin) = (cluster.connect(), cluster.connect());
-    let ledger = create_ledger(&mut worker, &queue);
-    let id = enqueue(&mut worker, &queue, &json!({ "job": "cancelled" })).task_id;
+    let mut producer = cluster.connect_as(PRODUCER);
+    let (mut worker, mut admin) = (cluster.connect_as(WORKER), cluster.connect_as(ADMIN));
+    let ledger = create_ledger(cluster, &queue);
+    let id = enqueue(&mut producer, &queue, &json!({ "job": "cancelled" })).task_id;
     let t = claim_one(&mut worker, &queue, "worker", "5 minutes").expect("claim");
 
     assert!(
@@ -274,7 +281,7 @@ fn cancel_fences_out_the_holder() {
         all_tasks(&mut admin, &queue).is_empty(),
         "a fenced call resurrected the task"
     );
-    assert!(claim_one(&mut admin, &queue, "other", "1 minute").is_none());
+    assert!(claim_one(&mut worker, &queue, "other", "1 minute").is_none());
     assert!(
         !cancel(&mut admin, &queue, id),
         "second cancel reported a removal"
@@ -282,26 +289,26 @@ fn cancel_fences_out_the_holder() {
 
     // Cancel removes a task in every other state too.
     let scheduled = enqueue_with(
-        &mut admin,
+        &mut producer,
         &queue,
         Some(&json!("s")),
         &EnqueueOpts::default().delay("1 hour"),
     )
     .task_id;
     let dead = enqueue_with(
-        &mut admin,
+        &mut producer,
         &queue,
         Some(&json!("d")),
         &EnqueueOpts::default().max_attempts(1),
     )
     .task_id;
-    let d = claim_one(&mut admin, &queue, "w", "1 minute").expect("claim the dead-to-be task");
+    let d = claim_one(&mut worker, &queue, "w", "1 minute").expect("claim the dead-to-be task");
     assert_eq!(d.task_id, dead);
     assert_eq!(
-        fail(&mut admin, &queue, dead, d.fencing_token, "fatal"),
+        fail(&mut worker, &queue, dead, d.fencing_token, "fatal"),
         Outcome::Applied
     );
-    let ready = enqueue(&mut admin, &queue, &json!("r")).task_id;
+    let ready = enqueue(&mut producer, &queue, &json!("r")).task_id;
     let states: Vec<String> = all_tasks(&mut admin, &queue)
         .into_iter()
         .map(|t| t.state)

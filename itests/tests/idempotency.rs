@@ -18,7 +18,10 @@ struct Attempt {
 fn concurrent_enqueues_with_one_key_create_one_task() {
     let cluster = Cluster::shared();
     let queue = unique_queue("idem");
-    let mut sessions: Vec<Client> = (0..SESSIONS).map(|_| cluster.connect()).collect();
+    let mut sessions: Vec<Client> = (0..SESSIONS)
+        .map(|_| cluster.connect_as(PRODUCER))
+        .collect();
+    let mut observer = cluster.connect_as(WORKER);
 
     for round in 0..ROUNDS {
         let key = format!("order-{round}");
@@ -90,13 +93,13 @@ fn concurrent_enqueues_with_one_key_create_one_task() {
         }
 
         // The one task is the winner's: the others' payloads were not applied.
-        let task = get(&mut sessions[0], &queue, id)
+        let task = get(&mut observer, &queue, id)
             .unwrap_or_else(|| panic!("round {round}: task {id} missing"));
         assert_eq!(
             task.payload,
             Some(json!({ "session": winners[0], "round": round }))
         );
-        let tasks = all_tasks(&mut sessions[0], &queue);
+        let tasks = all_tasks(&mut observer, &queue);
         assert_eq!(
             tasks.len(),
             round + 1,
@@ -111,12 +114,13 @@ fn the_key_outlives_the_completed_task_and_is_scoped_to_its_queue() {
     let queue = unique_queue("idem_done");
     let other_queue = unique_queue("idem_other");
     let key = EnqueueOpts::default().key("invoice-42");
-    let mut c = cluster.connect();
+    let mut p = cluster.connect_as(PRODUCER);
+    let mut w = cluster.connect_as(WORKER);
 
-    let first = enqueue_with(&mut c, &queue, Some(&json!({ "v": 1 })), &key);
+    let first = enqueue_with(&mut p, &queue, Some(&json!({ "v": 1 })), &key);
     assert!(!first.deduplicated);
     // While the task is pending.
-    let pending = enqueue_with(&mut c, &queue, Some(&json!({ "v": 2 })), &key);
+    let pending = enqueue_with(&mut p, &queue, Some(&json!({ "v": 2 })), &key);
     assert_eq!(
         pending,
         Enqueued {
@@ -125,17 +129,17 @@ fn the_key_outlives_the_completed_task_and_is_scoped_to_its_queue() {
         }
     );
 
-    let t = claim_one(&mut c, &queue, "w", "1 minute").expect("claim");
+    let t = claim_one(&mut w, &queue, "w", "1 minute").expect("claim");
     assert_eq!(t.task_id, first.task_id);
     assert_eq!(t.payload, Some(json!({ "v": 1 })));
     assert_eq!(
-        complete(&mut c, &queue, t.task_id, t.fencing_token),
+        complete(&mut w, &queue, t.task_id, t.fencing_token),
         Outcome::Applied
     );
-    assert!(get(&mut c, &queue, first.task_id).is_none());
+    assert!(get(&mut w, &queue, first.task_id).is_none());
 
     // After completion: still deduplicated, and nothing is enqueued.
-    let after = enqueue_with(&mut c, &queue, Some(&json!({ "v": 3 })), &key);
+    let after = enqueue_with(&mut p, &queue, Some(&json!({ "v": 3 })), &key);
     assert_eq!(
         after,
         Enqueued {
@@ -144,16 +148,16 @@ fn the_key_outlives_the_completed_task_and_is_scoped_to_its_queue() {
         }
     );
     assert!(
-        all_tasks(&mut c, &queue).is_empty(),
+        all_tasks(&mut w, &queue).is_empty(),
         "a deduplicated enqueue created a task"
     );
-    assert!(claim_one(&mut c, &queue, "w", "1 minute").is_none());
+    assert!(claim_one(&mut w, &queue, "w", "1 minute").is_none());
 
     // The same key in another queue is another task.
-    let elsewhere = enqueue_with(&mut c, &other_queue, Some(&json!({ "v": 4 })), &key);
+    let elsewhere = enqueue_with(&mut p, &other_queue, Some(&json!({ "v": 4 })), &key);
     assert!(!elsewhere.deduplicated, "key leaked across queues");
     assert_ne!(elsewhere.task_id, first.task_id);
-    let again = enqueue_with(&mut c, &other_queue, Some(&json!({ "v": 5 })), &key);
+    let again = enqueue_with(&mut p, &other_queue, Some(&json!({ "v": 5 })), &key);
     assert_eq!(
         again,
         Enqueued {
@@ -161,5 +165,5 @@ fn the_key_outlives_the_completed_task_and_is_scoped_to_its_queue() {
             deduplicated: true
         }
     );
-    assert_eq!(all_tasks(&mut c, &other_queue).len(), 1);
+    assert_eq!(all_tasks(&mut w, &other_queue).len(), 1);
 }

@@ -35,11 +35,11 @@ fn an_enqueue_wakes_listeners_when_it_commits_and_not_before() {
     let cluster = Cluster::shared();
     let queue = unique_queue("wake");
     let quiet = unique_queue("quiet");
-    let mut admin = cluster.connect();
+    let mut admin = cluster.connect_as(ADMIN);
     configure_notify(&mut admin, &queue, true);
-    let mut listener = cluster.connect();
+    let mut listener = cluster.connect_as(WORKER);
     listener.batch_execute("LISTEN aedb_queue").unwrap();
-    let mut producer = cluster.connect();
+    let mut producer = cluster.connect_as(PRODUCER);
 
     let mut tx = producer.transaction().unwrap();
     enqueue(&mut tx, &queue, &json!({"n": 1}));
@@ -67,11 +67,11 @@ fn an_enqueue_wakes_listeners_when_it_commits_and_not_before() {
 fn a_delayed_task_wakes_listeners_when_the_reaper_promotes_it() {
     let cluster = Cluster::shared();
     let queue = unique_queue("wake_timer");
-    let mut admin = cluster.connect();
+    let mut admin = cluster.connect_as(ADMIN);
     configure_notify(&mut admin, &queue, true);
-    let mut listener = cluster.connect();
+    let mut listener = cluster.connect_as(WORKER);
     listener.batch_execute("LISTEN aedb_queue").unwrap();
-    let mut producer = cluster.connect();
+    let mut producer = cluster.connect_as(PRODUCER);
 
     let task = enqueue_with(
         &mut producer,
@@ -89,6 +89,6 @@ fn a_delayed_task_wakes_listeners_when_the_reaper_promotes_it() {
         received(&mut listener, &[&queue], Duration::from_secs(5)),
         vec![queue.clone()]
     );
-    let claimed = claim_one(&mut producer, &queue, "w", "30 seconds").expect("the timer is ready");
+    let claimed = claim_one(&mut listener, &queue, "w", "30 seconds").expect("the timer is ready");
     assert_eq!(claimed.task_id, task.task_id);
 }

@@ -8,10 +8,14 @@ fn enqueue_commits_or_rolls_back_with_the_callers_transaction() {
     let cluster = Cluster::shared();
     let queue = unique_queue("outbox");
     let orders = format!("orders_{queue}");
-    let mut app = cluster.connect();
-    let mut worker = cluster.connect();
-    app.batch_execute(&format!("CREATE TABLE {orders} (id int PRIMARY KEY)"))
+    // The application's own table (set-up: created by the superuser, used
+    // by the application roles).
+    cluster
+        .connect()
+        .batch_execute(&format!("CREATE TABLE {orders} (id int PRIMARY KEY)"))
         .unwrap();
+    let mut app = cluster.connect_as(PRODUCER);
+    let mut worker = cluster.connect_as(WORKER);
     let insert_order = format!("INSERT INTO {orders} VALUES ($1)");
     let count_orders = format!("SELECT count(*) FROM {orders}");
 
@@ -19,10 +23,6 @@ fn enqueue_commits_or_rolls_back_with_the_callers_transaction() {
     let mut tx = app.transaction().unwrap();
     tx.execute(insert_order.as_str(), &[&1i32]).unwrap();
     let rolled_back = enqueue(&mut tx, &queue, &json!({ "order": 1 })).task_id;
-    assert!(
-        get(&mut tx, &queue, rolled_back).is_some(),
-        "own transaction must see its task"
-    );
     // Uncommitted: invisible to and unclaimable by another session.
     assert!(
         get(&mut worker, &queue, rolled_back).is_none(),
@@ -77,10 +77,13 @@ fn follow_ups_are_enqueued_if_and_only_if_the_completion_commits() {
     let step2 = unique_queue("wf_step2"); // delayed follow-up
     let fan = unique_queue("wf_fan"); // immediate follow-ups
     let fan_key = format!("fan-key-{step1}");
-    let mut c = cluster.connect();
-    let mut observer = cluster.connect();
+    let mut producer = cluster.connect_as(PRODUCER);
+    // Completes with follow-ups: works the task and enqueues the next steps
+    // in one transaction, so it is a producer and a worker.
+    let mut c = cluster.connect_as(SERVICE);
+    let mut observer = cluster.connect_as(WORKER);
 
-    let id = enqueue(&mut c, &step1, &json!({ "step": 1 })).task_id;
+    let id = enqueue(&mut producer, &step1, &json!({ "step": 1 })).task_id;
     let held = claim_one(&mut c, &step1, "wf-worker", "5 minutes").expect("claim step 1");
     assert_eq!(held.task_id, id);
     let before = get(&mut c, &step1, id).unwrap();
@@ -187,7 +190,7 @@ fn follow_ups_are_enqueued_if_and_only_if_the_completion_commits() {
 
     // The follow-up's idempotency key was registered in its queue.
     let again = enqueue_with(
-        &mut observer,
+        &mut producer,
         &fan,
         Some(&json!({ "fan": "again" })),
         &EnqueueOpts::default().key(&fan_key),
@@ -224,7 +227,8 @@ fn follow_ups_are_enqueued_if_and_only_if_the_completion_commits() {
 #[test]
 fn a_rolled_back_registration_is_made_again_by_the_next_enqueue() {
     let cluster = Cluster::shared();
-    let mut app = cluster.connect();
+    let mut app = cluster.connect_as(PRODUCER);
+    // Reads the registry table itself, which no application role can.
     let mut other = cluster.connect();
     let registered = |c: &mut Client, queue: &str| -> i64 {
         c.query_one(

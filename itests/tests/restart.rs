@@ -11,7 +11,8 @@ use std::time::Duration;
 fn tasks_leases_and_keys_survive_a_crash() {
     // Its own cluster: crashing the shared one would break parallel tests.
     let cluster = Cluster::start();
-    let mut c = cluster.connect();
+    let mut p = cluster.connect_as(PRODUCER);
+    let mut c = cluster.connect_as(WORKER);
     let q = |s: &str| unique_queue(&format!("crash_{s}"));
     let (q_sched, q_ready, q_flight, q_dead, q_key, q_uncommitted) = (
         q("scheduled"),
@@ -23,14 +24,14 @@ fn tasks_leases_and_keys_survive_a_crash() {
     );
 
     let scheduled = enqueue_with(
-        &mut c,
+        &mut p,
         &q_sched,
         Some(&json!("far future")),
         &EnqueueOpts::default().delay("30 days"),
     )
     .task_id;
     let ready = enqueue_with(
-        &mut c,
+        &mut p,
         &q_ready,
         Some(&json!("ready")),
         &EnqueueOpts::default().priority(5),
@@ -39,7 +40,7 @@ fn tasks_leases_and_keys_survive_a_crash() {
 
     // In flight under its second token: the first lease expired, so there is
     // an old token that must stay fenced after the restart.
-    let in_flight = enqueue(&mut c, &q_flight, &json!("in flight")).task_id;
+    let in_flight = enqueue(&mut p, &q_flight, &json!("in flight")).task_id;
     let old = claim_one(&mut c, &q_flight, "worker-old", "300 milliseconds").unwrap();
     sleep_until_server_time(&mut c, old.lease_deadline, Duration::from_millis(300));
     let holder = claim_one(&mut c, &q_flight, "worker-new", "1 hour").expect("reclaim");
@@ -56,7 +57,7 @@ fn tasks_leases_and_keys_survive_a_crash() {
     assert_eq!(o, Outcome::Applied);
 
     let dead = enqueue_with(
-        &mut c,
+        &mut p,
         &q_dead,
         Some(&json!("dead")),
         &EnqueueOpts::default().max_attempts(1),
@@ -75,7 +76,7 @@ fn tasks_leases_and_keys_survive_a_crash() {
     );
 
     let key = EnqueueOpts::default().key("payment-7");
-    let keyed = enqueue_with(&mut c, &q_key, Some(&json!("keyed")), &key).task_id;
+    let keyed = enqueue_with(&mut p, &q_key, Some(&json!("keyed")), &key).task_id;
     let k = claim_one(&mut c, &q_key, "w", "1 minute").unwrap();
     assert_eq!(
         complete(&mut c, &q_key, keyed, k.fencing_token),
@@ -100,7 +101,7 @@ fn tasks_leases_and_keys_survive_a_crash() {
     );
 
     // Work in progress at the moment of the crash: never committed.
-    let mut open = cluster.connect();
+    let mut open = cluster.connect_as(PRODUCER);
     let mut tx = open.transaction().unwrap();
     let uncommitted = enqueue(&mut tx, &q_uncommitted, &json!("never committed")).task_id;
 
@@ -114,7 +115,8 @@ fn tasks_leases_and_keys_survive_a_crash() {
         cluster.server_log()
     );
 
-    let mut c = cluster.connect();
+    let mut p = cluster.connect_as(PRODUCER);
+    let mut c = cluster.connect_as(WORKER);
     // Every task exactly as before, field by field (state, attempts, token,
     // owner, lease, payload, progress, last_error, timestamps).
     let after: Vec<Vec<Task>> = queues.iter().map(|q| all_tasks(&mut c, q)).collect();
@@ -143,7 +145,7 @@ fn tasks_leases_and_keys_survive_a_crash() {
     assert!(get(&mut c, &q_flight, in_flight).is_none());
 
     // The key still deduplicates.
-    let again = enqueue_with(&mut c, &q_key, Some(&json!("again")), &key);
+    let again = enqueue_with(&mut p, &q_key, Some(&json!("again")), &key);
     assert_eq!(
         again,
         Enqueued {
@@ -159,7 +161,7 @@ fn tasks_leases_and_keys_survive_a_crash() {
     assert_eq!((r.task_id, r.attempts, r.priority), (ready, 1, 5));
     assert!(claim_one(&mut c, &q_sched, "w", "1 minute").is_none());
     assert!(claim_one(&mut c, &q_dead, "w", "1 minute").is_none());
-    let fresh = enqueue(&mut c, &q_ready, &json!("fresh")).task_id;
+    let fresh = enqueue(&mut p, &q_ready, &json!("fresh")).task_id;
     let known: HashSet<i64> = [scheduled, ready, in_flight, dead, keyed, uncommitted].into();
     assert!(
         !known.contains(&fresh),

@@ -1,5 +1,6 @@
 //! Time-driven semantics: delays, retry backoff (doubling, clamped), dead
-//! letters, lease expiry and the reaper. Every check compares server
+//! letters, lease expiry, the reaper, and the bound on the timers a claim
+//! promotes inline. Every check compares server
 //! timestamps with each other, with margins of hundreds of milliseconds; none
 //! measures speed.
 
@@ -63,10 +64,11 @@ fn assert_delay(actual: f64, expected: f64, what: &str) {
 fn a_delayed_task_is_not_claimable_before_its_delay() {
     let cluster = Cluster::shared();
     let queue = unique_queue("delay");
-    let mut c = cluster.connect();
+    let mut p = cluster.connect_as(PRODUCER);
+    let mut c = cluster.connect_as(WORKER);
 
     let id = enqueue_with(
-        &mut c,
+        &mut p,
         &queue,
         Some(&json!("later")),
         &EnqueueOpts::default().delay("2 seconds"),
@@ -99,11 +101,12 @@ fn a_delayed_task_is_not_claimable_before_its_delay() {
 fn failures_back_off_exponentially_clamped_then_dead_letter() {
     let cluster = Cluster::shared();
     let queue = unique_queue("backoff");
-    let mut c = cluster.connect();
+    let mut p = cluster.connect_as(PRODUCER);
+    let mut c = cluster.connect_as(WORKER);
     let opts = EnqueueOpts::default()
         .max_attempts(3)
         .backoff("1 second", "1.5 seconds");
-    let id = enqueue_with(&mut c, &queue, Some(&json!("flaky")), &opts).task_id;
+    let id = enqueue_with(&mut p, &queue, Some(&json!("flaky")), &opts).task_id;
 
     // base * 2^(attempts-1): 1 s, then 2 s clamped to 1.5 s.
     let expected_delays = [1.0, 1.5];
@@ -154,11 +157,12 @@ fn failures_back_off_exponentially_clamped_then_dead_letter() {
 #[test]
 fn retry_in_overrides_the_backoff_and_dead_letter_is_immediate() {
     let cluster = Cluster::shared();
-    let mut c = cluster.connect();
+    let mut p = cluster.connect_as(PRODUCER);
+    let mut c = cluster.connect_as(WORKER);
 
     // Default backoff: 1 s after the first failure.
     let q_default = unique_queue("retry_default");
-    let id = enqueue(&mut c, &q_default, &json!("d")).task_id;
+    let id = enqueue(&mut p, &q_default, &json!("d")).task_id;
     let t = claim_one(&mut c, &q_default, "w", "30 seconds").unwrap();
     let (o, at) = fail_at(
         &mut c,
@@ -175,7 +179,7 @@ fn retry_in_overrides_the_backoff_and_dead_letter_is_immediate() {
 
     // retry_in replaces the computed backoff.
     let q_retry = unique_queue("retry_in");
-    let id = enqueue(&mut c, &q_retry, &json!("r")).task_id;
+    let id = enqueue(&mut p, &q_retry, &json!("r")).task_id;
     let t = claim_one(&mut c, &q_retry, "w", "30 seconds").unwrap();
     let opts = FailOpts {
         retry_in: Some("10 minutes".into()),
@@ -191,7 +195,7 @@ fn retry_in_overrides_the_backoff_and_dead_letter_is_immediate() {
 
     // dead_letter => true: dead at once, attempts left or not.
     let q_poison = unique_queue("poison");
-    let id = enqueue(&mut c, &q_poison, &json!("p")).task_id;
+    let id = enqueue(&mut p, &q_poison, &json!("p")).task_id;
     let t = claim_one(&mut c, &q_poison, "w", "30 seconds").unwrap();
     let opts = FailOpts {
         dead_letter: Some(true),
@@ -217,13 +221,14 @@ fn retry_in_overrides_the_backoff_and_dead_letter_is_immediate() {
 fn an_expired_lease_is_reclaimed_at_once_and_dies_on_the_last_attempt() {
     let cluster = Cluster::shared();
     let queue = unique_queue("expiry");
-    let (mut c, mut other) = (cluster.connect(), cluster.connect());
+    let mut p = cluster.connect_as(PRODUCER);
+    let (mut c, mut other) = (cluster.connect_as(WORKER), cluster.connect_as(WORKER));
     // A long failure backoff: if reclaiming applied it, the re-claim below
     // would find nothing.
     let opts = EnqueueOpts::default()
         .max_attempts(2)
         .backoff("1 minute", "1 minute");
-    let id = enqueue_with(&mut c, &queue, Some(&json!("crashy")), &opts).task_id;
+    let id = enqueue_with(&mut p, &queue, Some(&json!("crashy")), &opts).task_id;
 
     let first = claim_one(&mut c, &queue, "w1", "300 milliseconds").unwrap();
     assert_eq!(first.attempts, 1);
@@ -259,11 +264,13 @@ fn an_expired_lease_is_reclaimed_at_once_and_dies_on_the_last_attempt() {
 fn reap_promotes_due_timers_and_reclaims_expired_leases() {
     let cluster = Cluster::shared();
     let queue = unique_queue("reap");
-    let mut c = cluster.connect();
+    let mut p = cluster.connect_as(PRODUCER);
+    let mut c = cluster.connect_as(WORKER);
+    let mut admin = cluster.connect_as(ADMIN);
 
-    let lost = enqueue(&mut c, &queue, &json!("lost")).task_id;
+    let lost = enqueue(&mut p, &queue, &json!("lost")).task_id;
     let last = enqueue_with(
-        &mut c,
+        &mut p,
         &queue,
         Some(&json!("last")),
         &EnqueueOpts::default().max_attempts(1),
@@ -275,7 +282,7 @@ fn reap_promotes_due_timers_and_reclaims_expired_leases() {
         vec![lost, last]
     );
     let timer = enqueue_with(
-        &mut c,
+        &mut p,
         &queue,
         Some(&json!("timer")),
         &EnqueueOpts::default().delay("2 seconds"),
@@ -285,7 +292,7 @@ fn reap_promotes_due_timers_and_reclaims_expired_leases() {
 
     // Nothing is due yet.
     assert_eq!(
-        reap(&mut c, Some(&queue)),
+        reap(&mut admin, Some(&queue)),
         Reaped::default(),
         "reaped before anything was due"
     );
@@ -297,7 +304,7 @@ fn reap_promotes_due_timers_and_reclaims_expired_leases() {
         .unwrap();
     sleep_until_server_time(&mut c, latest, Duration::from_millis(500));
 
-    let r = reap(&mut c, Some(&queue));
+    let r = reap(&mut admin, Some(&queue));
     assert_eq!(
         r,
         Reaped {
@@ -326,7 +333,7 @@ fn reap_promotes_due_timers_and_reclaims_expired_leases() {
     );
 
     // Idempotent: a second pass finds nothing.
-    assert_eq!(reap(&mut c, Some(&queue)), Reaped::default());
+    assert_eq!(reap(&mut admin, Some(&queue)), Reaped::default());
     // Both ready tasks are served; the reclaimed one on its second attempt.
     let mut served: Vec<(i64, i32)> = claim(&mut c, &queue, "w", "30 seconds", 5)
         .iter()
@@ -336,7 +343,7 @@ fn reap_promotes_due_timers_and_reclaims_expired_leases() {
     assert_eq!(served, vec![(lost, 2), (timer, 1)]);
 
     // The all-queues form runs too (counts depend on other tests' queues).
-    let all = reap(&mut c, None);
+    let all = reap(&mut admin, None);
     assert!(all.promoted >= 0 && all.reclaimed >= 0 && all.dead_lettered >= 0);
 }
 
@@ -344,8 +351,9 @@ fn reap_promotes_due_timers_and_reclaims_expired_leases() {
 fn heartbeat_extends_the_lease_and_its_progress_reaches_the_next_claimer() {
     let cluster = Cluster::shared();
     let queue = unique_queue("heartbeat");
-    let (mut c, mut other) = (cluster.connect(), cluster.connect());
-    let id = enqueue(&mut c, &queue, &json!("long job")).task_id;
+    let mut p = cluster.connect_as(PRODUCER);
+    let (mut c, mut other) = (cluster.connect_as(WORKER), cluster.connect_as(WORKER));
+    let id = enqueue(&mut p, &queue, &json!("long job")).task_id;
 
     let t = claim_one(&mut c, &queue, "w1", "1 second").unwrap();
     assert_eq!(t.progress, None);
@@ -388,4 +396,183 @@ fn heartbeat_extends_the_lease_and_its_progress_reaches_the_next_claimer() {
         complete(&mut other, &queue, id, next.fencing_token),
         Outcome::Applied
     );
+}
+
+/// `(state, count)` of every task of `queue`, read from the table itself.
+fn state_counts(su: &mut Client, queue: &str) -> Vec<(String, i64)> {
+    su.query(
+        "SELECT state::text, count(*) FROM aedb_queue.task WHERE queue = $1 \
+         GROUP BY 1 ORDER BY 1",
+        &[&queue],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| (r.get(0), r.get(1)))
+    .collect()
+}
+
+/// Ids of the tasks of `queue` that are no longer scheduled, in id order.
+fn promoted_ids(su: &mut Client, queue: &str) -> Vec<i64> {
+    su.query(
+        "SELECT task_id FROM aedb_queue.task WHERE queue = $1 AND state <> 'scheduled' \
+         ORDER BY task_id",
+        &[&queue],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
+}
+
+fn counts(pairs: &[(&str, i64)]) -> Vec<(String, i64)> {
+    pairs.iter().map(|(s, n)| (s.to_string(), *n)).collect()
+}
+
+/// A claim promotes at most max(`max`, 1000) due timers before serving,
+/// earliest due first (README "Semantics", Claim): with 2,500 timers due at
+/// once, `max => 1` promotes 1,000, the next claim of the same session the
+/// next 1,000, and `queue_reap` the last 500; `max => 1500` promotes 1,500.
+#[test]
+fn a_claim_promotes_at_most_max_or_1000_due_timers() {
+    const GROUP: usize = 500;
+    const GROUPS: usize = 5;
+    let cluster = Cluster::shared();
+    let mut su = cluster.connect();
+    let mut p = cluster.connect_as(PRODUCER);
+    let mut w = cluster.connect_as(WORKER);
+    let mut admin = cluster.connect_as(ADMIN);
+    let one = unique_queue("inline_bound");
+    let many = unique_queue("inline_bound_max");
+
+    // Five batches of 500 per queue, each statement with its own due time,
+    // the later batches due first (1.0 s to 2.0 s): the earliest-due are
+    // not the lowest ids.
+    let delays = [
+        "2 seconds",
+        "1.75 seconds",
+        "1.5 seconds",
+        "1.25 seconds",
+        "1 second",
+    ];
+    for queue in [&one, &many] {
+        for (g, delay) in delays.iter().enumerate() {
+            let payloads: Vec<Value> = (0..GROUP).map(|i| json!({ "g": g, "i": i })).collect();
+            let ids: Vec<i64> = p
+                .query(
+                    "SELECT aedb_queue.queue_enqueue_batch($1::text, $2::jsonb[], \
+                     delay => $3::text::interval)",
+                    &[queue, &payloads, delay],
+                )
+                .unwrap_or_else(|e| panic!("queue_enqueue_batch: {}", describe(&e)))
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            assert_eq!(ids.len(), GROUP);
+        }
+    }
+    // The timers of each queue by due time: five groups of 500 (one per
+    // statement), earliest first.
+    let by_due = |su: &mut Client, queue: &str| -> Vec<Vec<i64>> {
+        su.query(
+            "SELECT array_agg(task_id ORDER BY task_id) FROM aedb_queue.task \
+             WHERE queue = $1 GROUP BY not_before ORDER BY not_before",
+            &[&queue],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+    };
+    let groups_one = by_due(&mut su, &one);
+    let groups_many = by_due(&mut su, &many);
+    for groups in [&groups_one, &groups_many] {
+        assert_eq!(
+            groups.iter().map(Vec::len).collect::<Vec<_>>(),
+            vec![GROUP; GROUPS],
+            "timers by due time"
+        );
+    }
+    let first_due = |groups: &[Vec<i64>], n: usize| -> Vec<i64> {
+        let mut ids: Vec<i64> = groups[..n].concat();
+        ids.sort();
+        ids
+    };
+    assert_eq!(state_counts(&mut su, &one), counts(&[("scheduled", 2500)]));
+
+    let due: SystemTime = su
+        .query_one(
+            "SELECT max(not_before) FROM aedb_queue.task WHERE queue = ANY($1::text[])",
+            &[&vec![one.clone(), many.clone()]],
+        )
+        .unwrap()
+        .get(0);
+    sleep_until_server_time(&mut su, due, Duration::from_millis(300));
+    assert_eq!(
+        state_counts(&mut su, &one),
+        counts(&[("scheduled", 2500)]),
+        "nothing promotes timers but claims and reaps"
+    );
+
+    // First claim: 1,000 promoted (the two earliest-due groups), one served.
+    let got = claim(&mut w, &one, "w", "30 seconds", 1);
+    assert_eq!(
+        got.len(),
+        1,
+        "claimed {got:?}; states {:?}",
+        state_counts(&mut su, &one)
+    );
+    assert_eq!(
+        state_counts(&mut su, &one),
+        counts(&[("in_flight", 1), ("ready", 999), ("scheduled", 1500)]),
+        "after the first claim"
+    );
+    let promoted = promoted_ids(&mut su, &one);
+    assert_eq!(
+        promoted,
+        first_due(&groups_one, 2),
+        "the earliest-due 1,000"
+    );
+    assert_eq!(
+        got[0].task_id, promoted[0],
+        "served in id order once promoted"
+    );
+
+    // Second claim, same session: the next 1,000.
+    let got = claim(&mut w, &one, "w", "30 seconds", 1);
+    assert_eq!(
+        got.len(),
+        1,
+        "claimed {got:?}; states {:?}",
+        state_counts(&mut su, &one)
+    );
+    assert_eq!(
+        state_counts(&mut su, &one),
+        counts(&[("in_flight", 2), ("ready", 1998), ("scheduled", 500)]),
+        "after the second claim"
+    );
+    assert_eq!(promoted_ids(&mut su, &one), first_due(&groups_one, 4));
+
+    // The reaper takes the rest.
+    assert_eq!(
+        reap(&mut admin, Some(&one)),
+        Reaped {
+            promoted: 500,
+            reclaimed: 0,
+            dead_lettered: 0
+        }
+    );
+    assert_eq!(
+        state_counts(&mut su, &one),
+        counts(&[("in_flight", 2), ("ready", 2498)])
+    );
+
+    // max above 1,000: max timers promoted, and all of them served.
+    let got = claim(&mut w, &many, "w", "30 seconds", 1500);
+    assert_eq!(got.len(), 1500);
+    assert_eq!(
+        state_counts(&mut su, &many),
+        counts(&[("in_flight", 1500), ("scheduled", 1000)]),
+        "after a claim with max => 1500"
+    );
+    assert_eq!(promoted_ids(&mut su, &many), first_due(&groups_many, 3));
 }
