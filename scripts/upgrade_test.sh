@@ -42,7 +42,7 @@ postgres_dir "$(dirname "$WORK")"
 AEDB_CLUSTER_DIR=$WORK AEDB_PORT=$PORT bash scripts/cluster.sh start >/dev/null
 trap 'AEDB_CLUSTER_DIR=$WORK bash scripts/cluster.sh stop >/dev/null' EXIT
 sql() { "$PG_BIN/psql" -h 127.0.0.1 -p "$PORT" -U postgres -X -q -v ON_ERROR_STOP=1 "$@"; }
-for db in upgraded updated fresh; do
+for db in upgraded updated fresh confined refused; do
     PGOPTIONS='-c client_min_messages=warning' sql -d postgres -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db"
 done
 
@@ -101,6 +101,31 @@ for db in "${compared[@]}"; do
         failed+=("b: the schema of database $db differs from a fresh install (diff above: - fresh, + $db); fix sql/aedb_queue--*--$TO.sql")
     fi
 done
+
+# c. Versions with per-queue grants (0.2.0 on): in 0.3.0 confinement is a
+#    row of its own. A role that held a grant stays confined; a grant held
+#    by one of the extension's own roles stops the update, which says why.
+if [ "$FROM" != 0.1.0 ]; then
+    echo "c. $FROM's grants: their holders stay confined; a group role's grant stops the update"
+    sql -d confined -c "DO \$\$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'upgrade_tenant') THEN CREATE ROLE upgrade_tenant; END IF; END \$\$"
+    got=$(sql -d confined -At -c "CREATE EXTENSION aedb_queue VERSION '$FROM'" \
+              -c "SELECT aedb_queue.queue_grant('t.*', 'upgrade_tenant', 'worker')" \
+              -c "ALTER EXTENSION aedb_queue UPDATE" \
+              -c "SELECT count(*) FROM aedb_queue.confined_role WHERE role = 'upgrade_tenant'::regrole")
+    [ "$(echo "$got" | tail -1)" = 1 ] && echo "   upgrade_tenant is confined after the update" ||
+        failed+=("c: the role holding a $FROM grant is not confined after the update (got: $got)")
+    sql -d refused -c "CREATE EXTENSION aedb_queue VERSION '$FROM'" \
+        -c "INSERT INTO aedb_queue.queue_grant VALUES ('aedb_queue_worker', 't.*', 'worker')"
+    if out=$(sql -d refused -c "ALTER EXTENSION aedb_queue UPDATE" 2>&1); then
+        failed+=("c: the update ran although aedb_queue_worker holds a grant")
+    elif ! echo "$out" | grep -q "no longer lets the extension's own roles hold per-queue grants"; then
+        failed+=("c: the update failed for another reason: $out")
+    elif [ "$(sql -d refused -At -c "SELECT extversion FROM pg_extension WHERE extname = 'aedb_queue'")" != "$FROM" ]; then
+        failed+=("c: the refused update changed the version")
+    else
+        echo "   refused while aedb_queue_worker holds a grant; still $FROM"
+    fi
+fi
 
 if ((${#failed[@]})); then
     printf '\nupgrade test FAILED (%s -> %s):\n' "$FROM" "$TO" >&2
