@@ -212,14 +212,24 @@ impl Cluster {
         c
     }
 
+    /// A session of login role `user` that starts as `role`, as
+    /// `PGOPTIONS='-c role=...'` (or a pooler's connect options) would make it.
+    pub fn connect_as_with_role_option(&self, user: &str, role: &str) -> Client {
+        self.connect_with_options(DB_NAME, user, &format!("-c role={role}"))
+    }
+
     fn connect_db(&self, db: &str) -> Client {
         self.connect_db_as(db, SUPERUSER)
     }
 
     fn connect_db_as(&self, db: &str, user: &str) -> Client {
+        self.connect_with_options(db, user, "")
+    }
+
+    fn connect_with_options(&self, db: &str, user: &str, options: &str) -> Client {
         let conn = format!(
             "host=127.0.0.1 port={} user={user} dbname={db} connect_timeout=20 \
-             application_name=aedb_itests options='-c statement_timeout=30000'",
+             application_name=aedb_itests options='-c statement_timeout=30000 {options}'",
             self.port
         );
         let mut last = None;

@@ -117,3 +117,55 @@ fn a_pause_committed_elsewhere_stops_the_next_claim() {
     tx.commit().unwrap();
     assert!(claim_one(&mut worker, &queue, "w", "30 seconds").is_some());
 }
+
+/// A role chosen at connect time (`PGOPTIONS='-c role=aedb_queue_admin'`,
+/// or a pooler's startup options) keeps the login role confined: every
+/// identity of the session is checked, the login role among them.
+#[test]
+fn a_role_option_at_connect_time_does_not_free_a_confined_login() {
+    let cluster = Cluster::shared();
+    let tenant = unique_queue("connect_tenant");
+    let own = format!("{tenant}.jobs");
+    let other = unique_queue("connect_other");
+    cluster
+        .connect()
+        .batch_execute(&format!(
+            "CREATE ROLE {tenant} LOGIN; GRANT aedb_queue_admin TO {tenant};"
+        ))
+        .unwrap();
+    let mut admin = cluster.connect_as(ADMIN);
+    admin
+        .query_one(
+            "SELECT aedb_queue.queue_grant($1::text, $2::text, 'admin')",
+            &[&format!("{tenant}.*"), &tenant],
+        )
+        .unwrap();
+    let mut producer = cluster.connect_as(PRODUCER);
+    enqueue(&mut producer, &own, &json!({ "own": 1 }));
+    enqueue(&mut producer, &other, &json!({ "other": 1 }));
+
+    let mut session = cluster.connect_as_with_role_option(&tenant, "aedb_queue_admin");
+    let who = session
+        .query_one("SELECT current_user::text, session_user::text", &[])
+        .unwrap();
+    assert_eq!(who.get::<_, String>(0), "aedb_queue_admin");
+    assert_eq!(who.get::<_, String>(1), tenant);
+    for sql in [
+        "SELECT task_id FROM aedb_queue.queue_claim($1::text, 'w')",
+        "SELECT aedb_queue.queue_purge($1::text, 'ready')",
+        "SELECT task_id FROM aedb_queue.queue_list($1::text)",
+    ] {
+        assert_eq!(
+            sqlstate_of(session.query(sql, &[&other])),
+            Some("42501".to_string()),
+            "{sql} on another tenant's queue"
+        );
+    }
+    let own_claim = session
+        .query(
+            "SELECT task_id FROM aedb_queue.queue_claim($1::text, 'w')",
+            &[&own],
+        )
+        .unwrap();
+    assert_eq!(own_claim.len(), 1, "its own queue still works");
+}
