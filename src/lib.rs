@@ -49,6 +49,7 @@ extension_sql_file!("../sql/security.sql", name = "security", finalize);
 pub extern "C-unwind" fn _PG_init() {
     guc::register();
     cache::register();
+    store::planner::register();
 }
 
 /// Hooks for `cargo pgrx test`.

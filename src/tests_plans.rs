@@ -167,11 +167,66 @@ mod tests {
                 nodes.iter().all(|(kind, _, _)| kind != "Seq Scan"),
                 "{name} scans the task table: {nodes:?}"
             );
+            // And planned as execute plans it, through the planner hook.
+            assert_eq!(
+                crate::store::planner::seq_scans_of(stmt),
+                0,
+                "{name}, as executed"
+            );
         }
         // The planner settings are the statement's only: the session's are back.
         assert_eq!(
             Spi::get_one::<String>("SELECT current_setting('enable_seqscan')").unwrap(),
             Some("on".into())
+        );
+    }
+
+    /// The same through the real calls: plans made by the planner hook on a
+    /// never-analyzed table, and the transaction's own scan counters show
+    /// that no statement of enqueue, claim, complete, fail or reap scanned
+    /// the table; the session's settings stay as they were.
+    #[pg_test]
+    fn real_calls_on_a_never_analyzed_table_never_scan_it() {
+        exec(
+            "UPDATE pg_catalog.pg_class SET relpages = 0, reltuples = -1, relallvisible = 0
+             WHERE oid = 'aedb_queue.task'::regclass",
+        );
+        let id = enqueue("never", "");
+        enqueue("never", "");
+        exec("SELECT count(*) FROM aedb_queue.queue_enqueue_batch('never', array_fill('{}'::jsonb, ARRAY[3]))");
+        let (claimed, token) = claim_one("never");
+        assert_eq!(claimed, id);
+        assert_eq!(complete("never", id, token, ""), "applied");
+        let (next, token) = claim_one("never");
+        assert_eq!(fail("never", next, token, ""), "applied");
+        exec("SELECT * FROM aedb_queue.queue_reap('never')");
+        assert_eq!(
+            one::<i64>("SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relid = 'aedb_queue.task'::regclass"),
+            0
+        );
+        assert_eq!(
+            one::<String>("SELECT current_setting('enable_seqscan')"),
+            "on"
+        );
+    }
+
+    /// User code that runs inside our statements (a trigger on our table)
+    /// plans and runs with the session's own enable_seqscan: only the
+    /// planning of our statements has it off. (It does run with our search
+    /// path, pg_catalog alone, as code inside a function with a SET
+    /// search_path clause would: it must qualify its names.)
+    #[pg_test]
+    fn user_code_inside_our_statements_keeps_the_sessions_planner_settings() {
+        exec("CREATE TEMP TABLE seen (setting text)");
+        exec(
+            "CREATE FUNCTION public.note_setting() RETURNS trigger LANGUAGE plpgsql
+             AS $$ BEGIN INSERT INTO pg_temp.seen VALUES (current_setting('enable_seqscan')); RETURN NEW; END $$",
+        );
+        exec("CREATE TRIGGER note BEFORE INSERT ON aedb_queue.task FOR EACH ROW EXECUTE FUNCTION public.note_setting()");
+        enqueue("noted", "");
+        assert_eq!(
+            one::<String>("SELECT string_agg(setting, ',') FROM seen"),
+            "on"
         );
     }
 

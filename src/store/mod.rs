@@ -16,6 +16,7 @@ mod admin;
 pub(crate) mod bulk;
 mod cron;
 mod owner;
+pub(crate) mod planner;
 mod rights;
 mod tasks;
 
@@ -29,7 +30,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use pgrx::datum::DatumWithOid;
-use pgrx::pg_sys::{self, PgBuiltInOids, PgOid};
+use pgrx::pg_sys::{PgBuiltInOids, PgOid};
 use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiHeapTupleData, SpiTupleTable};
 use pgrx::Spi;
 
@@ -88,7 +89,7 @@ pub(crate) fn execute<'conn>(
                 .collect();
             let plan = Rc::new(
                 client
-                    .prepare_mut(stmt.sql, &oids)
+                    .prepare_mut(planner::marked(stmt.sql).as_str(), &oids)
                     .map_err(internal)?
                     .keep(),
             );
@@ -96,7 +97,7 @@ pub(crate) fn execute<'conn>(
             plan
         }
     };
-    let _planner = PlannerSettings::enter();
+    let _generic = planner::GenericPlans::enter();
     if stmt.clock {
         // SAFETY: the same datums with the same type oids, plus the clock.
         let mut with_clock: Vec<DatumWithOid<'_>> = args
@@ -119,12 +120,16 @@ pub(crate) fn explain(stmt: &Statement) -> Result<serde_json::Value> {
         .into_iter()
         .map(|oid| {
             // SAFETY: a built-in type oid; the result is a palloc'd C string.
-            let name = unsafe { std::ffi::CStr::from_ptr(pg_sys::format_type_be(oid.into())) };
+            let name =
+                unsafe { std::ffi::CStr::from_ptr(pgrx::pg_sys::format_type_be(oid.into())) };
             name.to_string_lossy().into_owned()
         })
         .collect();
     let nulls = vec!["NULL"; types.len()].join(", ");
-    let _planner = PlannerSettings::enter();
+    // EXPLAIN EXECUTE plans the PREPARE's text, which the planner hook does
+    // not recognise as ours: set what the hook sets for the same plan.
+    let _generic = planner::GenericPlans::enter();
+    let _seqscan = planner::SeqscanOffForExplain::enter();
     Spi::connect_mut(|client| {
         client
             .update(
@@ -158,60 +163,6 @@ pub(crate) fn explain(stmt: &Statement) -> Result<serde_json::Value> {
             .map_err(internal)?;
         Ok(plan.0)
     })
-}
-
-/// The planner settings our statements run with, set through the GUC
-/// machinery exactly as a function's `SET` clause sets them (a new GUC nest
-/// level, saved values, restored when dropped or by the (sub)transaction
-/// abort on error). So the GUC stack stays consistent, and user code run
-/// inside our statements (a trigger someone put on our tables) sees them as
-/// it would inside `CREATE FUNCTION ... SET enable_seqscan = off`.
-///
-/// Generic plans: the plan cache would otherwise misjudge `LIMIT $n` and
-/// re-plan the claim on every call. No sequential scans: a generic plan
-/// lives as long as the backend's statistics, so one made while the table
-/// was empty or never analyzed (a fresh install, workers started before
-/// producers) would otherwise scan every task on each claim until the next
-/// ANALYZE; every statement here has an index path, which is right at any
-/// table size.
-struct PlannerSettings {
-    nest_level: std::ffi::c_int,
-}
-
-impl PlannerSettings {
-    fn enter() -> Self {
-        // SAFETY: what fmgr_security_definer does for a function's SET clause.
-        unsafe {
-            let nest_level = pg_sys::NewGUCNestLevel();
-            for (name, value) in [
-                (c"enable_seqscan", c"off"),
-                (c"plan_cache_mode", c"force_generic_plan"),
-            ] {
-                pg_sys::set_config_option(
-                    name.as_ptr(),
-                    value.as_ptr(),
-                    pg_sys::GucContext::PGC_USERSET,
-                    pg_sys::GucSource::PGC_S_SESSION,
-                    pg_sys::GucAction::GUC_ACTION_SAVE,
-                    true,
-                    0,
-                    false,
-                );
-            }
-            PlannerSettings { nest_level }
-        }
-    }
-}
-
-impl Drop for PlannerSettings {
-    fn drop(&mut self) {
-        // While unwinding, the abort restores them (and raising now would
-        // abort the backend).
-        if !std::thread::panicking() {
-            // SAFETY: closes the nest level `enter` opened.
-            unsafe { pg_sys::AtEOXact_GUC(true, self.nest_level) };
-        }
-    }
 }
 
 /// Which version's schema the database has: between installing this

@@ -1,0 +1,204 @@
+//! How our statements are planned: generic plans, and no sequential scans.
+//!
+//! Generic plans: the plan cache would otherwise misjudge `LIMIT $n` and
+//! re-plan the claim on every call. No sequential scans: a generic plan
+//! lives as long as the backend's statistics, so one made while the table
+//! was empty or never analyzed (a fresh install, workers started before
+//! producers) would otherwise scan every task on each claim until the next
+//! ANALYZE; every statement here has an index path, which is right at any
+//! table size.
+//!
+//! `enable_seqscan` is turned off by a planner hook only while the planner
+//! plans one of our statements (their text starts with [`MARKER`]), so no
+//! other query, and no user code (a trigger someone put on our tables),
+//! ever sees it. `plan_cache_mode` is read when a cached plan is chosen,
+//! outside the planner, so it is set for the statement through the GUC
+//! machinery, as a function's `SET` clause sets it (user code run inside
+//! our statement sees it too, and a `SET` of it made there lasts until our
+//! statement ends).
+
+use std::ffi::{c_char, c_int, CStr};
+
+use pgrx::pg_sys;
+
+/// The first bytes of every statement we prepare.
+const MARKER: &str = "/* aedb_queue */ ";
+
+/// `sql` marked as ours.
+pub(crate) fn marked(sql: &str) -> String {
+    format!("{MARKER}{sql}")
+}
+
+static mut PREVIOUS_PLANNER: pg_sys::planner_hook_type = None;
+
+pub(crate) fn register() {
+    // SAFETY: called once from _PG_init, chaining whatever hook was there.
+    unsafe {
+        PREVIOUS_PLANNER = pg_sys::planner_hook;
+        pg_sys::planner_hook = Some(plan);
+    }
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn plan(
+    parse: *mut pg_sys::Query,
+    query_string: *const c_char,
+    cursor_options: c_int,
+    bound_params: pg_sys::ParamListInfo,
+) -> *mut pg_sys::PlannedStmt {
+    let ours = !query_string.is_null()
+        && CStr::from_ptr(query_string)
+            .to_bytes()
+            .starts_with(MARKER.as_bytes());
+    let _seqscan = ours.then(SeqscanOff::enter);
+    match PREVIOUS_PLANNER {
+        Some(previous) => previous(parse, query_string, cursor_options, bound_params),
+        None => pg_sys::standard_planner(parse, query_string, cursor_options, bound_params),
+    }
+}
+
+/// `enable_seqscan = off` for the planning of one of our statements. The
+/// variable is written directly: nothing but the planner reads it in
+/// between, no user code runs while our statement is planned, and the
+/// value is restored before the planner returns (also when it raises).
+struct SeqscanOff {
+    saved: bool,
+}
+
+impl SeqscanOff {
+    fn enter() -> Self {
+        // SAFETY: a plain variable of this single-threaded backend.
+        unsafe {
+            let saved = pg_sys::enable_seqscan;
+            pg_sys::enable_seqscan = false;
+            SeqscanOff { saved }
+        }
+    }
+}
+
+impl Drop for SeqscanOff {
+    fn drop(&mut self) {
+        // SAFETY: as in `enter`; writing a bool cannot raise.
+        unsafe { pg_sys::enable_seqscan = self.saved };
+    }
+}
+
+/// A GUC nest level with the given settings, as fmgr opens one for a
+/// function's `SET` clause; closed when dropped, or by the (sub)transaction
+/// abort on error.
+struct SetClause {
+    nest_level: c_int,
+}
+
+impl SetClause {
+    fn enter(settings: &[(&CStr, &CStr)]) -> Self {
+        // SAFETY: what fmgr_security_definer does for a function's SET clause.
+        unsafe {
+            let nest_level = pg_sys::NewGUCNestLevel();
+            for (name, value) in settings {
+                pg_sys::set_config_option(
+                    name.as_ptr(),
+                    value.as_ptr(),
+                    pg_sys::GucContext::PGC_USERSET,
+                    pg_sys::GucSource::PGC_S_SESSION,
+                    pg_sys::GucAction::GUC_ACTION_SAVE,
+                    true,
+                    0,
+                    false,
+                );
+            }
+            SetClause { nest_level }
+        }
+    }
+}
+
+impl Drop for SetClause {
+    fn drop(&mut self) {
+        // While unwinding, the abort restores them (and raising now would
+        // abort the backend).
+        if !std::thread::panicking() {
+            // SAFETY: closes the nest level `enter` opened.
+            unsafe { pg_sys::AtEOXact_GUC(true, self.nest_level) };
+        }
+    }
+}
+
+/// Generic plans for the statement being executed.
+pub(crate) struct GenericPlans(#[allow(dead_code)] SetClause);
+
+impl GenericPlans {
+    pub(crate) fn enter() -> Self {
+        GenericPlans(SetClause::enter(&[(
+            c"plan_cache_mode",
+            c"force_generic_plan",
+        )]))
+    }
+}
+
+/// What the hook does, for `store::explain`, which plans through SQL.
+#[cfg(any(test, feature = "pg_test"))]
+pub(crate) struct SeqscanOffForExplain(#[allow(dead_code)] SetClause);
+
+#[cfg(any(test, feature = "pg_test"))]
+impl SeqscanOffForExplain {
+    pub(crate) fn enter() -> Self {
+        SeqscanOffForExplain(SetClause::enter(&[(c"enable_seqscan", c"off")]))
+    }
+}
+
+/// How many sequential scans the plan of `stmt` has, planned the way
+/// `store::execute` plans it: prepared through SPI with its marked text (so
+/// through the planner hook) under generic plans. For the plan tests: the
+/// EXPLAIN of `store::explain` goes through SQL, which the hook does not see.
+#[cfg(any(test, feature = "pg_test"))]
+pub(crate) fn seq_scans_of(stmt: &super::Statement) -> usize {
+    use pgrx::pg_sys::{NodeTag, Plan};
+
+    unsafe fn count(plan: *mut Plan) -> usize {
+        if plan.is_null() {
+            return 0;
+        }
+        let mut n = usize::from((*plan).type_ == NodeTag::T_SeqScan);
+        n += count((*plan).lefttree) + count((*plan).righttree);
+        let children: *mut pg_sys::List = match (*plan).type_ {
+            NodeTag::T_Append => (*(plan as *mut pg_sys::Append)).appendplans,
+            NodeTag::T_MergeAppend => (*(plan as *mut pg_sys::MergeAppend)).mergeplans,
+            _ => std::ptr::null_mut(),
+        };
+        n + plans_in(children)
+    }
+    unsafe fn plans_in(list: *mut pg_sys::List) -> usize {
+        if list.is_null() {
+            return 0;
+        }
+        (0..(*list).length)
+            .map(|i| count(pg_sys::list_nth(list, i) as *mut Plan))
+            .sum()
+    }
+
+    let sql = std::ffi::CString::new(marked(stmt.sql)).expect("no NUL in our SQL");
+    let mut types: Vec<pg_sys::Oid> = stmt
+        .parameter_types()
+        .into_iter()
+        .map(|t| pgrx::pg_sys::PgOid::BuiltIn(t).value())
+        .collect();
+    let _generic = GenericPlans::enter();
+    pgrx::Spi::connect(|_| {
+        // SAFETY: SPI is connected; the plan and cached plan are released
+        // before returning.
+        unsafe {
+            let plan = pg_sys::SPI_prepare(sql.as_ptr(), types.len() as c_int, types.as_mut_ptr());
+            assert!(!plan.is_null(), "SPI_prepare failed for {}", stmt.sql);
+            let cached = pg_sys::SPI_plan_get_cached_plan(plan);
+            let statements = (*cached).stmt_list;
+            let mut n = 0;
+            for i in 0..(*statements).length {
+                let planned = pg_sys::list_nth(statements, i) as *mut pg_sys::PlannedStmt;
+                n += count((*planned).planTree) + plans_in((*planned).subplans);
+            }
+            pg_sys::ReleaseCachedPlan(cached, std::ptr::null_mut());
+            pg_sys::SPI_freeplan(plan);
+            n
+        }
+    })
+}
