@@ -616,6 +616,47 @@ mod tests {
     }
 
     // ------------------------------------------------------------------
+    // A key that expires between the reserve and the lookup.
+    // ------------------------------------------------------------------
+
+    /// The reserve finds the key taken; before the lookup, the key expires
+    /// (here a statement trigger deletes it once, as queue_reap would). The
+    /// enqueue reserves again and creates the task, instead of failing.
+    #[pg_test]
+    fn a_key_expired_between_reserve_and_lookup_is_reserved_again() {
+        let first = enqueue("exp", ", idempotency_key => 'k'");
+        let (_, token) = claim_one("exp");
+        crate::tests::tests::complete("exp", first, token, "");
+        exec("CREATE TEMP TABLE expire_once (armed bool)");
+        exec("INSERT INTO pg_temp.expire_once VALUES (true)");
+        exec(
+            "CREATE FUNCTION public.expire_key_once() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+                 IF EXISTS (SELECT 1 FROM pg_temp.expire_once WHERE armed) THEN
+                     UPDATE pg_temp.expire_once SET armed = false;
+                     DELETE FROM aedb_queue.idempotency_key WHERE queue = 'exp' AND key = 'k';
+                 END IF;
+                 RETURN NULL;
+             END $$",
+        );
+        exec(
+            "CREATE TRIGGER expire_once AFTER INSERT ON aedb_queue.idempotency_key
+             FOR EACH STATEMENT EXECUTE FUNCTION public.expire_key_once()",
+        );
+        let (id, deduplicated): (Option<i64>, Option<bool>) =
+            Spi::get_two("SELECT * FROM aedb_queue.queue_enqueue('exp', idempotency_key => 'k')")
+                .unwrap();
+        assert_eq!(deduplicated, Some(false), "a new task under the freed key");
+        assert_ne!(id, Some(first));
+        assert_eq!(state_of("exp", id.unwrap()).as_deref(), Some("ready"));
+        assert_eq!(
+            one::<bool>("SELECT NOT armed FROM pg_temp.expire_once"),
+            true,
+            "the key did expire once"
+        );
+    }
+
+    // ------------------------------------------------------------------
     // 10. A batch settles each task at most once.
     // ------------------------------------------------------------------
 
