@@ -101,3 +101,51 @@ GRANT EXECUTE ON FUNCTION aedb_queue.schedule_reaper(interval), aedb_queue.unsch
 
 -- == 5. Trust: queue_reap() reads only the queues with work ===================
 CREATE INDEX queue_keeps_keys_idx ON aedb_queue.queue (name) WHERE keep_idempotency_keys IS NOT NULL;
+
+-- == 6. The task row said once: queue_get and queue_list return task_row ====
+-- Same columns as before, so SELECT * and named columns read the same.
+CREATE TYPE aedb_queue.task_row AS (
+    task_id         bigint,
+    queue           text,
+    state           text,
+    not_before      timestamptz,
+    priority        bigint,
+    attempts        integer,
+    max_attempts    integer,
+    owner_id        text,
+    fencing_token   bigint,
+    lease_deadline  timestamptz,
+    payload         jsonb,
+    progress        jsonb,
+    last_error      text,
+    idempotency_key text,
+    backoff_base    interval,
+    backoff_max     interval,
+    created_at      timestamptz,
+    updated_at      timestamptz,
+    result          jsonb,
+    completed_at    timestamptz
+);
+DROP FUNCTION aedb_queue.queue_get(text, bigint);
+DROP FUNCTION aedb_queue.queue_list(text, text, integer);
+
+CREATE  FUNCTION "queue_get"(
+	"queue" TEXT, /* Option < & str > */
+	"task_id" bigint /* Option < i64 > */
+) RETURNS SETOF aedb_queue.task_row /* RawTaskRow */
+STABLE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'queue_get_wrapper';
+
+CREATE  FUNCTION "queue_list"(
+	"queue" TEXT, /* Option < & str > */
+	"state" TEXT DEFAULT NULL, /* Option < & str > */
+	"limit" INT DEFAULT 100 /* Option < i32 > */
+) RETURNS SETOF aedb_queue.task_row /* RawTaskRow */
+STABLE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'queue_list_wrapper';
+
+REVOKE ALL ON FUNCTION aedb_queue.queue_get(text, bigint), aedb_queue.queue_list(text, text, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION aedb_queue.queue_get(text, bigint), aedb_queue.queue_list(text, text, integer)
+    TO aedb_queue_worker, aedb_queue_admin;

@@ -122,6 +122,32 @@ CREATE TABLE aedb_queue.completed_task (
 );
 CREATE INDEX completed_task_age_idx ON aedb_queue.completed_task (queue, completed_at);
 
+-- A task as queue_get and queue_list return it, live or kept after
+-- completion: the one definition of its columns (src/store/admin.rs builds
+-- the rows in this order).
+CREATE TYPE aedb_queue.task_row AS (
+    task_id         bigint,
+    queue           text,
+    state           text,
+    not_before      timestamptz,
+    priority        bigint,
+    attempts        integer,
+    max_attempts    integer,
+    owner_id        text,
+    fencing_token   bigint,
+    lease_deadline  timestamptz,
+    payload         jsonb,
+    progress        jsonb,
+    last_error      text,
+    idempotency_key text,
+    backoff_base    interval,
+    backoff_max     interval,
+    created_at      timestamptz,
+    updated_at      timestamptz,
+    result          jsonb,
+    completed_at    timestamptz
+);
+
 -- Per-queue grants (queue_grant): a role holding any is confined to them.
 CREATE TABLE aedb_queue.queue_grant (
     role      regrole NOT NULL,

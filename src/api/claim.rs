@@ -6,9 +6,9 @@ use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::prelude::*;
 
 use super::{checked_name, positive_interval, required};
+use crate::datum::RawJsonb;
 use crate::errors::run;
 use crate::guc;
-use crate::jsonb::RawJsonb;
 use crate::security;
 use crate::store;
 

@@ -7,8 +7,8 @@ use pgrx::datum::Interval;
 use pgrx::prelude::*;
 
 use super::{checked_json, checked_name, checked_size, interval, micros, required};
+use crate::datum::{RawJsonb, RawJsonbArray};
 use crate::errors::{internal, run, Result};
-use crate::jsonb::{RawJsonb, RawJsonbArray};
 use crate::security;
 use crate::store::{self, NewTask, QueueSettings};
 

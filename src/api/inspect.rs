@@ -2,102 +2,22 @@
 
 use aedb_queue_core::grants::{Action, Pattern};
 use aedb_queue_core::validate;
-use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::prelude::*;
 
 use super::{checked_name, required};
+use crate::datum::RawTaskRow;
 use crate::errors::run;
-use crate::jsonb::RawJsonb;
 use crate::security;
-use crate::store::{self, TaskRecord};
-
-/// A `queue_get` / `queue_list` row; the column names are in their signatures.
-type TaskRow = (
-    i64,                           // task_id
-    String,                        // queue
-    String,                        // state
-    Option<TimestampWithTimeZone>, // not_before
-    i64,                           // priority
-    i32,                           // attempts
-    i32,                           // max_attempts
-    Option<String>,                // owner_id
-    i64,                           // fencing_token
-    Option<TimestampWithTimeZone>, // lease_deadline
-    Option<RawJsonb>,              // payload
-    Option<RawJsonb>,              // progress
-    Option<String>,                // last_error
-    Option<String>,                // idempotency_key
-    Option<Interval>,              // backoff_base
-    Option<Interval>,              // backoff_max
-    TimestampWithTimeZone,         // created_at
-    TimestampWithTimeZone,         // updated_at
-    Option<RawJsonb>,              // result
-    Option<TimestampWithTimeZone>, // completed_at
-);
-
-fn row(t: TaskRecord) -> TaskRow {
-    (
-        t.task_id,
-        t.queue,
-        t.state,
-        t.not_before,
-        t.priority,
-        t.attempts,
-        t.max_attempts,
-        t.owner_id,
-        t.fencing_token,
-        t.lease_deadline,
-        t.payload,
-        t.progress,
-        t.last_error,
-        t.idempotency_key,
-        t.backoff_base,
-        t.backoff_max,
-        t.created_at,
-        t.updated_at,
-        t.result,
-        t.completed_at,
-    )
-}
+use crate::store;
 
 /// One task of the queue, live or (when the queue keeps them) completed.
 #[pg_extern(stable)]
-#[allow(clippy::type_complexity)]
-fn queue_get(
-    queue: Option<&str>,
-    task_id: Option<i64>,
-) -> TableIterator<
-    'static,
-    (
-        name!(task_id, i64),
-        name!(queue, String),
-        name!(state, String),
-        name!(not_before, Option<TimestampWithTimeZone>),
-        name!(priority, i64),
-        name!(attempts, i32),
-        name!(max_attempts, i32),
-        name!(owner_id, Option<String>),
-        name!(fencing_token, i64),
-        name!(lease_deadline, Option<TimestampWithTimeZone>),
-        name!(payload, Option<RawJsonb>),
-        name!(progress, Option<RawJsonb>),
-        name!(last_error, Option<String>),
-        name!(idempotency_key, Option<String>),
-        name!(backoff_base, Option<Interval>),
-        name!(backoff_max, Option<Interval>),
-        name!(created_at, TimestampWithTimeZone),
-        name!(updated_at, TimestampWithTimeZone),
-        name!(result, Option<RawJsonb>),
-        name!(completed_at, Option<TimestampWithTimeZone>),
-    ),
-> {
+fn queue_get(queue: Option<&str>, task_id: Option<i64>) -> SetOfIterator<'static, RawTaskRow> {
     run(|| {
         let queue = checked_name("queue", queue)?;
         let task_id = required("task_id", task_id)?;
         security::authorize(Action::Read, queue)?;
-        Ok(TableIterator::new(
-            store::get_task(queue, task_id)?.into_iter().map(row),
-        ))
+        Ok(SetOfIterator::new(store::get_task(queue, task_id)?))
     })
 }
 
@@ -105,36 +25,11 @@ fn queue_get(
 /// by lease deadline, scheduled by due time, dead oldest first, completed
 /// newest first; or only those of `state`.
 #[pg_extern(stable)]
-#[allow(clippy::type_complexity)]
 fn queue_list(
     queue: Option<&str>,
     state: default!(Option<&str>, "NULL"),
     limit: default!(Option<i32>, 100),
-) -> TableIterator<
-    'static,
-    (
-        name!(task_id, i64),
-        name!(queue, String),
-        name!(state, String),
-        name!(not_before, Option<TimestampWithTimeZone>),
-        name!(priority, i64),
-        name!(attempts, i32),
-        name!(max_attempts, i32),
-        name!(owner_id, Option<String>),
-        name!(fencing_token, i64),
-        name!(lease_deadline, Option<TimestampWithTimeZone>),
-        name!(payload, Option<RawJsonb>),
-        name!(progress, Option<RawJsonb>),
-        name!(last_error, Option<String>),
-        name!(idempotency_key, Option<String>),
-        name!(backoff_base, Option<Interval>),
-        name!(backoff_max, Option<Interval>),
-        name!(created_at, TimestampWithTimeZone),
-        name!(updated_at, TimestampWithTimeZone),
-        name!(result, Option<RawJsonb>),
-        name!(completed_at, Option<TimestampWithTimeZone>),
-    ),
-> {
+) -> SetOfIterator<'static, RawTaskRow> {
     run(|| {
         let queue = checked_name("queue", queue)?;
         if let Some(state) = state {
@@ -142,8 +37,7 @@ fn queue_list(
         }
         let limit = validate::list_limit(required("limit", limit)?)?;
         security::authorize(Action::Read, queue)?;
-        let tasks = store::list_tasks(queue, state, limit)?;
-        Ok(TableIterator::new(tasks.into_iter().map(row)))
+        Ok(SetOfIterator::new(store::list_tasks(queue, state, limit)?))
     })
 }
 

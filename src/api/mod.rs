@@ -14,9 +14,9 @@ use aedb_queue_core::validate;
 pub(crate) use aedb_queue_core::validate::required;
 use pgrx::datum::Interval;
 
+use crate::datum::RawJsonb;
 use crate::errors::Result;
 use crate::guc;
-use crate::jsonb::RawJsonb;
 use crate::store::QueueSettings;
 
 pub(crate) use crate::duration::{interval, micros};

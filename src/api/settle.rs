@@ -10,9 +10,9 @@ use std::collections::HashSet;
 
 use super::enqueue::CheckedEnqueue;
 use super::{checked_json, checked_name, interval, micros, positive_interval, required};
+use crate::datum::{follow_up_specs, RawJsonb};
 use crate::errors::{run, Result};
 use crate::guc;
-use crate::jsonb::{follow_up_specs, RawJsonb};
 use crate::outcome::Outcome;
 use crate::security;
 use crate::store;

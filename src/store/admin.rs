@@ -4,7 +4,7 @@
 use std::cell::RefCell;
 
 use aedb_queue_core::validate::RetryDefaults;
-use pgrx::datum::{Interval, TimestampWithTimeZone};
+use pgrx::datum::Interval;
 use pgrx::spi::SpiHeapTupleData;
 
 use super::{
@@ -12,9 +12,9 @@ use super::{
     INTERVAL, JSONB, TEXT,
 };
 use crate::cache::{self, Copies, Topic};
+use crate::datum::{RawJsonb, RawTaskRow};
 use crate::duration::micros;
 use crate::errors::{internal, Result};
-use crate::jsonb::RawJsonb;
 
 /// One queue's settings; every field `None` (or false) for a queue never configured.
 #[derive(Debug, Clone, Default)]
@@ -160,26 +160,28 @@ static NOTIFY: Statement = Statement {
     clock: false,
 };
 
+/// A live task as a task row, in the column order of aedb_queue.task_row.
 macro_rules! task_record_select {
     ($where:literal) => {
         concat!(
-            "SELECT task_id, queue, state::text, not_before, priority, attempts, max_attempts,
-                    owner_id, fencing_token, lease_deadline, payload, progress, last_error,
-                    idempotency_key, backoff_base, backoff_max, created_at, updated_at,
-                    NULL::jsonb AS result, NULL::timestamptz AS completed_at
+            "SELECT ROW(task_id, queue, state::text, not_before, priority, attempts, max_attempts,
+                        owner_id, fencing_token, lease_deadline, payload, progress, last_error,
+                        idempotency_key, backoff_base, backoff_max, created_at, updated_at,
+                        NULL::jsonb, NULL::timestamptz)
              FROM aedb_queue.task t ",
             $where
         )
     };
 }
 
+/// A kept completed task as a task row.
 macro_rules! completed_record_select {
     ($where:literal) => {
         concat!(
-            "SELECT task_id, queue, 'completed', NULL::timestamptz, priority, attempts,
-                    max_attempts, owner_id, fencing_token, NULL::timestamptz, payload, progress,
-                    NULL::text, idempotency_key, NULL::interval, NULL::interval, created_at,
-                    completed_at, result, completed_at
+            "SELECT ROW(task_id, queue, 'completed'::text, NULL::timestamptz, priority, attempts,
+                        max_attempts, owner_id, fencing_token, NULL::timestamptz, payload, progress,
+                        NULL::text, idempotency_key, NULL::interval, NULL::interval, created_at,
+                        completed_at, result, completed_at)
              FROM aedb_queue.completed_task t ",
             $where
         )
@@ -402,75 +404,26 @@ pub fn notify(queue: &str) -> Result<()> {
     })
 }
 
-/// One task as `queue_get` and `queue_list` show it (live or completed).
-pub struct TaskRecord {
-    pub task_id: i64,
-    pub queue: String,
-    pub state: String,
-    pub not_before: Option<TimestampWithTimeZone>,
-    pub priority: i64,
-    pub attempts: i32,
-    pub max_attempts: i32,
-    pub owner_id: Option<String>,
-    pub fencing_token: i64,
-    pub lease_deadline: Option<TimestampWithTimeZone>,
-    pub payload: Option<RawJsonb>,
-    pub progress: Option<RawJsonb>,
-    pub last_error: Option<String>,
-    pub idempotency_key: Option<String>,
-    pub backoff_base: Option<Interval>,
-    pub backoff_max: Option<Interval>,
-    pub created_at: TimestampWithTimeZone,
-    pub updated_at: TimestampWithTimeZone,
-    pub result: Option<RawJsonb>,
-    pub completed_at: Option<TimestampWithTimeZone>,
-}
-
-fn task_record(row: &SpiHeapTupleData<'_>) -> Result<TaskRecord> {
-    Ok(TaskRecord {
-        task_id: required_column(row, 1)?,
-        queue: required_column(row, 2)?,
-        state: required_column(row, 3)?,
-        not_before: column(row, 4)?,
-        priority: required_column(row, 5)?,
-        attempts: required_column(row, 6)?,
-        max_attempts: required_column(row, 7)?,
-        owner_id: column(row, 8)?,
-        fencing_token: required_column(row, 9)?,
-        lease_deadline: column(row, 10)?,
-        payload: column(row, 11)?,
-        progress: column(row, 12)?,
-        last_error: column(row, 13)?,
-        idempotency_key: column(row, 14)?,
-        backoff_base: column(row, 15)?,
-        backoff_max: column(row, 16)?,
-        created_at: required_column(row, 17)?,
-        updated_at: required_column(row, 18)?,
-        result: column(row, 19)?,
-        completed_at: column(row, 20)?,
-    })
-}
-
-pub fn get_task(queue: &str, task_id: i64) -> Result<Option<TaskRecord>> {
+/// The task (live, or kept after completion) as a task row.
+pub fn get_task(queue: &str, task_id: i64) -> Result<Option<RawTaskRow>> {
     with_client(|client| {
         let table = execute(client, &GET_TASK, &[queue.into(), task_id.into()])?;
-        table
-            .into_iter()
-            .next()
-            .map(|row| task_record(&row))
-            .transpose()
+        match table.into_iter().next() {
+            Some(row) => column(&row, 1),
+            None => Ok(None),
+        }
     })
 }
 
 /// Up to `limit` tasks of the queue, of one state or of all.
-pub fn list_tasks(queue: &str, state: Option<&str>, limit: i32) -> Result<Vec<TaskRecord>> {
+pub fn list_tasks(queue: &str, state: Option<&str>, limit: i32) -> Result<Vec<RawTaskRow>> {
     with_client(|client| {
         execute(
             client,
             &LIST_TASKS,
             &[queue.into(), state.into(), limit.into()],
         )?
-        .map(|row| task_record(&row))
+        .map(|row| required_column(&row, 1))
         .collect()
     })
 }

@@ -12,9 +12,9 @@ use super::{
     column, execute, first_i64, required_column, with_client, Statement, BOOL, INT4, INT8,
     INT8_ARRAY, INTERVAL, JSONB, JSONB_ARRAY, TEXT, TIMESTAMPTZ,
 };
+use crate::datum::RawJsonb;
 use crate::errors::{internal, Result};
 use crate::guc;
-use crate::jsonb::RawJsonb;
 use pgrx::{pg_sys, FromDatum, IntoDatum};
 
 use super::bulk::{self, Values};

@@ -1,4 +1,5 @@
-//! jsonb values kept as the Postgres datums they already are.
+//! Values kept as the Postgres datums they already are: jsonb, jsonb[], and
+//! task rows.
 //!
 //! pgrx's `JsonB` parses every value into a `serde_json::Value` and prints it
 //! back on the way out; payloads only pass through the queue, so that work is
@@ -75,6 +76,13 @@ macro_rules! raw_datum_type {
 
 raw_datum_type!(RawJsonb, pg_sys::JSONBOID, "jsonb");
 raw_datum_type!(RawJsonbArray, pg_sys::JSONBARRAYOID, "jsonb[]");
+// A task as `queue_get` and `queue_list` return it: a row of type
+// aedb_queue.task_row (sql/schema.sql, the one definition of its columns),
+// built by the statement (`store::admin`) and handed back untouched. In SPI
+// results it is an anonymous record of the same columns, which is what a
+// function declared to return task_row (or 0.2.0's TABLE of the same
+// columns) may return.
+raw_datum_type!(RawTaskRow, pg_sys::RECORDOID, "aedb_queue.task_row");
 
 impl RawJsonb {
     /// Bytes of the uncompressed jsonb value (what `aedb_queue.max_payload_bytes` limits).
