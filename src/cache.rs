@@ -107,6 +107,17 @@ unsafe extern "C-unwind" fn on_role_change(_arg: pg_sys::Datum, _cache: i32, _ha
     bump(Topic::Rights);
 }
 
+/// Takes in the invalidations other sessions committed, at the start of
+/// every call (`errors::run`). Postgres does so at transaction start and
+/// when a lock is first taken, not at every statement: a call in a
+/// transaction that already holds every lock it needs would otherwise keep
+/// using a copy another session changed since (a revoked grant, a pause).
+/// Cheap when nothing is pending.
+pub fn catch_up() {
+    // SAFETY: processes pending invalidation messages (our callbacks run).
+    unsafe { pg_sys::AcceptInvalidationMessages() };
+}
+
 /// Sends the invalidation that drops every backend's copies of `table`.
 pub fn invalidate_relation(relid: Oid) {
     // SAFETY: registers an invalidation message for an existing relation.
@@ -116,13 +127,6 @@ pub fn invalidate_relation(relid: Oid) {
 /// The current generation of `topic` (take it before reading a value to
 /// cache), with the watched relations looked up first.
 pub fn generation(topic: Topic) -> (u64, u64) {
-    // Postgres takes in invalidations at transaction start and when a lock
-    // is first taken, not at every statement: a call in a transaction that
-    // already holds every lock it needs would otherwise keep using a copy
-    // another session changed since (a revoked grant, a pause). Cheap when
-    // nothing is pending.
-    // SAFETY: processes pending invalidation messages (our callbacks run).
-    unsafe { pg_sys::AcceptInvalidationMessages() };
     let catalog = GENERATIONS.with(|g| g[Topic::Catalog as usize].get());
     WATCHED.with(|w| {
         if let Ok(mut w) = w.try_borrow_mut() {

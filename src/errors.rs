@@ -43,9 +43,12 @@ fn hint(error: &QueueError) -> Option<String> {
     fixed.map(str::to_string)
 }
 
-/// Runs an entry point's body, raising its error (if any) as a Postgres ERROR.
+/// Runs an entry point's body, raising its error (if any) as a Postgres
+/// ERROR; every call starts by reading the clock and taking in other
+/// sessions' committed changes to what this backend keeps copies of.
 pub fn run<T>(body: impl FnOnce() -> Result<T>) -> T {
     crate::clock::start_call();
+    crate::cache::catch_up();
     match body() {
         Ok(value) => value,
         Err(error) => raise(error),

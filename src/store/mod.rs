@@ -97,7 +97,6 @@ pub(crate) fn execute<'conn>(
             plan
         }
     };
-    let _generic = planner::GenericPlans::enter();
     if stmt.clock {
         // SAFETY: the same datums with the same type oids, plus the clock.
         let mut with_clock: Vec<DatumWithOid<'_>> = args
@@ -213,11 +212,13 @@ pub fn schema_current() -> bool {
     schema_level() >= SchemaLevel::V020
 }
 
-/// Runs `body` with an SPI connection, as the extension's owner and with a
-/// fixed search_path (see `security`): callers need no rights on our tables,
-/// and no object of theirs can stand in for one our statements use.
+/// Runs `body` with an SPI connection, as the extension's owner with names
+/// resolved in pg_catalog only (`owner`), and generic plans (`planner`):
+/// callers need no rights on our tables, and no object of theirs can stand
+/// in for one our statements use.
 pub(crate) fn with_client<R>(body: impl FnOnce(&mut SpiClient<'_>) -> Result<R>) -> Result<R> {
     let _rights = OwnerRights::enter()?;
+    let _generic = planner::GenericPlans::enter();
     Spi::connect_mut(body)
 }
 
