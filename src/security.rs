@@ -8,7 +8,7 @@
 //! `role` option at connect time, nor calling through someone else's
 //! SECURITY DEFINER function sheds a confinement.
 
-use aedb_queue_core::grants::{Action, Pattern, Rights};
+use aedb_queue_core::grants::{self, Action, Pattern, Rights};
 use aedb_queue_core::QueueError;
 use pgrx::pg_sys::{self, Oid};
 
@@ -44,31 +44,23 @@ pub fn authorize_pattern(action: Action, target: &Pattern, shown: &str) -> Resul
 
 /// Whether every identity of the session may do `action` on `target`.
 pub fn may(action: Action, target: &Pattern) -> Result<bool> {
-    for role in identities() {
-        if !rights_of(role)?.allows(action, target) {
-            return Ok(false);
-        }
-    }
-    Ok(true)
+    Ok(grants::all_allow(&identity_rights()?, action, target))
 }
 
 /// Checks that no identity of the session is confined: what spans every
 /// queue (reaping them all, the pg_cron job, confining roles) is for
 /// unconfined admins and superusers only.
 pub fn require_unconfined(operation: &str) -> Result<()> {
-    for role in identities() {
-        if rights_of(role)?.is_confined() {
-            return Err(QueueError::Confined {
-                operation: operation.to_string(),
-            });
-        }
+    if identity_rights()?.iter().any(Rights::is_confined) {
+        return Err(QueueError::Confined {
+            operation: operation.to_string(),
+        });
     }
     Ok(())
 }
 
-/// The rights of each identity of the session, for checks that compare
-/// them with something other than one queue (whose grants an admin may
-/// change): each identity must pass on its own.
+/// The rights of each identity of the session; a check passes only when
+/// each of them passes it on its own.
 pub fn identity_rights() -> Result<Vec<Rights>> {
     identities().into_iter().map(rights_of).collect()
 }
