@@ -6,6 +6,7 @@
 //! Durations are a number of seconds (`90`, `0.5`) or text made of
 //! `<number> <unit>` pairs (`"5 minutes"`, `"1 hour 30 min"`, `"250 ms"`).
 
+use crate::validate::at_most;
 use crate::QueueError;
 
 /// Most follow-ups one completion may enqueue (SQLSTATE 54000 above).
@@ -58,25 +59,12 @@ pub fn check_follow_ups_size(
     bytes: usize,
     payload_limit: usize,
 ) -> Result<(), QueueError> {
-    let limit = MAX_FOLLOW_UPS_BYTES.max(payload_limit);
-    if bytes > limit {
-        return Err(QueueError::limit(
-            arg,
-            format!("is {bytes} bytes, more than {limit}"),
-        ));
-    }
-    Ok(())
+    at_most(arg, bytes, MAX_FOLLOW_UPS_BYTES.max(payload_limit), "bytes")
 }
 
 /// Checks the number of specs, before any is read.
 pub fn check_follow_ups_count(arg: &str, count: usize) -> Result<(), QueueError> {
-    if count > MAX_FOLLOW_UPS {
-        return Err(QueueError::limit(
-            arg,
-            format!("has {count} specs, more than {MAX_FOLLOW_UPS}"),
-        ));
-    }
-    Ok(())
+    at_most(arg, count, MAX_FOLLOW_UPS, "specs")
 }
 
 /// The error for a `follow_ups` argument that is not an array (JSON `null` means none).

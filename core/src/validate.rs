@@ -81,24 +81,25 @@ fn in_range(arg: &str, value: i32, low: i32, high: i32) -> Result<i32, QueueErro
     Ok(value)
 }
 
-pub fn batch_length(arg: &str, len: usize) -> Result<(), QueueError> {
-    if len > MAX_BATCH {
+/// The one shape of every fixed cap: `value` (`what`: "elements",
+/// "bytes", "specs") may be at most `limit`; SQLSTATE 54000 above it.
+pub fn at_most(arg: &str, value: usize, limit: usize, what: &str) -> Result<(), QueueError> {
+    if value > limit {
+        let verb = if what == "bytes" { "is" } else { "has" };
         return Err(QueueError::limit(
             arg,
-            format!("has {len} elements, more than {MAX_BATCH}"),
+            format!("{verb} {value} {what}, more than {limit}"),
         ));
     }
     Ok(())
 }
 
+pub fn batch_length(arg: &str, len: usize) -> Result<(), QueueError> {
+    at_most(arg, len, MAX_BATCH, "elements")
+}
+
 pub fn error_text(arg: &str, bytes: usize) -> Result<(), QueueError> {
-    if bytes > MAX_ERROR_BYTES {
-        return Err(QueueError::limit(
-            arg,
-            format!("is {bytes} bytes, more than {MAX_ERROR_BYTES}"),
-        ));
-    }
-    Ok(())
+    at_most(arg, bytes, MAX_ERROR_BYTES, "bytes")
 }
 
 /// Parallel arrays (ids and their tokens) must pair up one to one.

@@ -23,24 +23,29 @@ macro_rules! member_of {
     };
 }
 
+/// Whether any role `$1` belongs to has a row in `$table`.
+macro_rules! any_member_in {
+    ($table:literal) => {
+        concat!(
+            member_of!(),
+            " SELECT EXISTS (SELECT 1 FROM aedb_queue.",
+            $table,
+            " c
+                              WHERE c.role::oid IN (SELECT r FROM member_of))"
+        )
+    };
+}
+
 /// Whether any role `$1` belongs to is confined.
 pub(crate) static CONFINED: Statement = Statement {
-    sql: concat!(
-        member_of!(),
-        " SELECT EXISTS (SELECT 1 FROM aedb_queue.confined_role c
-                          WHERE c.role::oid IN (SELECT r FROM member_of))"
-    ),
+    sql: any_member_in!("confined_role"),
     args: &[INT8],
     clock: false,
 };
 
 /// The 0.2.0 schema has no confinement rows: holding a grant confined.
 static CONFINED_0_2_0: Statement = Statement {
-    sql: concat!(
-        member_of!(),
-        " SELECT EXISTS (SELECT 1 FROM aedb_queue.queue_grant g
-                          WHERE g.role::oid IN (SELECT r FROM member_of))"
-    ),
+    sql: any_member_in!("queue_grant"),
     args: &[INT8],
     clock: false,
 };
