@@ -78,7 +78,7 @@ fn rows(
 /// strict), then claims up to `max` tasks as `queue_claim` does. The
 /// claim happens whatever the outcome, unless `strict` raised 40002.
 #[pg_extern]
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
 fn queue_complete_and_claim(
     queue: Option<&str>,
     owner_id: Option<&str>,
@@ -118,7 +118,7 @@ fn queue_complete_and_claim(
 /// then claims up to `max` tasks. A failure retried at once may be claimed
 /// again by this very call.
 #[pg_extern]
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
 fn queue_fail_and_claim(
     queue: Option<&str>,
     owner_id: Option<&str>,
