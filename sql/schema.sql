@@ -53,6 +53,12 @@ CREATE TABLE aedb_queue.queue (
     paused                boolean NOT NULL DEFAULT false
 );
 
+-- No CHECK constraints: PostgreSQL re-reads each one from its stored text
+-- and compiles it in every INSERT and UPDATE, about a fifth of an enqueue's
+-- or a claim's instructions (bench/results/claim-profile.md). Only the
+-- extension writes this table, and its statements keep the invariants
+-- (max_attempts >= 1; a lease and an owner exactly while in flight), which
+-- the tests check after every step (tests::assert_task_invariants).
 CREATE TABLE aedb_queue.task (
     task_id         bigint PRIMARY KEY DEFAULT nextval('aedb_queue.task_id_seq'),
     queue           text NOT NULL,
@@ -60,7 +66,7 @@ CREATE TABLE aedb_queue.task (
     not_before      timestamptz NOT NULL,
     priority        bigint NOT NULL DEFAULT 0,
     attempts        integer NOT NULL DEFAULT 0,
-    max_attempts    integer NOT NULL CHECK (max_attempts >= 1),
+    max_attempts    integer NOT NULL,
     backoff_base    interval NOT NULL,
     backoff_max     interval NOT NULL,
     fencing_token   bigint NOT NULL DEFAULT 0,
@@ -71,10 +77,7 @@ CREATE TABLE aedb_queue.task (
     last_error      text,
     idempotency_key text,
     created_at      timestamptz NOT NULL,
-    updated_at      timestamptz NOT NULL,
-    CHECK (state <> 'in_flight' OR owner_id IS NOT NULL),
-    -- A lease exists exactly while the task is in flight.
-    CHECK ((state = 'in_flight') = (lease_deadline IS NOT NULL))
+    updated_at      timestamptz NOT NULL
 );
 ALTER SEQUENCE aedb_queue.task_id_seq OWNED BY aedb_queue.task.task_id;
 

@@ -210,6 +210,24 @@ pub(crate) mod tests {
         }
     }
 
+    /// What the task table's rows must satisfy (the schema has no CHECK
+    /// constraints, see sql/schema.sql): the ids of the rows that do not.
+    pub(crate) const TASK_INVARIANT_VIOLATIONS: &str = "
+        SELECT task_id FROM aedb_queue.task
+        WHERE max_attempts < 1
+           OR (state = 'in_flight') <> (lease_deadline IS NOT NULL)
+           OR (state = 'in_flight' AND owner_id IS NULL)
+           OR (state <> 'in_flight' AND owner_id IS NOT NULL)
+           OR attempts < 0 OR fencing_token < attempts";
+
+    pub(crate) fn assert_task_invariants(after: &str) {
+        let bad = ints(TASK_INVARIANT_VIOLATIONS);
+        assert!(
+            bad.is_empty(),
+            "after {after}: tasks {bad:?} break the invariants"
+        );
+    }
+
     pub(crate) fn set_payload_limit(bytes: i32) {
         exec(&format!("SET LOCAL aedb_queue.max_payload_bytes = {bytes}"));
     }

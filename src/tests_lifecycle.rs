@@ -1030,4 +1030,132 @@ mod tests {
         assert!(!dedup);
         assert_eq!(text_field(id, "payload").as_deref(), Some("2"));
     }
+
+    // ------------------------------------------------------------------
+    // Invariants: the task table has no CHECK constraints (sql/schema.sql),
+    // so every statement must keep its rows consistent. A seeded random mix
+    // of every call that writes tasks, checked after each step.
+    // ------------------------------------------------------------------
+
+    #[pg_test]
+    fn every_write_path_keeps_the_task_invariants() {
+        without_scan_hints();
+        let mut seed: u64 = 0x5eed_a3db;
+        let mut next = |n: u64| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) % n
+        };
+        let in_flight = || -> Vec<(i64, i64)> {
+            Spi::connect_mut(|c| {
+                c.update(
+                    "SELECT task_id, fencing_token FROM aedb_queue.task WHERE state = 'in_flight' ORDER BY task_id",
+                    None,
+                    &[],
+                )
+                .unwrap()
+                .into_iter()
+                .map(|r| (r.get::<i64>(1).unwrap().unwrap(), r.get::<i64>(2).unwrap().unwrap()))
+                .collect()
+            })
+        };
+        let mut steps = std::collections::BTreeMap::<&str, usize>::new();
+        for _ in 0..400 {
+            let held = in_flight();
+            let pick = |i: u64| held[(i as usize) % held.len().max(1)];
+            let stale = next(4) == 0;
+            let step = match next(12) {
+                0 | 1 => {
+                    let delay = if next(3) == 0 { "1 hour" } else { "0" };
+                    enqueue(
+                        "inv",
+                        &format!(", delay => '{delay}', max_attempts => {}", 1 + next(3)),
+                    );
+                    "enqueue"
+                }
+                2 => {
+                    exec("SELECT aedb_queue.queue_enqueue_batch('inv', ARRAY['1', '2']::jsonb[], max_attempts => 2)");
+                    "enqueue_batch"
+                }
+                3 => {
+                    claim("inv", &format!(", max => {}", 1 + next(3)));
+                    "claim"
+                }
+                _ if held.is_empty() => "nothing held",
+                4 => {
+                    let (id, token) = pick(next(64));
+                    complete("inv", id, token + stale as i64, "");
+                    "complete"
+                }
+                5 => {
+                    let (id, token) = pick(next(64));
+                    let how = [", dead_letter => true", ", retry_in => '0'", ""][next(3) as usize];
+                    fail("inv", id, token + stale as i64, how);
+                    "fail"
+                }
+                6 => {
+                    let (id, token) = pick(next(64));
+                    exec(&format!("SELECT * FROM aedb_queue.queue_complete_and_claim('inv', 'w2', {id}, {}, max => 2)", token + stale as i64));
+                    "complete_and_claim"
+                }
+                7 => {
+                    let (id, token) = pick(next(64));
+                    exec(&format!("SELECT * FROM aedb_queue.queue_fail_and_claim('inv', 'w2', {id}, {}, 'e', retry_in => '0')", token + stale as i64));
+                    "fail_and_claim"
+                }
+                8 => {
+                    let (id, token) = pick(next(64));
+                    heartbeat(
+                        "inv",
+                        id,
+                        token + stale as i64,
+                        "1 minute",
+                        ", progress => '{\"p\": 1}'",
+                    );
+                    "heartbeat"
+                }
+                9 => {
+                    cancel("inv", pick(next(64)).0);
+                    "cancel"
+                }
+                10 => {
+                    expire_lease(pick(next(64)).0);
+                    exec("UPDATE aedb_queue.task SET not_before = statement_timestamp() - interval '1 second' WHERE state = 'scheduled'");
+                    exec("SELECT aedb_queue.queue_reap('inv')");
+                    "reap"
+                }
+                _ => {
+                    exec("SELECT aedb_queue.queue_retry_dead('inv')");
+                    "retry_dead"
+                }
+            };
+            *steps.entry(step).or_default() += 1;
+            assert_task_invariants(step);
+        }
+        // Every kind of step ran, so each write path was checked.
+        for step in [
+            "enqueue",
+            "enqueue_batch",
+            "claim",
+            "complete",
+            "fail",
+            "complete_and_claim",
+            "fail_and_claim",
+            "heartbeat",
+            "cancel",
+            "reap",
+            "retry_dead",
+        ] {
+            assert!(
+                steps.get(step).copied().unwrap_or(0) > 3,
+                "{step} ran too rarely: {steps:?}"
+            );
+        }
+        assert!(
+            count("aedb_queue.task WHERE state = 'dead'")
+                + count("aedb_queue.task WHERE state = 'scheduled'")
+                > 0
+        );
+    }
 }

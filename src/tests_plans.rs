@@ -346,14 +346,6 @@ mod tests {
         assert_eq!(claim("ir", "").len(), 1);
     }
 
-    #[pg_test(error = "new row for relation \"task\" violates check constraint \"task_check1\"")]
-    fn in_flight_state_and_lease_go_together() {
-        let id = enqueue("inv", "");
-        exec(&format!(
-            "UPDATE aedb_queue.task SET lease_deadline = now() WHERE task_id = {id}"
-        ));
-    }
-
     // Scan hints (core scan_hint.rs): claims resume after this backend's last
     // position while the hints are fresh.
 
