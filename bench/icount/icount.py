@@ -168,6 +168,15 @@ class Bench:
             shutil.rmtree(dst)
         subprocess.run(["cp", "-a", src, dst], check=True)
 
+    def setup_sql(self):
+        """Statements of --setup-sql, one a line (-- comments skipped): run
+        after CREATE EXTENSION, before the templates are filled, e.g. to
+        alter aedb_queue.task for a schema variant."""
+        if not self.args.setup_sql:
+            return []
+        with open(self.args.setup_sql) as f:
+            return [l.strip() for l in f if l.strip() and not l.lstrip().startswith("--")]
+
     def setup(self, m):
         os.makedirs(self.work, exist_ok=True)
         shutil.chown(self.work, "postgres", "postgres")
@@ -183,7 +192,7 @@ class Bench:
         ] + BASELINE_SCHEMA + [
             "GRANT SELECT, INSERT, UPDATE, DELETE ON jobs TO app",
             "GRANT USAGE ON SEQUENCE jobs_id_seq TO app",
-        ])
+        ] + self.setup_sql())
         fill = [
             f"SELECT count(*) FROM aedb_queue.queue_enqueue_batch('q', ARRAY(SELECT {lit(PAYLOAD)}::jsonb FROM generate_series(1, {m})))",
             f"INSERT INTO jobs (queue, payload) SELECT 'q', {lit(PAYLOAD)} FROM generate_series(1, {m})",
@@ -252,10 +261,12 @@ class Bench:
         n = self.args.n
         cases = []
         for w in workloads(self.m):
+            if self.args.only and not re.search(self.args.only, f"{w['system']}:{w['call']}"):
+                continue
             if w.get("needs") and w["needs"] not in self.functions:
                 cases.append(dict(w=w, skipped=f"aedb_queue.{w['needs']} is not in installed version {self.version}"))
                 continue
-            roles = ["ordinary"] + (["superuser"] if w["system"] == "aedb_queue" else [])
+            roles = ["ordinary"] + (["superuser"] if w["system"] == "aedb_queue" and not self.args.ordinary_only else [])
             for role in roles:
                 for mode in self.args.modes:
                     calls = n if not w.get("per") else max(1, n // 10)
@@ -292,6 +303,9 @@ def main():
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--modes", default="prepared,simple")
     ap.add_argument("--keep", action="store_true", help="keep the callgrind files (for the profile)")
+    ap.add_argument("--only", default=None, help="only workloads whose 'system:call' matches this regex")
+    ap.add_argument("--ordinary-only", action="store_true", help="skip the superuser runs")
+    ap.add_argument("--setup-sql", default=None, help="a file of statements run after CREATE EXTENSION (schema variants)")
     ap.add_argument("--out", default=None, help="write instructions.md/json into this directory")
     ap.add_argument("--commit", default="unknown")
     ap.add_argument("--command", default="")
