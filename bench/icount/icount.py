@@ -142,6 +142,8 @@ class Bench:
         self.bin = args.pg_bin
         self.work = args.work
         self.settings = ["-c", "fsync=off", "-c", "aedb_queue.claim_rescan_interval=1h"]
+        for setting in args.pg_setting:
+            self.settings += ["-c", setting]
 
     def as_postgres(self, cmd, **kw):
         return subprocess.run(["runuser", "-u", "postgres", "--"] + cmd, **kw)
@@ -303,6 +305,7 @@ def main():
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--modes", default="prepared,simple")
     ap.add_argument("--keep", action="store_true", help="keep the callgrind files (for the profile)")
+    ap.add_argument("--pg-setting", action="append", default=[], help="name=value, one more -c for every backend (repeatable; later wins)")
     ap.add_argument("--only", default=None, help="only workloads whose 'system:call' matches this regex")
     ap.add_argument("--ordinary-only", action="store_true", help="skip the superuser runs")
     ap.add_argument("--setup-sql", default=None, help="a file of statements run after CREATE EXTENSION (schema variants)")
