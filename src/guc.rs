@@ -16,7 +16,23 @@ pub static INLINE_REAP: GucSetting<bool> = GucSetting::<bool>::new(true);
 /// 0 makes every claim read its indexes from the head.
 pub static CLAIM_RESCAN_INTERVAL_MS: GucSetting<i32> = GucSetting::<i32>::new(1000);
 
+/// Claims resume after their last position (`claim_rescan_interval`) only
+/// while the oldest snapshot lags this many transactions behind (see
+/// `horizon`); below it, the ready index's head holds few entries a scan
+/// cannot skip and the plain claim is cheaper. 0: resume whenever possible.
+pub static CLAIM_RESUME_LAG: GucSetting<i32> = GucSetting::<i32>::new(128);
+
 pub fn register() {
+    GucRegistry::define_int_guc(
+        c"aedb_queue.claim_resume_lag",
+        c"Claims resume where this session's last claim stopped only while the oldest snapshot lags this many transactions behind.",
+        c"A lagging snapshot keeps claimed tasks' index entries from being removed, and a claim from the head walks them. Below the lag the plain claim is cheaper. 0 resumes whenever a position is known.",
+        &CLAIM_RESUME_LAG,
+        0,
+        i32::MAX,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
     GucRegistry::define_int_guc(
         c"aedb_queue.claim_rescan_interval",
         c"How long claims may resume their index scans where this session's last claim stopped.",
@@ -57,4 +73,8 @@ pub fn inline_reap() -> bool {
 
 pub fn claim_rescan_interval() -> std::time::Duration {
     std::time::Duration::from_millis(CLAIM_RESCAN_INTERVAL_MS.get().max(0) as u64)
+}
+
+pub fn claim_resume_lag() -> u32 {
+    CLAIM_RESUME_LAG.get().max(0) as u32
 }

@@ -20,6 +20,7 @@ mod datum;
 mod duration;
 mod errors;
 mod guc;
+mod horizon;
 mod outcome;
 mod security;
 mod store;

@@ -362,6 +362,7 @@ mod tests {
     #[pg_test]
     fn a_resumed_claim_serves_a_task_behind_it_once_it_comes_up_short() {
         exec("SET LOCAL aedb_queue.claim_rescan_interval = '1h'");
+        exec("SET LOCAL aedb_queue.claim_resume_lag = 0");
         let ids: Vec<i64> = (0..4).map(|_| enqueue("hint_behind", "")).collect();
         let first = claim("hint_behind", ", max => 2");
         assert_eq!(first.iter().map(|t| t.0).collect::<Vec<_>>(), ids[..2]);
@@ -401,6 +402,7 @@ mod tests {
     #[pg_test]
     fn a_resumed_claim_serves_higher_priorities_first_and_moves_on_to_lower() {
         exec("SET LOCAL aedb_queue.claim_rescan_interval = '1h'");
+        exec("SET LOCAL aedb_queue.claim_resume_lag = 0");
         let a = enqueue("hint_prio", "");
         let b = enqueue("hint_prio", "");
         assert_eq!(claim_ids("hint_prio", 1), vec![a]);
@@ -409,5 +411,67 @@ mod tests {
         assert_eq!(claim_ids("hint_prio", 1), vec![urgent]);
         assert_eq!(claim_ids("hint_prio", 2), vec![b, low]);
         assert!(claim_ids("hint_prio", 1).is_empty());
+    }
+
+    /// Without an old snapshot (the default `claim_resume_lag`), claims read
+    /// the ready index from its head: a task that became ready behind the
+    /// last position is served first, in strict order.
+    #[pg_test]
+    fn without_a_lagging_snapshot_claims_read_from_the_head() {
+        exec("SET LOCAL aedb_queue.claim_rescan_interval = '1h'");
+        let ids: Vec<i64> = (0..4).map(|_| enqueue("head", "")).collect();
+        let first = claim("head", ", max => 2");
+        let (a, token) = first[0];
+        assert_eq!(fail("head", a, token, ", retry_in => '0'"), "applied");
+        assert_eq!(
+            claim_ids("head", 1),
+            vec![a],
+            "served at once, not after the position"
+        );
+        // With a lag this test's own transaction reaches (it holds an xid),
+        // the claim resumes after its position instead.
+        exec("SET LOCAL aedb_queue.claim_resume_lag = 1");
+        let token: i64 = one(&format!(
+            "SELECT fencing_token FROM aedb_queue.task WHERE task_id = {a}"
+        ));
+        assert_eq!(fail("head", a, token, ", retry_in => '0'"), "applied");
+        assert_eq!(
+            claim_ids("head", 1),
+            vec![ids[2]],
+            "resumed after the position"
+        );
+    }
+
+    /// While claims are served in full, the check for due timers and expired
+    /// leases runs once per hint lifetime; a claim that comes up short runs
+    /// it at once and serves what it promoted.
+    #[pg_test]
+    fn a_busy_queue_checks_for_due_timers_once_per_interval_and_a_short_claim_at_once() {
+        exec("SET LOCAL aedb_queue.claim_rescan_interval = '1h'");
+        let ready: Vec<i64> = (0..3).map(|_| enqueue("busy", "")).collect();
+        let timer = enqueue("busy", ", delay => '1 hour'");
+        assert_eq!(
+            claim_ids("busy", 1),
+            vec![ready[0]],
+            "first claim: checked, nothing due"
+        );
+        // Falls due after that check (calls read the real clock).
+        exec(&format!(
+            "UPDATE aedb_queue.task SET not_before = clock_timestamp() + interval '20 milliseconds'
+             WHERE task_id = {timer}"
+        ));
+        exec("SELECT pg_sleep(0.05)");
+        assert_eq!(
+            claim_ids("busy", 1),
+            vec![ready[1]],
+            "served in full: no check"
+        );
+        assert_eq!(state_of("busy", timer).as_deref(), Some("scheduled"));
+        let last = claim_ids("busy", 5);
+        assert_eq!(
+            last,
+            vec![ready[2], timer],
+            "short: checked, promoted and served"
+        );
     }
 }

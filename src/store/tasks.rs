@@ -624,7 +624,14 @@ thread_local! {
 
 /// Leases up to `max` ready tasks; with `reap`, first promotes and reclaims
 /// up to that many in the same SPI connection. Scans resume where this
-/// backend's last claim on the queue stopped while its hints are fresh.
+/// backend's last claim on the queue stopped while its hints are fresh and
+/// an old snapshot makes that pay (`horizon`).
+///
+/// The check for due timers and expired leases runs once per hint lifetime
+/// (`claim_rescan_interval`) while claims are served in full; a claim that
+/// comes up short checks at once and claims again what it promoted. So a
+/// busy queue's timers and expired leases wait at most one interval for a
+/// claim, and an idle queue's none.
 pub fn claim(
     queue: &str,
     owner_id: &str,
@@ -644,29 +651,19 @@ pub fn claim(
     };
     hints.refresh(now, lifetime);
     let tasks = with_client(|client| {
-        if let Some(limit) = reap {
+        let mut checked = false;
+        if let (Some(limit), None) = (reap, hints.due_after()) {
             reap_if_due(client, queue, limit, &mut hints)?;
+            checked = true;
         }
-        let mut tasks = Vec::new();
-        if let Some((priority, task_id)) = hints.ready_after() {
-            let args = [
-                queue.into(),
-                max.into(),
-                owner_id.into(),
-                lease.into(),
-                priority.into(),
-                task_id.into(),
-            ];
-            tasks = claimed_tasks(execute(client, &CLAIM_AFTER, &args)?)?;
-            if tasks.len() < max as usize {
-                hints.came_up_short();
+        let mut tasks = claim_in(client, queue, owner_id, lease, max, current, &mut hints)?;
+        if let (Some(limit), false) = (reap, checked) {
+            if tasks.len() < max as usize && reap_if_due(client, queue, limit, &mut hints)? {
+                let missing = max - tasks.len() as i32;
+                tasks.extend(claim_in(
+                    client, queue, owner_id, lease, missing, current, &mut hints,
+                )?);
             }
-        }
-        let missing = max - tasks.len() as i32;
-        if missing > 0 {
-            let args = [queue.into(), missing.into(), owner_id.into(), lease.into()];
-            let full = if current { &CLAIM } else { &CLAIM_0_1_0 };
-            tasks.extend(claimed_tasks(execute(client, full, &args)?)?);
         }
         // UPDATE … RETURNING has no order; hand tasks out in service order.
         tasks.sort_unstable_by_key(|t| (std::cmp::Reverse(t.priority), t.task_id));
@@ -683,14 +680,59 @@ pub fn claim(
     Ok(tasks)
 }
 
+/// One claim of up to `max` tasks: resumed after the hint when there is one
+/// and resuming pays, then from the head for what is still missing.
+fn claim_in(
+    client: &mut SpiClient<'_>,
+    queue: &str,
+    owner_id: &str,
+    lease: Interval,
+    max: i32,
+    current: bool,
+    hints: &mut Hints,
+) -> Result<Vec<ClaimedTask>> {
+    let mut tasks = Vec::new();
+    if let Some((priority, task_id)) = hints.ready_after().filter(|_| resuming_pays()) {
+        let args = [
+            queue.into(),
+            max.into(),
+            owner_id.into(),
+            lease.into(),
+            priority.into(),
+            task_id.into(),
+        ];
+        tasks = claimed_tasks(execute(client, &CLAIM_AFTER, &args)?)?;
+        if tasks.len() < max as usize {
+            hints.came_up_short();
+        }
+    }
+    let missing = max - tasks.len() as i32;
+    if missing > 0 {
+        let args = [queue.into(), missing.into(), owner_id.into(), lease.into()];
+        let full = if current { &CLAIM } else { &CLAIM_0_1_0 };
+        tasks.extend(claimed_tasks(execute(client, full, &args)?)?);
+    }
+    Ok(tasks)
+}
+
+/// Whether the oldest snapshot lags far enough for dead index entries to
+/// pile up at the head of the ready index (see `horizon`).
+fn resuming_pays() -> bool {
+    let lag = guc::claim_resume_lag();
+    lag == 0
+        || crate::catalog::relation_oid(c"task")
+            .is_some_and(|relid| crate::horizon::xids_behind(relid) >= lag)
+}
+
 /// Runs REAP when the cheap check finds a due timer or an expired lease past
-/// the hint; moves the hint when everything due was handled.
+/// the hint; moves the hint when everything due was handled. True when it
+/// made any task ready.
 fn reap_if_due(
     client: &mut SpiClient<'_>,
     queue: &str,
     limit: i32,
     hints: &mut Hints,
-) -> Result<()> {
+) -> Result<bool> {
     let due_after = hints
         .due_after()
         .unwrap_or_else(TimestampWithTimeZone::negative_infinity);
@@ -703,17 +745,14 @@ fn reap_if_due(
         .ok_or_else(|| internal("REAP_NEEDED returned no time"))?;
     if !needed {
         hints.reaped(checked_at, true, false);
-        return Ok(());
+        return Ok(false);
     }
     let reaped = reap_in(client, queue, limit, limit, due_after)?;
     let cut_short =
         reaped.promoted >= limit as i64 || reaped.reclaimed + reaped.dead_lettered >= limit as i64;
-    hints.reaped(
-        checked_at,
-        !cut_short,
-        reaped.promoted + reaped.reclaimed > 0,
-    );
-    Ok(())
+    let moved = reaped.promoted + reaped.reclaimed > 0;
+    hints.reaped(checked_at, !cut_short, moved);
+    Ok(moved)
 }
 
 /// The tasks a claim statement returned.

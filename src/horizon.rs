@@ -1,0 +1,28 @@
+//! How far the cluster's oldest snapshot lags behind new transactions.
+//!
+//! While a snapshot older than a task's claim is alive, VACUUM (and index
+//! scans, which mark dead entries as they pass) cannot remove the ready
+//! index entry the claim left behind. A claim that reads from the head then
+//! walks every such entry; one that resumes after its last position (see
+//! `aedb_queue_core::scan_hint`) does not, but its statement costs more.
+//! The lag, in transaction ids, says which of the two is cheaper now.
+
+use pgrx::pg_sys;
+
+/// Transactions started since the oldest one whose snapshot still keeps
+/// dead rows of `relid` from being removed (0 when `relid` is unknown).
+pub fn xids_behind(relid: pg_sys::Oid) -> u32 {
+    // SAFETY: a relcache reference held only for the call; both functions
+    // take ProcArrayLock / XidGenLock themselves.
+    unsafe {
+        let rel = pg_sys::RelationIdGetRelation(relid);
+        if rel.is_null() {
+            return 0;
+        }
+        let oldest = pg_sys::GetOldestNonRemovableTransactionId(rel);
+        pg_sys::RelationClose(rel);
+        let next = pg_sys::ReadNextFullTransactionId().value as u32;
+        // Transaction ids wrap around modulo 2^32; the difference does too.
+        next.wrapping_sub(oldest.into_inner())
+    }
+}
