@@ -34,23 +34,7 @@ type Row = (
     Option<RawJsonb>,
 );
 
-fn rows(
-    settled: Outcome,
-    claimed: Vec<ClaimedTask>,
-) -> TableIterator<
-    'static,
-    (
-        name!(settled, Outcome),
-        name!(task_id, Option<i64>),
-        name!(payload, Option<RawJsonb>),
-        name!(attempts, Option<i32>),
-        name!(fencing_token, Option<i64>),
-        name!(lease_deadline, Option<TimestampWithTimeZone>),
-        name!(priority, Option<i64>),
-        name!(enqueued_at, Option<TimestampWithTimeZone>),
-        name!(progress, Option<RawJsonb>),
-    ),
-> {
+fn rows(settled: Outcome, claimed: Vec<ClaimedTask>) -> TableIterator<'static, Row> {
     if claimed.is_empty() {
         let none = (settled, None, None, None, None, None, None, None, None);
         return TableIterator::new(vec![none]);
