@@ -79,3 +79,27 @@ ALTER TABLE aedb_queue.task
     DROP CONSTRAINT task_max_attempts_check,
     DROP CONSTRAINT task_check,
     DROP CONSTRAINT task_check1;
+
+-- == 3. queue_enqueue returns one composite row, not a set (issue 10) ========
+-- A set-returning function makes the caller's plan rebuild its row type from
+-- pg_proc on every call and call it twice; a row of a named composite type
+-- comes from the type cache. Same columns: SELECT * / task_id FROM
+-- queue_enqueue(...) read the same. Until this update, 0.3.0's declaration
+-- keeps calling its own symbol (queue_enqueue_wrapper), which the library keeps.
+CREATE TYPE aedb_queue.enqueued AS (task_id bigint, deduplicated boolean);
+DROP FUNCTION aedb_queue.queue_enqueue(text, jsonb, interval, bigint, integer, interval, interval, text);
+CREATE FUNCTION "queue_enqueue"(
+	"queue" TEXT, /* Option < & str > */
+	"payload" jsonb DEFAULT NULL, /* Option < RawJsonb > */
+	"delay" interval DEFAULT '0', /* Option < Interval > */
+	"priority" bigint DEFAULT 0, /* Option < i64 > */
+	"max_attempts" INT DEFAULT NULL, /* Option < i32 > */
+	"backoff_base" interval DEFAULT NULL, /* Option < Interval > */
+	"backoff_max" interval DEFAULT NULL, /* Option < Interval > */
+	"idempotency_key" TEXT DEFAULT NULL /* Option < & str > */
+) RETURNS aedb_queue.enqueued /* Enqueued */
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'queue_enqueue_row_wrapper';
+
+REVOKE ALL ON FUNCTION aedb_queue.queue_enqueue(text, jsonb, interval, bigint, integer, interval, interval, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION aedb_queue.queue_enqueue(text, jsonb, interval, bigint, integer, interval, interval, text) TO aedb_queue_producer, aedb_queue_admin;

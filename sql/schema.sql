@@ -32,6 +32,9 @@ CREATE TYPE aedb_queue.task_state AS ENUM ('scheduled', 'ready', 'in_flight', 'd
 -- What a fenced call (complete, fail, heartbeat) did.
 CREATE TYPE aedb_queue.outcome AS ENUM ('applied', 'lease_lost');
 
+-- What queue_enqueue returns (src/enqueued.rs says why not a TABLE).
+CREATE TYPE aedb_queue.enqueued AS (task_id bigint, deduplicated boolean);
+
 -- Task ids double as the FIFO order within a priority.
 CREATE SEQUENCE aedb_queue.task_id_seq AS bigint;
 

@@ -40,8 +40,8 @@ pub(crate) fn schema_and_tables_owner() -> Option<(Oid, Oid)> {
     }
 }
 
-/// The oid of enum type `name` in the extension's schema.
-pub(crate) fn enum_type_oid(name: &CStr) -> Oid {
+/// The oid of type `name` in the extension's schema.
+pub(crate) fn type_oid(name: &CStr) -> Oid {
     // SAFETY: a catalog lookup by name and namespace.
     unsafe {
         pg_sys::GetSysCacheOid(
@@ -61,7 +61,7 @@ pub(crate) fn enum_label_oid(type_name: &CStr, label: &CStr) -> Oid {
     unsafe {
         let tuple = pg_sys::SearchSysCache(
             SysCacheIdentifier::ENUMTYPOIDNAME as i32,
-            pg_sys::Datum::from(enum_type_oid(type_name)),
+            pg_sys::Datum::from(type_oid(type_name)),
             pg_sys::Datum::from(label.as_ptr()),
             pg_sys::Datum::from(0usize),
             pg_sys::Datum::from(0usize),

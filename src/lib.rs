@@ -18,6 +18,7 @@ mod catalog;
 mod clock;
 mod datum;
 mod duration;
+mod enqueued;
 mod errors;
 mod guc;
 mod horizon;

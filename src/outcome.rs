@@ -40,7 +40,7 @@ impl Outcome {
 }
 
 fn type_oid() -> pg_sys::Oid {
-    catalog::enum_type_oid(TYPE_NAME)
+    catalog::type_oid(TYPE_NAME)
 }
 
 impl IntoDatum for Outcome {

@@ -8,6 +8,7 @@ use pgrx::prelude::*;
 
 use super::{checked_json, checked_name, checked_size, interval, micros, required};
 use crate::datum::{RawJsonb, RawJsonbArray};
+use crate::enqueued::Enqueued;
 use crate::errors::{internal, run, Result};
 use crate::security;
 use crate::store::{self, NewTask, QueueSettings};
@@ -131,9 +132,9 @@ fn options(
 }
 
 /// Enqueues one task in the caller's transaction.
-#[pg_extern]
+#[pg_extern(name = "queue_enqueue")]
 #[allow(clippy::too_many_arguments)]
-fn queue_enqueue(
+fn queue_enqueue_row(
     queue: Option<&str>,
     payload: default!(Option<RawJsonb>, "NULL"),
     delay: default!(Option<Interval>, "'0'"),
@@ -142,7 +143,7 @@ fn queue_enqueue(
     backoff_base: default!(Option<Interval>, "NULL"),
     backoff_max: default!(Option<Interval>, "NULL"),
     idempotency_key: default!(Option<&str>, "NULL"),
-) -> TableIterator<'static, (name!(task_id, i64), name!(deduplicated, bool))> {
+) -> Enqueued {
     run(|| {
         let queue = required("queue", queue)?;
         let options = options(
@@ -154,8 +155,39 @@ fn queue_enqueue(
             idempotency_key,
         )?;
         let (task_id, deduplicated) = CheckedEnqueue::new(queue, payload, options, "")?.insert()?;
-        Ok(TableIterator::once((task_id, deduplicated)))
+        Ok(Enqueued {
+            task_id,
+            deduplicated,
+        })
     })
+}
+
+/// `queue_enqueue` as versions before 0.4.0 declare it (`RETURNS TABLE`):
+/// their SQL calls this symbol until `ALTER EXTENSION aedb_queue UPDATE`
+/// (docs/upgrades.md, the ABI rule).
+#[pg_extern(sql = false)]
+#[allow(clippy::too_many_arguments)]
+fn queue_enqueue(
+    queue: Option<&str>,
+    payload: default!(Option<RawJsonb>, "NULL"),
+    delay: default!(Option<Interval>, "'0'"),
+    priority: default!(Option<i64>, 0),
+    max_attempts: default!(Option<i32>, "NULL"),
+    backoff_base: default!(Option<Interval>, "NULL"),
+    backoff_max: default!(Option<Interval>, "NULL"),
+    idempotency_key: default!(Option<&str>, "NULL"),
+) -> TableIterator<'static, (name!(task_id, i64), name!(deduplicated, bool))> {
+    let row = queue_enqueue_row(
+        queue,
+        payload,
+        delay,
+        priority,
+        max_attempts,
+        backoff_base,
+        backoff_max,
+        idempotency_key,
+    );
+    TableIterator::once((row.task_id, row.deduplicated))
 }
 
 /// Enqueues one task per payload in a single statement; returns their ids
