@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The benchmark, in one command (as root on Debian 12):
 #   bash bench/run.sh            full run (under 30 minutes), all systems
-#   bash bench/run.sh --quick    iteration run (under 3 minutes), aedb_queue and baseline
+#   bash bench/run.sh --quick    iteration run (under 3 minutes), aedb_queue and baseline, each with its one-transaction loop
 # Extra arguments go to the harness (e.g. --systems aedb_queue,pgq --reps 1).
 # Results: bench/results/latest.md and bench/results/throughput.png.
 set -euo pipefail
@@ -19,6 +19,18 @@ if ((${#missing[@]})); then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 (cd bench/peers/node && { [ -d node_modules ] || npm ci --no-audit --no-fund; })
+# pgmq is SQL-only: the harness installs it into each fresh database with the
+# installer of the pgmq crate (scripts embedded in the crate, no network at
+# install time), built once from crates.io into target/bench-tools.
+PGMQ_CRATE_VERSION=0.33.7
+bench_tools="$ROOT/target/bench-tools"
+if ! "$bench_tools/bin/pgmq-cli" --version 2>/dev/null | grep -q "$PGMQ_CRATE_VERSION"; then
+    log "cargo: installing pgmq-cli $PGMQ_CRATE_VERSION (pgmq's SQL-only installer)"
+    cargo install pgmq --version "$PGMQ_CRATE_VERSION" --features cli --locked --root "$bench_tools" -q
+fi
+export AEDB_PGMQ_CLI="$bench_tools/bin/pgmq-cli"
+# pgbench for the floor comes from the PostgreSQL the cluster runs from.
+export AEDB_PG_BIN="$PG_BIN"
 
 log "building and installing aedb_queue (release)"
 bash scripts/install.sh --release >/dev/null

@@ -29,7 +29,8 @@ struct Args {
     /// Small sizes and one repetition, for iteration (under 3 minutes).
     #[arg(long)]
     quick: bool,
-    /// Comma-separated systems (default: all; with --quick: aedb_queue,baseline).
+    /// Comma-separated systems (default: all; with --quick: aedb_queue,
+    /// aedb-loop, baseline, baseline-loop).
     #[arg(long, value_delimiter = ',')]
     systems: Option<Vec<String>>,
     /// Repetitions of each throughput measurement (default 3; 1 with --quick).
@@ -139,6 +140,7 @@ impl Plan {
 }
 
 const PER_JOB: &str = "drain_per_job";
+const FLOOR_ROW: &str = "insert + delete (pgbench)";
 const NOTIFY_COLUMN: &str = "single, 8 producers, NOTIFY on";
 
 fn churn_column(done: u64) -> String {
@@ -189,8 +191,15 @@ impl Bench {
                     self.results
                         .add(&format!("{table}_backlog"), system.name(), col, b as f64);
                 }
+                let mut cost_txt = String::new();
+                if let Some(cost) = m.cost {
+                    self.record_cost(table, system.name(), col, cost);
+                    if let (Some(c), Some(w)) = (cost.commits_per_job(), cost.wal_per_job()) {
+                        cost_txt = format!("  {c:>7.3} commits/job {w:>8.0} WAL B/job  av {}", cost.autovacuum);
+                    }
+                }
                 println!(
-                    "  {table:<22} {:<16} {col:<10} {:>10.0} jobs/s",
+                    "  {table:<22} {:<16} {col:<10} {:>10.0} jobs/s{cost_txt}",
                     system.name(),
                     m.rate()
                 );
@@ -205,6 +214,15 @@ impl Bench {
         }
     }
 
+    fn record_cost(&mut self, table: &str, row: &str, col: &str, cost: scenarios::Cost) {
+        if let (Some(c), Some(w)) = (cost.commits_per_job(), cost.wal_per_job()) {
+            self.results.add(&format!("{table}_commits"), row, col, c);
+            self.results.add(&format!("{table}_wal"), row, col, w);
+            self.results.add("autovacuum", row, "runs", cost.autovacuum as f64);
+            self.results.add("autovacuum", row, "windows", 1.0);
+        }
+    }
+
     fn ctx(&self, system: System) -> Ctx {
         Ctx {
             cluster: self.cluster.clone(),
@@ -213,7 +231,7 @@ impl Bench {
     }
 
     async fn enqueue(&mut self) {
-        for system in self.systems.clone() {
+        for system in self.systems.clone().into_iter().filter(|s| !s.is_loop()) {
             let cases = [
                 (
                     "single, 1 producer",
@@ -286,6 +304,10 @@ impl Bench {
                 if system == System::Pgq && (batch != 100 || w != 1) {
                     continue;
                 }
+                // The worker loops are one-job-per-call by construction.
+                if system.is_loop() && batch != 1 {
+                    continue;
+                }
                 let measured = if system.is_node() {
                     let req = node::Request {
                         jobs: self.plan.drain_jobs,
@@ -331,7 +353,7 @@ impl Bench {
     }
 
     async fn steady(&mut self) {
-        for system in self.systems.clone() {
+        for system in self.systems.clone().into_iter().filter(|s| !s.is_loop()) {
             for &rate in &self.plan.steady_rates.clone() {
                 let col = format!("{rate}/s");
                 let measured = if system.is_node() {
@@ -495,13 +517,20 @@ impl Bench {
         for (col, floor, clients) in [
             ("per row, 1 client", floor::Floor::PerRow, 1),
             ("per row, 8 clients", floor::Floor::PerRow, 8),
+            ("one transaction, 8 clients", floor::Floor::OneTransaction, 8),
             ("batch 100, 1 client", floor::Floor::Batch100, 1),
             ("batch 100, 8 clients", floor::Floor::Batch100, 8),
         ] {
             match floor::run(&self.cluster, floor, clients, secs).await {
-                Ok(rate) => self
-                    .results
-                    .add("floor", "insert + delete (pgbench)", col, rate),
+                Ok((rate, cost)) => {
+                    self.results.add("floor", FLOOR_ROW, col, rate);
+                    self.record_cost("floor", FLOOR_ROW, col, cost);
+                    println!(
+                        "  floor {col:<28} {rate:>10.0} jobs/s  {:.3} commits/job {:.0} WAL B/job",
+                        cost.commits_per_job().unwrap_or(f64::NAN),
+                        cost.wal_per_job().unwrap_or(f64::NAN)
+                    );
+                }
                 Err(e) => self
                     .results
                     .notes
@@ -532,7 +561,9 @@ async fn main() -> Result<()> {
         plan.steady_rates = rates;
     }
     let default_systems = if args.quick {
-        vec!["aedb_queue".to_string(), "baseline".to_string()]
+        ["aedb_queue", "aedb-loop", "baseline", "baseline-loop"]
+            .map(String::from)
+            .to_vec()
     } else {
         System::ALL.iter().map(|s| s.name().to_string()).collect()
     };
@@ -611,6 +642,8 @@ async fn main() -> Result<()> {
         &args.out.join("throughput.png"),
         &names,
         &chart_workers,
+        if workers.contains(&8) { 8 } else { workers.iter().max().copied().unwrap_or(1) },
+        if batched_workers.contains(&8) { 8 } else { batched_workers.iter().max().copied().unwrap_or(1) },
     ) {
         eprintln!("chart not written: {e}");
     }
@@ -666,11 +699,18 @@ async fn render(bench: &Bench, elapsed: Duration) -> Result<String> {
     let _ = writeln!(md, "Machine: {cpus} CPUs, load average at the end `{}`. PostgreSQL {version} on 127.0.0.1, `{}`.  ", load.trim(), settings.join(" "));
     let _ = writeln!(md, "Clients run on the same machine over TCP. Ratios in **bold** are against the hand-written baseline in the same run.\n");
     let _ = writeln!(md, "![throughput](throughput.png)\n");
+    let _ = writeln!(md, "{}", systems_section(&names));
+    let _ = writeln!(md, "{COST_NOTE}\n");
+    let av_runs: f64 = names.iter().map(|n| r.values("autovacuum", n, "runs").iter().sum::<f64>()).sum();
+    let av_windows: f64 = names.iter().map(|n| r.values("autovacuum", n, "windows").iter().sum::<f64>()).sum();
+    let floor_av: f64 = r.values("autovacuum", FLOOR_ROW, "runs").iter().sum();
+    let _ = writeln!(md, "Background activity: autovacuum and autoanalyze ran {} time(s) on the measured databases' tables within the {} measured windows of this run (counted from `pg_stat_user_tables`); their commits and WAL are in the window they fell into.\n", av_runs + floor_av, av_windows + r.values("autovacuum", FLOOR_ROW, "windows").len() as f64);
 
-    let _ = writeln!(md, "## Physical floor (pgbench: insert a row, delete it; each statement its own transaction)\n");
+    let _ = writeln!(md, "## Physical floor (pgbench: insert a row, delete it; per row = each statement its own transaction, two commits per job; one transaction = both in one, one commit per job)\n");
     let floor_cols = [
         "per row, 1 client",
         "per row, 8 clients",
+        "one transaction, 8 clients",
         "batch 100, 1 client",
         "batch 100, 8 clients",
     ];
@@ -685,6 +725,7 @@ async fn render(bench: &Bench, elapsed: Duration) -> Result<String> {
             None
         )
     );
+    let _ = writeln!(md, "{}", cost_block(r, "floor", &[FLOOR_ROW], &floor_cols));
 
     let _ = writeln!(md, "## Enqueue (jobs/s; single = one job per call and transaction; batch = one call per N jobs)\n");
     let enqueue_cols = [
@@ -699,6 +740,7 @@ async fn render(bench: &Bench, elapsed: Duration) -> Result<String> {
         "{}",
         r.table("enqueue", &names, &enqueue_cols, Unit::PerSecond, base)
     );
+    let _ = writeln!(md, "{}", cost_block(r, "enqueue", &names, &enqueue_cols));
     if let (Some(on), Some(off)) = (
         r.median("enqueue", "aedb_queue", NOTIFY_COLUMN),
         r.median("enqueue", "aedb_queue", "single, 8 producers"),
@@ -712,21 +754,12 @@ async fn render(bench: &Bench, elapsed: Duration) -> Result<String> {
         );
     }
 
-    let _ = writeln!(md, "## Drain, one job per claim ({} jobs queued; claim in one transaction, complete in the next; jobs/s by worker count; window {} s)\n", p.drain_jobs, p.window.as_secs());
-    let _ = writeln!(
-        md,
-        "{}",
-        r.table(
-            PER_JOB,
-            &names,
-            &cols(&p.workers)
-                .iter()
-                .map(String::as_str)
-                .collect::<Vec<_>>(),
-            Unit::PerSecond,
-            base
-        )
-    );
+    let _ = writeln!(md, "## Drain, one job per claim ({} jobs queued; claim in one transaction, complete in the next, except the loops: aedb-loop and baseline-loop settle the held job and claim the next in one transaction, pgmq-pop reads and deletes in one; jobs/s by worker count; window {} s)\n", p.drain_jobs, p.window.as_secs());
+    let worker_cols = cols(&p.workers);
+    let wc: Vec<&str> = worker_cols.iter().map(String::as_str).collect();
+    let _ = writeln!(md, "{}", r.table(PER_JOB, &names, &wc, Unit::PerSecond, base));
+    let _ = writeln!(md, "{}", cost_block(r, PER_JOB, &names, &wc));
+    let _ = writeln!(md, "{}", baselines_section(r, &names, &p.workers));
     for (batch, workers) in [(10, vec![8]), (100, p.batched_workers.clone())] {
         let _ = writeln!(md, "## Drain, claim batches of {batch} (settled in one call per batch where the system allows)\n");
         let c = cols(&workers);
@@ -741,6 +774,8 @@ async fn render(bench: &Bench, elapsed: Duration) -> Result<String> {
                 base
             )
         );
+        let cc: Vec<&str> = c.iter().map(String::as_str).collect();
+        let _ = writeln!(md, "{}", cost_block(r, &batched_table(batch), &names, &cc));
     }
     if names.contains(&"pgq") {
         let _ = writeln!(md, "PgQ is a log with one cursor per consumer: its single consumer reads whole tick batches (1,000 events, one tick per enqueue call of 1,000) and acknowledges once per batch, with no per-job lease, so it appears only in the claim-100 table, at one worker.\n");
@@ -768,6 +803,7 @@ async fn render(bench: &Bench, elapsed: Duration) -> Result<String> {
         "Backlog left when the producers stopped (jobs):\n\n{}",
         r.table("steady_backlog", &names, &sc, Unit::Count, None)
     );
+    let _ = writeln!(md, "{}", cost_block(r, "steady", &names, &sc));
 
     let clutter_cols = [
         "clean".to_string(),
@@ -782,6 +818,7 @@ async fn render(bench: &Bench, elapsed: Duration) -> Result<String> {
         "{}",
         r.table("clutter", &names, &cc, Unit::PerSecond, base)
     );
+    let _ = writeln!(md, "{}", cost_block(r, "clutter", &names, &cc));
 
     let mut long_cols = vec!["clean".to_string(), "snapshot held".to_string()];
     long_cols
@@ -845,6 +882,63 @@ async fn render(bench: &Bench, elapsed: Duration) -> Result<String> {
         }
     }
     Ok(md)
+}
+
+const COST_NOTE: &str = "Commits per job and WAL bytes per job (the tables after each jobs/s table) are the differences of `pg_stat_database.xact_commit` (the bench database; read-only transactions count too) and of `pg_current_wal_lsn()` (`pg_wal_lsn_diff`, the whole cluster) across the measured window, divided by the jobs settled in it. Statistics reach the shared counters lazily, but every backend flushes its own when it exits, so each window is opened and closed with no client connected to the bench database and the counters are read from another database. The window covers the timed part only: not the install or the preload, but the workers' connecting and stopping (and for pg-boss and graphile-worker the client's start-up: pg-boss's `start()` and its maintenance; the driver's own counting queries are subtracted). WAL includes full-page images after the CHECKPOINT that ends every preload.";
+
+/// How each system was driven: the rows of every table.
+fn systems_section(names: &[&str]) -> String {
+    let mut out = String::from("## Systems\n\n");
+    for (name, what) in [
+        ("aedb_queue", "this extension: `queue_claim` (lease 30 s), then `queue_complete` per job or `queue_complete_batch` per batch; enqueue `queue_enqueue` / `queue_enqueue_batch`."),
+        ("aedb-loop", "aedb_queue's settle-and-claim loop: the worker's first call is `queue_claim`, each later call `queue_complete_and_claim(queue, owner, held_task_id, held_fencing_token, lease => 30 s)` completes the task it holds and claims the next, in one transaction."),
+        ("baseline", "the hand-written queue (one table, a partial index on ready jobs, `FOR UPDATE SKIP LOCKED`, `DELETE` on completion, prepared statements): claim in one transaction, `DELETE` in the next."),
+        ("baseline-loop", "the baseline's one-transaction worker loop: one statement `WITH done AS (DELETE FROM jobs WHERE id = $held), c AS (SELECT id ... LIMIT 1 FOR UPDATE SKIP LOCKED) UPDATE jobs ... RETURNING ...` deletes the finished job and claims the next."),
+        ("pgq", "PgQ 3 (Debian `postgresql-15-pgq3`): `insert_event`, one `pgq.ticker()` per enqueue call; one consumer `next_batch` → `get_batch_events` → `finish_batch`."),
+        ("pgmq", "pgmq, installed SQL-only from the scripts embedded in the `pgmq` crate (`pgmq-cli install install-from-embedded`), one logged queue `pgmq.create('q')`: `pgmq.send` / `pgmq.send_batch`; drain `pgmq.read(q, vt => 30, qty => 1 | N)` then `pgmq.delete(q, msg_id)` per job or `pgmq.delete(q, msg_ids bigint[])` per batch."),
+        ("pgmq-pop", "pgmq drained with `pgmq.pop(q)` (read and delete in one call: no lease)."),
+        ("pg-boss", "pg-boss through its Node API (`bench/peers/node`): `send` / `insert`, `work({batchSize, pollingIntervalSeconds: 0.5})`."),
+        ("graphile-worker", "graphile-worker through its Node API (`bench/peers/node`): `addJob` / `addJobs`, `run({concurrency})`, with `localQueue` for batches."),
+    ] {
+        if names.contains(&name) {
+            let _ = writeln!(out, "- **{name}**: {what}");
+        }
+    }
+    out
+}
+
+/// Commits and WAL per job of a table's cells, with its heading.
+fn cost_block(r: &report::Results, table: &str, rows: &[&str], cols: &[&str]) -> String {
+    let t = r.cost_table(table, rows, cols);
+    if t.is_empty() {
+        return String::new();
+    }
+    format!("Commits per job · WAL bytes per job:\n\n{t}")
+}
+
+/// The per-job drain against the baselines measured in the same run: the
+/// hand-written two-transaction worker, its one-transaction loop, and the
+/// pgbench floors (insert + delete as two transactions or as one, 8 clients).
+fn baselines_section(r: &report::Results, names: &[&str], workers: &[usize]) -> String {
+    let w = if workers.contains(&8) { 8 } else { workers.iter().max().copied().unwrap_or(1) };
+    let col = w.to_string();
+    let refs = [
+        ("baseline", r.median(PER_JOB, "baseline", &col)),
+        ("baseline-loop", r.median(PER_JOB, "baseline-loop", &col)),
+        ("floor, 2 transactions", r.median("floor", FLOOR_ROW, "per row, 8 clients")),
+        ("floor, 1 transaction", r.median("floor", FLOOR_ROW, "one transaction, 8 clients")),
+    ];
+    let refs: Vec<(&str, f64)> = refs.into_iter().filter_map(|(n, v)| v.map(|v| (n, v))).collect();
+    if refs.is_empty() {
+        return String::new();
+    }
+    let mut out = format!("Against the baselines of this run ({w} workers; floors at 8 pgbench clients): jobs/s as a share of each\n\n| system | jobs/s | {} |\n|---|---|{}\n", refs.iter().map(|(n, _)| format!("× {n}")).collect::<Vec<_>>().join(" | "), "---|".repeat(refs.len()));
+    for name in names {
+        let Some(v) = r.median(PER_JOB, name, &col) else { continue };
+        let cells: Vec<String> = refs.iter().map(|(_, b)| format!("{:.2}×", v / b)).collect();
+        let _ = writeln!(out, "| {name} | {} | {} |", report::Unit::PerSecond.format(v), cells.join(" | "));
+    }
+    out
 }
 
 /// The targets, each as a ratio measured in this run.

@@ -5,7 +5,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::db::{Cluster, Result};
-use crate::scenarios::Measured;
+use crate::scenarios::{Cost, Measured};
 use crate::systems::System;
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -29,6 +29,16 @@ struct Reply {
     seconds: f64,
     latency_us: Option<Latency>,
     backlog_end: Option<i64>,
+    cost: Option<ReplyCost>,
+}
+
+/// The window's commits and WAL as the driver measured them (see driver.mjs).
+#[derive(Deserialize)]
+struct ReplyCost {
+    commits: i64,
+    wal_bytes: i64,
+    jobs: u64,
+    autovacuum: i64,
 }
 
 pub async fn run(
@@ -43,6 +53,7 @@ pub async fn run(
         "system": system.name(), "db": cluster.url(&db), "scenario": scenario,
         "jobs": req.jobs, "workers": req.workers, "batch": req.batch,
         "rate": req.rate, "seconds": req.seconds, "payload_bytes": 100,
+        "admin_db": cluster.url("postgres"),
     });
     let output = tokio::process::Command::new("node")
         .arg(concat!(
@@ -78,5 +89,11 @@ pub async fn run(
         p50_us: reply.latency_us.as_ref().map(|l| l.p50 as u64),
         p99_us: reply.latency_us.as_ref().map(|l| l.p99 as u64),
         backlog_end: reply.backlog_end,
+        cost: reply.cost.map(|c| Cost {
+            commits: c.commits,
+            wal_bytes: c.wal_bytes,
+            jobs: c.jobs,
+            autovacuum: c.autovacuum,
+        }),
     })
 }
