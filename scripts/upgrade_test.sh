@@ -102,10 +102,11 @@ for db in "${compared[@]}"; do
     fi
 done
 
-# c. Versions with per-queue grants (0.2.0 on): in 0.3.0 confinement is a
-#    row of its own. A role that held a grant stays confined; a grant held
-#    by one of the extension's own roles stops the update, which says why.
-if [ "$FROM" != 0.1.0 ]; then
+# c. The version with per-queue grants but no confinement rows (0.2.0): in
+#    0.3.0 confinement is a row of its own. A role that held a grant stays
+#    confined; a grant held by one of the extension's own roles stops the
+#    update, which says why. (From 0.3.0 on there is nothing to carry over.)
+if [ "$FROM" = 0.2.0 ]; then
     echo "c. $FROM's grants: their holders stay confined; a group role's grant stops the update"
     sql -d confined -c "DO \$\$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'upgrade_tenant') THEN CREATE ROLE upgrade_tenant; END IF; END \$\$"
     got=$(sql -d confined -At -c "CREATE EXTENSION aedb_queue VERSION '$FROM'" \

@@ -39,6 +39,8 @@ mod tests_ops;
 mod tests_plans;
 #[cfg(any(test, feature = "pg_test"))]
 mod tests_security;
+#[cfg(any(test, feature = "pg_test"))]
+mod tests_settle_and_claim;
 
 ::pgrx::pg_module_magic!();
 

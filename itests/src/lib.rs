@@ -839,6 +839,44 @@ pub fn try_complete_with(
     Ok(Outcome::parse(row.get(0)))
 }
 
+/// `queue_complete_and_claim(queue, owner_id, held_task_id, held_fencing_token,
+/// lease => .., max => .., strict => ..)`: the held task's outcome and the
+/// tasks claimed. Returns the server error as is (strict raises 40002).
+pub fn try_complete_and_claim(
+    c: &mut impl GenericClient,
+    queue: &str,
+    owner: &str,
+    held: (i64, i64),
+    lease: &str,
+    max: i32,
+    strict: bool,
+) -> Result<(Outcome, Vec<Claimed>), postgres::Error> {
+    let rows = c.query(
+        "SELECT settled::text, task_id::int8, payload, attempts::int4, fencing_token::int8, \
+                lease_deadline, priority::int8, enqueued_at, progress \
+         FROM aedb_queue.queue_complete_and_claim($1::text, $2::text, $3::int8, $4::int8, \
+              lease => $5::text::interval, max => $6::int4, strict => $7::bool)",
+        &[&queue, &owner, &held.0, &held.1, &lease, &max, &strict],
+    )?;
+    assert!(!rows.is_empty(), "queue_complete_and_claim returned no row");
+    let settled = Outcome::parse(rows[0].get(0));
+    let claimed = rows
+        .iter()
+        .filter(|r| r.get::<_, Option<i64>>(1).is_some())
+        .map(|r| Claimed {
+            task_id: r.get(1),
+            payload: r.get(2),
+            attempts: r.get(3),
+            fencing_token: r.get(4),
+            lease_deadline: r.get(5),
+            priority: r.get(6),
+            enqueued_at: r.get(7),
+            progress: r.get(8),
+        })
+        .collect();
+    Ok((settled, claimed))
+}
+
 /// Optional arguments of `queue_fail`.
 #[derive(Debug, Clone, Default)]
 pub struct FailOpts {

@@ -7,7 +7,7 @@ use pgrx::prelude::*;
 
 use super::{checked_name, positive_interval, required};
 use crate::datum::RawJsonb;
-use crate::errors::run;
+use crate::errors::{run, Result};
 use crate::guc;
 use crate::security;
 use crate::store;
@@ -43,34 +43,65 @@ fn queue_claim(
 > {
     run(|| {
         let queue = checked_name("queue", queue)?;
-        let owner_id = checked_name("owner_id", owner_id)?;
-        let max = validate::claim_max(required("max", max)?)?;
+        let claim = Claim::checked(queue, owner_id, lease, max)?;
         security::authorize(Action::Work, queue)?;
-        let settings = store::settings(queue)?;
-        let lease = match lease {
-            Some(_) => positive_interval("lease", lease)?,
-            None => settings
-                .default_lease
-                .unwrap_or_else(|| Interval::from_micros(DEFAULT_LEASE_SECONDS * 1_000_000)),
-        };
-        if settings.paused {
-            return Ok(TableIterator::new(Vec::new()));
-        }
-        let reap = guc::inline_reap().then_some(max.max(INLINE_REAP_MIN));
-        let rows = store::claim(queue, owner_id, lease, max, reap)?
-            .into_iter()
-            .map(|t| {
-                (
-                    t.task_id,
-                    t.payload,
-                    t.attempts,
-                    t.fencing_token,
-                    t.lease_deadline,
-                    t.priority,
-                    t.enqueued_at,
-                    t.progress,
-                )
-            });
+        let rows = claim.apply()?.into_iter().map(|t| {
+            (
+                t.task_id,
+                t.payload,
+                t.attempts,
+                t.fencing_token,
+                t.lease_deadline,
+                t.priority,
+                t.enqueued_at,
+                t.progress,
+            )
+        });
         Ok(TableIterator::new(rows.collect::<Vec<_>>()))
     })
+}
+
+/// A claim whose arguments have all been checked (the caller has
+/// authorized work on the queue).
+pub(super) struct Claim<'a> {
+    queue: &'a str,
+    owner_id: &'a str,
+    lease: Option<Interval>,
+    max: i32,
+}
+
+impl<'a> Claim<'a> {
+    pub(super) fn checked(
+        queue: &'a str,
+        owner_id: Option<&'a str>,
+        lease: Option<Interval>,
+        max: Option<i32>,
+    ) -> Result<Self> {
+        let owner_id = checked_name("owner_id", owner_id)?;
+        let max = validate::claim_max(required("max", max)?)?;
+        let lease = lease
+            .map(|_| positive_interval("lease", lease))
+            .transpose()?;
+        Ok(Claim {
+            queue,
+            owner_id,
+            lease,
+            max,
+        })
+    }
+
+    /// Leases up to `max` tasks; none while the queue is paused.
+    pub(super) fn apply(self) -> Result<Vec<store::ClaimedTask>> {
+        let settings = store::settings(self.queue)?;
+        if settings.paused {
+            return Ok(Vec::new());
+        }
+        let lease = self.lease.unwrap_or_else(|| {
+            settings
+                .default_lease
+                .unwrap_or_else(|| Interval::from_micros(DEFAULT_LEASE_SECONDS * 1_000_000))
+        });
+        let reap = guc::inline_reap().then_some(self.max.max(INLINE_REAP_MIN));
+        store::claim(self.queue, self.owner_id, lease, self.max, reap)
+    }
 }

@@ -8,6 +8,7 @@ mod enqueue;
 mod inspect;
 mod reap;
 mod settle;
+mod settle_and_claim;
 mod triggers;
 
 use aedb_queue_core::validate;

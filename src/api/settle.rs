@@ -31,36 +31,100 @@ fn queue_complete(
 ) -> Outcome {
     run(|| {
         let queue = checked_name("queue", queue)?;
-        let task_id = required("task_id", task_id)?;
-        let fencing_token = required("fencing_token", fencing_token)?;
+        let held = Held::checked(
+            queue,
+            ("task_id", task_id),
+            ("fencing_token", fencing_token),
+        )?;
         let strict = required("strict", strict)?;
         security::authorize(Action::Work, queue)?;
-        let settings = store::settings(queue)?;
-        checked_json("result", result, &settings)?;
+        Completion::checked(held, result, follow_ups)?.apply(strict)
+    })
+}
+
+/// The task a worker holds: its queue, id and fencing token.
+#[derive(Clone, Copy)]
+pub(super) struct Held<'a> {
+    queue: &'a str,
+    task_id: i64,
+    fencing_token: i64,
+}
+
+impl<'a> Held<'a> {
+    /// The arguments come as (name, value), so errors name the caller's own.
+    pub(super) fn checked(
+        queue: &'a str,
+        task_id: (&'static str, Option<i64>),
+        fencing_token: (&'static str, Option<i64>),
+    ) -> Result<Self> {
+        Ok(Held {
+            queue,
+            task_id: required(task_id.0, task_id.1)?,
+            fencing_token: required(fencing_token.0, fencing_token.1)?,
+        })
+    }
+
+    /// The fence failed: 40002 under `strict`, else the caller learns it.
+    fn fenced_out(self, strict: bool) -> Result<Outcome> {
+        if strict {
+            return Err(QueueError::LeaseLost {
+                task_id: self.task_id,
+                fencing_token: self.fencing_token,
+            });
+        }
+        Ok(Outcome::LeaseLost)
+    }
+}
+
+/// A completion whose arguments have all been checked (the caller has
+/// authorized work on the queue): applying it touches the table first.
+pub(super) struct Completion<'a> {
+    held: Held<'a>,
+    result: Option<RawJsonb>,
+    follow_ups: Vec<CheckedEnqueue>,
+    keeping: bool,
+}
+
+impl<'a> Completion<'a> {
+    pub(super) fn checked(
+        held: Held<'a>,
+        result: Option<RawJsonb>,
+        follow_ups: Option<RawJsonb>,
+    ) -> Result<Self> {
+        let settings = store::settings(held.queue)?;
+        let result = checked_json("result", result, &settings)?;
         // Check every follow-up before touching anything.
         let follow_ups = match follow_ups {
             Some(value) => checked_follow_ups(value)?,
             None => Vec::new(),
         };
-        let applied = if settings.keep_completed.is_some() {
-            store::complete_keeping(queue, task_id, fencing_token, result)?
+        Ok(Completion {
+            held,
+            result,
+            follow_ups,
+            keeping: settings.keep_completed.is_some(),
+        })
+    }
+
+    pub(super) fn apply(self, strict: bool) -> Result<Outcome> {
+        let Held {
+            queue,
+            task_id,
+            fencing_token,
+        } = self.held;
+        let applied = if self.keeping {
+            store::complete_keeping(queue, task_id, fencing_token, self.result)?
         } else {
             store::complete(queue, task_id, fencing_token)?
         };
         if !applied {
-            if strict {
-                return Err(QueueError::LeaseLost {
-                    task_id,
-                    fencing_token,
-                });
-            }
-            return Ok(Outcome::LeaseLost);
+            return self.held.fenced_out(strict);
         }
-        for follow_up in &follow_ups {
+        for follow_up in &self.follow_ups {
             follow_up.insert()?;
         }
         Ok(Outcome::Applied)
-    })
+    }
 }
 
 /// The follow-ups, each checked as `queue_enqueue` checks its arguments:
@@ -149,8 +213,31 @@ fn queue_fail(
 ) -> Outcome {
     run(|| {
         let queue = checked_name("queue", queue)?;
-        let task_id = required("task_id", task_id)?;
-        let fencing_token = required("fencing_token", fencing_token)?;
+        let held = Held::checked(
+            queue,
+            ("task_id", task_id),
+            ("fencing_token", fencing_token),
+        )?;
+        let failure = Failure::checked(held, error, retry_in, dead_letter)?;
+        security::authorize(Action::Work, queue)?;
+        failure.apply(false)
+    })
+}
+
+/// A failure report whose arguments have all been checked.
+pub(super) struct Failure<'a> {
+    held: Held<'a>,
+    error: &'a str,
+    request: FailRequest,
+}
+
+impl<'a> Failure<'a> {
+    pub(super) fn checked(
+        held: Held<'a>,
+        error: Option<&'a str>,
+        retry_in: Option<Interval>,
+        dead_letter: Option<bool>,
+    ) -> Result<Self> {
         let error = required("error", error)?;
         validate::error_text("error", error.len())?;
         let retry_in_micros = retry_in
@@ -160,9 +247,22 @@ fn queue_fail(
             retry_in_micros,
             dead_letter: required("dead_letter", dead_letter)?,
         };
-        security::authorize(Action::Work, queue)?;
+        Ok(Failure {
+            held,
+            error,
+            request,
+        })
+    }
+
+    /// Retries the task after its backoff, or dead-letters it.
+    pub(super) fn apply(self, strict: bool) -> Result<Outcome> {
+        let Held {
+            queue,
+            task_id,
+            fencing_token,
+        } = self.held;
         let Some(task) = store::lock_for_fail(queue, task_id, fencing_token)? else {
-            return Ok(Outcome::LeaseLost);
+            return self.held.fenced_out(strict);
         };
         let policy = RetryPolicy {
             attempts: task.attempts,
@@ -170,15 +270,15 @@ fn queue_fail(
             backoff_base_micros: micros(task.backoff_base),
             backoff_max_micros: micros(task.backoff_max),
         };
-        match on_failure(policy, request) {
+        match on_failure(policy, self.request) {
             FailOutcome::RetryAfter(delay) => {
                 let state = if delay > 0 { "scheduled" } else { "ready" };
-                store::settle_failure(task_id, state, Some(interval(delay)), error)?
+                store::settle_failure(task_id, state, Some(interval(delay)), self.error)?
             }
-            FailOutcome::DeadLetter => store::settle_failure(task_id, "dead", None, error)?,
+            FailOutcome::DeadLetter => store::settle_failure(task_id, "dead", None, self.error)?,
         }
         Ok(Outcome::Applied)
-    })
+    }
 }
 
 /// Extends the lease to now + `extend` and records `progress`, which the

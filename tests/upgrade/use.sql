@@ -64,6 +64,12 @@ SELECT upgrade_check.expect('settle one of them',
     (SELECT aedb_queue.queue_complete('main', task_id, fencing_token) FROM claimed WHERE payload->>'label' = 'ready-high'),
     'applied');
 
+SELECT upgrade_check.expect('settle another and claim in one call (nothing left to claim)',
+    (SELECT (r.settled::text, r.task_id)
+     FROM claimed c, aedb_queue.queue_complete_and_claim('main', 'worker-after', c.task_id, c.fencing_token) r
+     WHERE c.payload->>'label' = 'batch-1'),
+    ('applied'::text, NULL::bigint));
+
 -- A task that failed with a checkpoint is claimed with it.
 SELECT upgrade_check.expect('claim returns the checkpoint',
     (SELECT (task_id, attempts, progress) FROM aedb_queue.queue_claim('resume', 'worker-after')),
