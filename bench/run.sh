@@ -9,7 +9,8 @@ source "$(dirname "$0")/../scripts/common.sh"
 cd "$ROOT"
 
 bash scripts/setup.sh
-# Benchmark-only dependencies: PgQ, fonts for the chart, the Node peers.
+# Benchmark-only dependencies: PgQ, fonts for the chart, the Node peers (and
+# below: pgmq's installer, awa's Python SDK).
 bench_packages=(postgresql-15-pgq3 libfontconfig1-dev fonts-dejavu-core nodejs npm)
 missing=()
 for p in "${bench_packages[@]}"; do
@@ -29,6 +30,17 @@ if ! "$bench_tools/bin/pgmq-cli" --version 2>/dev/null | grep -q "$PGMQ_CRATE_VE
     cargo install pgmq --version "$PGMQ_CRATE_VERSION" --features cli --locked --root "$bench_tools" -q
 fi
 export AEDB_PGMQ_CLI="$bench_tools/bin/pgmq-cli"
+# awa: its Python SDK from PyPI (pinned in bench/peers/python/requirements.txt)
+# in a virtualenv of its own, rebuilt when the requirements change.
+awa_venv="$bench_tools/awa-venv"
+if ! cmp -s bench/peers/python/requirements.txt "$awa_venv/requirements.txt"; then
+    log "pip: installing awa-pg into $awa_venv"
+    rm -rf "$awa_venv"
+    python3 -m venv "$awa_venv"
+    "$awa_venv/bin/pip" install -q -r bench/peers/python/requirements.txt
+    cp bench/peers/python/requirements.txt "$awa_venv/requirements.txt"
+fi
+export AEDB_AWA_PYTHON="$awa_venv/bin/python"
 # pgbench for the floor comes from the PostgreSQL the cluster runs from.
 export AEDB_PG_BIN="$PG_BIN"
 

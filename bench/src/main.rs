@@ -33,7 +33,9 @@ struct Args {
     /// aedb-loop, baseline, baseline-loop).
     #[arg(long, value_delimiter = ',')]
     systems: Option<Vec<String>>,
-    /// Repetitions of each throughput measurement (default 3; 1 with --quick).
+    /// Repetitions of each throughput measurement (default 3 for aedb_queue,
+    /// the baseline and their loops, 2 for PgQ, pgmq and graphile-worker, 1
+    /// for pg-boss and awa; 1 with --quick). Sets all three.
     #[arg(long)]
     reps: Option<usize>,
     /// Repetitions of the long scenarios: steady state, clutter, long transaction (default 1).
@@ -62,6 +64,13 @@ struct Args {
 /// Sizes of every scenario; `quick` and `full` differ only in these numbers.
 struct Plan {
     reps: usize,
+    /// Repetitions of the peers' throughput measurements (PgQ, pgmq,
+    /// graphile-worker) and of the slow ones' (pg-boss, poll-bound; awa),
+    /// so that a full run stays within about 35 minutes.
+    peer_reps: usize,
+    slow_reps: usize,
+    /// Jobs preloaded for awa's drains (it drains a few hundred jobs/s).
+    slow_drain_jobs: usize,
     enqueue_single: usize,
     enqueue_batch: usize,
     drain_jobs: usize,
@@ -89,6 +98,9 @@ impl Plan {
     fn quick() -> Plan {
         Plan {
             reps: 1,
+            peer_reps: 1,
+            slow_reps: 1,
+            slow_drain_jobs: 5_000,
             enqueue_single: 2_000,
             enqueue_batch: 20_000,
             drain_jobs: 5_000,
@@ -115,6 +127,9 @@ impl Plan {
     fn full() -> Plan {
         Plan {
             reps: 3,
+            peer_reps: 2,
+            slow_reps: 1,
+            slow_drain_jobs: 20_000,
             enqueue_single: 3_000,
             enqueue_batch: 50_000,
             drain_jobs: 50_000,
@@ -165,9 +180,30 @@ struct Bench {
     plan: Plan,
     systems: Vec<System>,
     results: Results,
+    /// The repetition of the throughput measurements under way.
+    rep: usize,
+}
+
+impl Plan {
+    fn reps_for(&self, system: System) -> usize {
+        match system {
+            System::PgBoss | System::Awa => self.slow_reps,
+            System::Pgq | System::Pgmq | System::PgmqPop | System::Graphile => self.peer_reps,
+            _ => self.reps,
+        }
+    }
 }
 
 impl Bench {
+    /// The systems measured in this repetition.
+    fn systems_now(&self) -> Vec<System> {
+        self.systems
+            .iter()
+            .copied()
+            .filter(|s| self.plan.reps_for(*s) >= self.rep)
+            .collect()
+    }
+
     /// Records one measurement, or a note when the system could not run it.
     fn record(
         &mut self,
@@ -231,7 +267,7 @@ impl Bench {
     }
 
     async fn enqueue(&mut self) {
-        for system in self.systems.clone().into_iter().filter(|s| !s.is_loop()) {
+        for system in self.systems_now().into_iter().filter(|s| !s.is_loop()) {
             let cases = [
                 (
                     "single, 1 producer",
@@ -297,7 +333,7 @@ impl Bench {
     }
 
     async fn drain(&mut self, table: &str, batch: i32, workers: Vec<usize>) {
-        for system in self.systems.clone() {
+        for system in self.systems_now() {
             for &w in &workers {
                 // PgQ consumes whole tick batches with one consumer: it
                 // appears once, among the batched drains.
@@ -309,8 +345,13 @@ impl Bench {
                     continue;
                 }
                 let measured = if system.is_node() {
+                    let jobs = if system == System::Awa {
+                        self.plan.slow_drain_jobs
+                    } else {
+                        self.plan.drain_jobs
+                    };
                     let req = node::Request {
-                        jobs: self.plan.drain_jobs,
+                        jobs,
                         workers: w,
                         batch: batch as usize,
                         seconds: self.plan.window.as_secs(),
@@ -353,7 +394,13 @@ impl Bench {
     }
 
     async fn steady(&mut self) {
-        for system in self.systems.clone().into_iter().filter(|s| !s.is_loop()) {
+        // awa's driver measures enqueue and drain only.
+        for system in self
+            .systems
+            .clone()
+            .into_iter()
+            .filter(|s| !s.is_loop() && *s != System::Awa)
+        {
             for &rate in &self.plan.steady_rates.clone() {
                 let col = format!("{rate}/s");
                 let measured = if system.is_node() {
@@ -550,6 +597,8 @@ async fn main() -> Result<()> {
     };
     if let Some(reps) = args.reps {
         plan.reps = reps;
+        plan.peer_reps = reps;
+        plan.slow_reps = reps;
     }
     if let Some(reps) = args.long_reps {
         plan.long_reps = reps;
@@ -584,6 +633,7 @@ async fn main() -> Result<()> {
         plan,
         systems,
         results: Results::default(),
+        rep: 1,
     };
     let (batched_workers, workers) = (
         bench.plan.batched_workers.clone(),
@@ -594,8 +644,10 @@ async fn main() -> Result<()> {
             .as_ref()
             .is_none_or(|only| only.iter().any(|o| o == scenario))
     };
-    for rep in 1..=bench.plan.reps {
-        println!("== repetition {rep}/{}", bench.plan.reps);
+    let max_reps = bench.plan.reps.max(bench.plan.peer_reps).max(bench.plan.slow_reps);
+    for rep in 1..=max_reps {
+        bench.rep = rep;
+        println!("== repetition {rep}/{max_reps}");
         if runs("floor") {
             bench.floor().await;
         }
@@ -689,10 +741,14 @@ async fn render(bench: &Bench, elapsed: Duration) -> Result<String> {
     let _ = writeln!(md, "# aedb_queue benchmark results\n");
     let _ = writeln!(
         md,
-        "Command: the harness with `{}` (`bash bench/run.sh` passes `--port` and its own arguments; {} repetition(s) of each throughput measurement, median shown with the raw values in brackets; {} of the long scenarios; {:.0} s in all).  ",
+        "Command: the harness with `{}` (`bash bench/run.sh` passes `--port` and its own arguments; repetitions of each throughput measurement: {} for aedb_queue, the baseline, their loops and the floor, {} for PgQ, pgmq and graphile-worker, {} for pg-boss and awa (fewer for the peers to keep a full run near 35 minutes), median shown with the raw values in brackets; {} of the long scenarios; awa's drains preload {} jobs instead of {}; {:.0} s in all).  ",
         std::env::args().skip(1).collect::<Vec<_>>().join(" "),
         p.reps,
+        p.peer_reps,
+        p.slow_reps,
         p.long_reps,
+        p.slow_drain_jobs,
+        p.drain_jobs,
         elapsed.as_secs_f64()
     );
     let _ = writeln!(md, "Code: commit `{commit}`. Run finished {}.  ", now_utc());
@@ -899,6 +955,7 @@ fn systems_section(names: &[&str]) -> String {
         ("pgmq-pop", "pgmq drained with `pgmq.pop(q)` (read and delete in one call: no lease)."),
         ("pg-boss", "pg-boss through its Node API (`bench/peers/node`): `send` / `insert`, `work({batchSize, pollingIntervalSeconds: 0.5})`."),
         ("graphile-worker", "graphile-worker through its Node API (`bench/peers/node`): `addJob` / `addJobs`, `run({concurrency})`, with `localQueue` for batches."),
+        ("awa", "awa (awa-pg, a Python SDK over a Rust core; `bench/peers/python`): `migrate()` and `install_queue_storage()`, enqueue `insert` / `enqueue_many_copy`, drain `start([{name, max_workers: W, claim_batch_size: B}], poll_interval_ms=50)` with a no-op task; done = handler calls (not checked against the database); no steady-state run."),
     ] {
         if names.contains(&name) {
             let _ = writeln!(out, "- **{name}**: {what}");

@@ -1,5 +1,7 @@
 //! pg-boss and graphile-worker, measured through their own Node driver
-//! (`bench/peers/node/driver.mjs`): one JSON request in, one JSON result out.
+//! (`bench/peers/node/driver.mjs`), and awa through its Python driver
+//! (`bench/peers/python/awa_driver.py`): one JSON request in, one JSON
+//! result out.
 
 use serde::Deserialize;
 use serde_json::json;
@@ -55,11 +57,21 @@ pub async fn run(
         "rate": req.rate, "seconds": req.seconds, "payload_bytes": 100,
         "admin_db": cluster.url("postgres"),
     });
-    let output = tokio::process::Command::new("node")
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/peers/node/driver.mjs"
-        ))
+    let (program, script) = if system == System::Awa {
+        (
+            std::env::var("AEDB_AWA_PYTHON").unwrap_or_else(|_| {
+                concat!(env!("CARGO_MANIFEST_DIR"), "/../target/bench-tools/awa-venv/bin/python").into()
+            }),
+            concat!(env!("CARGO_MANIFEST_DIR"), "/peers/python/awa_driver.py"),
+        )
+    } else {
+        (
+            "node".to_string(),
+            concat!(env!("CARGO_MANIFEST_DIR"), "/peers/node/driver.mjs"),
+        )
+    };
+    let output = tokio::process::Command::new(&program)
+        .arg(script)
         .arg(request.to_string())
         .output()
         .await?;

@@ -18,6 +18,8 @@ pub enum System {
     Pgq,
     PgBoss,
     Graphile,
+    /// awa-pg's Python SDK, in its own driver (`bench/peers/python`).
+    Awa,
     Pgmq,
     /// pgmq drained with `pgmq.pop` (read and delete in one call, no lease).
     PgmqPop,
@@ -30,7 +32,7 @@ pub enum System {
 pub const QUEUE: &str = "q";
 
 impl System {
-    pub const ALL: [System; 9] = [
+    pub const ALL: [System; 10] = [
         System::Aedb,
         System::AedbLoop,
         System::Baseline,
@@ -40,6 +42,7 @@ impl System {
         System::PgmqPop,
         System::PgBoss,
         System::Graphile,
+        System::Awa,
     ];
 
     pub fn name(self) -> &'static str {
@@ -49,6 +52,7 @@ impl System {
             System::Pgq => "pgq",
             System::PgBoss => "pg-boss",
             System::Graphile => "graphile-worker",
+            System::Awa => "awa",
             System::Pgmq => "pgmq",
             System::PgmqPop => "pgmq-pop",
             System::AedbLoop => "aedb-loop",
@@ -86,9 +90,9 @@ impl System {
         format!("bench_{}", self.name().replace('-', "_"))
     }
 
-    /// Driven by the Node driver rather than from Rust.
+    /// Driven by a driver of its own (Node or Python) rather than from Rust.
     pub fn is_node(self) -> bool {
-        matches!(self, System::PgBoss | System::Graphile)
+        matches!(self, System::PgBoss | System::Graphile | System::Awa)
     }
 
     /// Installs the system into the fresh database `conn` is connected to
@@ -105,7 +109,7 @@ impl System {
                 conn.batch("CREATE EXTENSION pgq; SELECT pgq.create_queue('q'); SELECT pgq.register_consumer('q', 'c');")
                     .await
             }
-            System::PgBoss | System::Graphile => Ok(()),
+            System::PgBoss | System::Graphile | System::Awa => Ok(()),
         }
     }
 
@@ -118,6 +122,7 @@ impl System {
             System::Pgq => "SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'pgq' AND c.relkind = 'r'",
             System::PgBoss => "SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'pgboss' AND c.relkind IN ('r', 'p')",
             System::Graphile => "SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'graphile_worker' AND c.relkind = 'r'",
+            System::Awa => "SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname LIKE 'awa%' AND c.relkind IN ('r', 'p')",
         }
     }
 }
