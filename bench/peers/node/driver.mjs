@@ -378,11 +378,19 @@ async function readCounters(cfg) {
   await admin.connect();
   try {
     const deadline = mono() + 15000;
+    let grace = mono() + 5000;
     for (;;) {
       const { rows } = await admin.query(
         "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1 AND backend_type = 'client backend'", [dbName(cfg.db)]);
       if (rows[0].n === 0) break;
       if (mono() > deadline) throw new Error(`${rows[0].n} client backend(s) still connected to ${dbName(cfg.db)}`);
+      if (mono() > grace) {
+        // A closed client's connection that lingers: ended, it flushes its statistics as it exits.
+        await admin.query(
+          "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND backend_type = 'client backend'", [dbName(cfg.db)]);
+        process.stderr.write('driver.mjs: ended lingering connection(s) of a closed client\n');
+        grace = Infinity;
+      }
       await sleep(10);
     }
     await admin.query('SELECT pg_stat_clear_snapshot()');

@@ -51,6 +51,7 @@ def read_counters(cfg) -> tuple[int, int]:
     name = db_name(cfg["db"])
     with psycopg.connect(cfg["admin_db"], autocommit=True) as admin:
         deadline = time.monotonic() + 15
+        grace = time.monotonic() + 5
         while True:
             (n,) = admin.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND backend_type = 'client backend'",
@@ -60,6 +61,15 @@ def read_counters(cfg) -> tuple[int, int]:
                 break
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{n} client backend(s) still connected to {name}")
+            if time.monotonic() > grace:
+                # A closed client's connection that lingers (seen once with
+                # awa's pool): ended, it flushes its statistics as it exits.
+                (k,) = admin.execute(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = %s AND backend_type = 'client backend'",
+                    (name,),
+                ).fetchone()
+                sys.stderr.write(f"awa_driver.py: ended {k} lingering connection(s) of a closed client\n")
+                grace = float("inf")
             time.sleep(0.01)
         admin.execute("SELECT pg_stat_clear_snapshot()")
         return admin.execute(
@@ -130,7 +140,9 @@ async def drain(cfg, client) -> dict:
             started.set()
         handled += 1
 
-    queue = {"name": QUEUE, "max_workers": workers}
+    # awa runs one handler call per job, each holding a worker permit: for a
+    # batch of B per worker, W x B permits and claims of B at a time.
+    queue = {"name": QUEUE, "max_workers": workers * batch}
     if batch > 1:
         queue["claim_batch_size"] = batch
     await client.start([queue], poll_interval_ms=POLL_MS)
@@ -162,7 +174,7 @@ async def main() -> None:
     await setup(cfg)
     av0 = autovacuum_runs(cfg) if cfg["admin_db"] else 0
     c0 = read_counters(cfg) if cfg["admin_db"] else None
-    client = awa.AsyncClient(cfg["db"], max_connections=cfg["workers"] + 4)
+    client = awa.AsyncClient(cfg["db"], max_connections=min(cfg["workers"] * cfg["batch"], 16) + 4)
     try:
         if cfg["scenario"] == "enqueue":
             res = await enqueue(cfg, client)
