@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The benchmark, in one command (as root on Debian 12):
-#   bash bench/run.sh            full run (under 30 minutes), all systems
+#   bash bench/run.sh            full run (about 35 minutes), all systems
 #   bash bench/run.sh --quick    iteration run (under 3 minutes), aedb_queue and baseline, each with its one-transaction loop
 # Extra arguments go to the harness (e.g. --systems aedb_queue,pgq --reps 1).
 # Results: bench/results/latest.md and bench/results/throughput.png.

@@ -34,6 +34,13 @@ def payload(i: int) -> Noop:
     return Noop(i=i, t=time.time() * 1000, pad="x" * 64)
 
 
+T0 = time.monotonic()
+
+
+def log(msg: str) -> None:
+    sys.stderr.write(f"awa_driver.py: {time.monotonic() - T0:7.2f} s {msg}\n")
+
+
 def die(msg: str, code: int = 1) -> None:
     sys.stderr.write(f"awa_driver.py: error: {msg}\n")
     sys.exit(code)
@@ -91,8 +98,10 @@ async def setup(cfg) -> None:
     client = awa.AsyncClient(cfg["db"], max_connections=4)
     try:
         await client.migrate()
+        log("migrated")
         # enqueue_many_copy needs the queue-storage backend active.
         await client.install_queue_storage()
+        log("queue storage installed")
         if cfg["scenario"] == "drain":
             done = 0
             while done < cfg["jobs"]:
@@ -152,7 +161,9 @@ async def drain(cfg, client) -> dict:
         await asyncio.sleep(POLL_MS / 1000)
     end = time.monotonic()
     done = handled
+    log("drained")
     await client.shutdown(timeout_ms=5000)
+    log("shut down")
     return {"jobs": done, "seconds": end - first, "settled": handled, "backlog_end": jobs - done}
 
 
@@ -172,8 +183,10 @@ async def main() -> None:
     if cfg["scenario"] not in ("enqueue", "drain"):
         die(f"scenario {cfg['scenario']!r} is not driven for awa (enqueue and drain only)", 2)
     await setup(cfg)
+    log("set up")
     av0 = autovacuum_runs(cfg) if cfg["admin_db"] else 0
     c0 = read_counters(cfg) if cfg["admin_db"] else None
+    log("window open")
     client = awa.AsyncClient(cfg["db"], max_connections=min(cfg["workers"] * cfg["batch"], 16) + 4)
     try:
         if cfg["scenario"] == "enqueue":
@@ -182,6 +195,7 @@ async def main() -> None:
             res = await drain(cfg, client)
     finally:
         await client.close()
+    log("client closed")
     cost = None
     if c0 is not None:
         c1 = read_counters(cfg)
