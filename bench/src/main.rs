@@ -242,7 +242,7 @@ impl Bench {
                 Some(m)
             }
             Err(e) => {
-                let note = format!("{table} / {} / {col}: failed: {e}", system.name());
+                let note = format!("{table} / {} / {col}: failed: {}", system.name(), error_chain(&*e));
                 println!("  {note}");
                 self.results.notes.push(note);
                 None
@@ -997,6 +997,19 @@ fn baselines_section(r: &report::Results, names: &[&str], workers: &[usize]) -> 
         let Some(v) = r.median(PER_JOB, name, &col) else { continue };
         let cells: Vec<String> = refs.iter().map(|(_, b)| format!("{:.2}×", v / b)).collect();
         let _ = writeln!(out, "| {name} | {} | {} |", report::Unit::PerSecond.format(v), cells.join(" | "));
+    }
+    out
+}
+
+/// An error with its causes ("db error" alone says nothing: the server's
+/// message is its source).
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
     }
     out
 }

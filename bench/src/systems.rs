@@ -400,11 +400,19 @@ pub async fn settle_and_claim(
         }
         System::BaselineLoop => {
             // The delete of the finished job and the claim of the next share
-            // one statement, so one snapshot and one commit.
+            // one statement, so one snapshot and one commit. The delete must
+            // run before the claim locks anything: a SKIP LOCKED claim keeps
+            // a lock on a row it rechecked and rejected (another worker's
+            // held job, claimed after this statement's snapshot), and a
+            // delete that then waited on such a lock could close a cycle
+            // (seen: "deadlock detected" at 8 workers, with the delete in a
+            // CTE the claim did not depend on). The claim's one-time filter
+            // on the delete's count runs the delete first.
             let rows = conn
                 .query(
                     "WITH done AS (DELETE FROM jobs WHERE id = $1 RETURNING id),
                           c AS (SELECT id FROM jobs WHERE queue = $2 AND state = 'ready' AND run_at <= now()
+                                AND (SELECT count(*) FROM done) >= 0
                                 ORDER BY priority DESC, id LIMIT 1 FOR UPDATE SKIP LOCKED)
                      UPDATE jobs j SET state = 'running', attempts = j.attempts + 1, locked_by = $3,
                                        locked_until = now() + interval '30 seconds'
