@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The benchmark, in one command (as root on Debian 12):
-#   bash bench/run.sh            full run (under 30 minutes), all systems
-#   bash bench/run.sh --quick    iteration run (under 3 minutes), aedb_queue and baseline
+#   bash bench/run.sh            full run (about 35 minutes), all systems
+#   bash bench/run.sh --quick    iteration run (under 3 minutes), aedb_queue and baseline, each with its one-transaction loop
 # Extra arguments go to the harness (e.g. --systems aedb_queue,pgq --reps 1).
 # Results: bench/results/latest.md and bench/results/throughput.png.
 set -euo pipefail
@@ -9,7 +9,8 @@ source "$(dirname "$0")/../scripts/common.sh"
 cd "$ROOT"
 
 bash scripts/setup.sh
-# Benchmark-only dependencies: PgQ, fonts for the chart, the Node peers.
+# Benchmark-only dependencies: PgQ, fonts for the chart, the Node peers (and
+# below: pgmq's installer, awa's Python SDK).
 bench_packages=(postgresql-15-pgq3 libfontconfig1-dev fonts-dejavu-core nodejs npm)
 missing=()
 for p in "${bench_packages[@]}"; do
@@ -19,6 +20,29 @@ if ((${#missing[@]})); then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 (cd bench/peers/node && { [ -d node_modules ] || npm ci --no-audit --no-fund; })
+# pgmq is SQL-only: the harness installs it into each fresh database with the
+# installer of the pgmq crate (scripts embedded in the crate, no network at
+# install time), built once from crates.io into target/bench-tools.
+PGMQ_CRATE_VERSION=0.33.7
+bench_tools="$ROOT/target/bench-tools"
+if ! "$bench_tools/bin/pgmq-cli" --version 2>/dev/null | grep -q "$PGMQ_CRATE_VERSION"; then
+    log "cargo: installing pgmq-cli $PGMQ_CRATE_VERSION (pgmq's SQL-only installer)"
+    cargo install pgmq --version "$PGMQ_CRATE_VERSION" --features cli --locked --root "$bench_tools" -q
+fi
+export AEDB_PGMQ_CLI="$bench_tools/bin/pgmq-cli"
+# awa: its Python SDK from PyPI (pinned in bench/peers/python/requirements.txt)
+# in a virtualenv of its own, rebuilt when the requirements change.
+awa_venv="$bench_tools/awa-venv"
+if ! cmp -s bench/peers/python/requirements.txt "$awa_venv/requirements.txt"; then
+    log "pip: installing awa-pg into $awa_venv"
+    rm -rf "$awa_venv"
+    python3 -m venv "$awa_venv"
+    "$awa_venv/bin/pip" install -q -r bench/peers/python/requirements.txt
+    cp bench/peers/python/requirements.txt "$awa_venv/requirements.txt"
+fi
+export AEDB_AWA_PYTHON="$awa_venv/bin/python"
+# pgbench for the floor comes from the PostgreSQL the cluster runs from.
+export AEDB_PG_BIN="$PG_BIN"
 
 log "building and installing aedb_queue (release)"
 bash scripts/install.sh --release >/dev/null

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::db::{Cluster, Result};
+use crate::scenarios::{Cost, Window};
 
 const SCHEMA: &str = "CREATE TABLE floor_jobs (id bigserial PRIMARY KEY, payload jsonb)";
 const PAYLOAD: &str = r#"'{"t": 0, "kind": "bench", "pad": "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}'"#;
@@ -11,23 +12,31 @@ const PAYLOAD: &str = r#"'{"t": 0, "kind": "bench", "pad": "xxxxxxxxxxxxxxxxxxxx
 pub enum Floor {
     /// Insert in one transaction, delete in the next: two commits per job.
     PerRow,
+    /// Insert and delete in one transaction: one commit per job.
+    OneTransaction,
     /// 100 rows inserted in one transaction, deleted in the next.
     Batch100,
 }
 
-/// Jobs per second for `clients` pgbench clients over `seconds`.
+/// Jobs per second for `clients` pgbench clients over `seconds`, and the
+/// commits and WAL they cost.
 pub async fn run(
     cluster: &Cluster,
     floor: Floor,
     clients: usize,
     seconds: Duration,
-) -> Result<f64> {
+) -> Result<(f64, Cost)> {
     let db = "bench_floor";
     let conn = cluster.recreate(db).await?;
     conn.batch(SCHEMA).await?;
+    drop(conn);
     let (script, jobs_per_tx) = match floor {
         Floor::PerRow => (
             format!("INSERT INTO floor_jobs (payload) VALUES ({PAYLOAD}) RETURNING id \\gset\nDELETE FROM floor_jobs WHERE id = :id;\n"),
+            1.0,
+        ),
+        Floor::OneTransaction => (
+            format!("BEGIN;\nINSERT INTO floor_jobs (payload) VALUES ({PAYLOAD}) RETURNING id \\gset\nDELETE FROM floor_jobs WHERE id = :id;\nCOMMIT;\n"),
             1.0,
         ),
         Floor::Batch100 => (
@@ -41,7 +50,11 @@ pub async fn run(
     };
     let path = std::env::temp_dir().join(format!("aedb_floor_{}.sql", std::process::id()));
     std::fs::write(&path, script)?;
-    let output = tokio::process::Command::new("/usr/lib/postgresql/15/bin/pgbench")
+    let pgbench = std::env::var("AEDB_PG_BIN")
+        .map(|bin| format!("{bin}/pgbench"))
+        .unwrap_or_else(|_| "/usr/lib/postgresql/15/bin/pgbench".into());
+    let window = Window::open(cluster, db).await?;
+    let output = tokio::process::Command::new(&pgbench)
         .args([
             "-n",
             "-h",
@@ -79,6 +92,14 @@ pub async fn run(
                 String::from_utf8_lossy(&output.stderr)
             )
         })?;
-    // Each pgbench transaction here is two statements, so two commits per "tps".
-    Ok(tps * jobs_per_tx)
+    let transactions = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("number of transactions actually processed: "))
+        .and_then(|rest| rest.split(['/', ' ']).next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .ok_or("pgbench printed no transaction count")?;
+    let jobs = (transactions * jobs_per_tx) as u64;
+    let cost = window.close(cluster, db, jobs).await?;
+    // A pgbench "transaction" is one run of the script: one job (or 100).
+    Ok((tps * jobs_per_tx, cost))
 }

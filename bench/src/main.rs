@@ -29,10 +29,13 @@ struct Args {
     /// Small sizes and one repetition, for iteration (under 3 minutes).
     #[arg(long)]
     quick: bool,
-    /// Comma-separated systems (default: all; with --quick: aedb_queue,baseline).
+    /// Comma-separated systems (default: all; with --quick: aedb_queue,
+    /// aedb-loop, baseline, baseline-loop).
     #[arg(long, value_delimiter = ',')]
     systems: Option<Vec<String>>,
-    /// Repetitions of each throughput measurement (default 3; 1 with --quick).
+    /// Repetitions of each throughput measurement (default 3 for aedb_queue,
+    /// the baseline and their loops, 2 for PgQ, pgmq and graphile-worker, 1
+    /// for pg-boss and awa; 1 with --quick). Sets all three.
     #[arg(long)]
     reps: Option<usize>,
     /// Repetitions of the long scenarios: steady state, clutter, long transaction (default 1).
@@ -61,6 +64,13 @@ struct Args {
 /// Sizes of every scenario; `quick` and `full` differ only in these numbers.
 struct Plan {
     reps: usize,
+    /// Repetitions of the peers' throughput measurements (PgQ, pgmq,
+    /// graphile-worker) and of the slow ones' (pg-boss, poll-bound; awa),
+    /// so that a full run stays within about 35 minutes.
+    peer_reps: usize,
+    slow_reps: usize,
+    /// Jobs preloaded for awa's drains (it drains a few hundred jobs/s).
+    slow_drain_jobs: usize,
     enqueue_single: usize,
     enqueue_batch: usize,
     drain_jobs: usize,
@@ -88,6 +98,9 @@ impl Plan {
     fn quick() -> Plan {
         Plan {
             reps: 1,
+            peer_reps: 1,
+            slow_reps: 1,
+            slow_drain_jobs: 5_000,
             enqueue_single: 2_000,
             enqueue_batch: 20_000,
             drain_jobs: 5_000,
@@ -114,6 +127,9 @@ impl Plan {
     fn full() -> Plan {
         Plan {
             reps: 3,
+            peer_reps: 2,
+            slow_reps: 1,
+            slow_drain_jobs: 20_000,
             enqueue_single: 3_000,
             enqueue_batch: 50_000,
             drain_jobs: 50_000,
@@ -139,6 +155,7 @@ impl Plan {
 }
 
 const PER_JOB: &str = "drain_per_job";
+const FLOOR_ROW: &str = "insert + delete (pgbench)";
 const NOTIFY_COLUMN: &str = "single, 8 producers, NOTIFY on";
 
 fn churn_column(done: u64) -> String {
@@ -163,9 +180,30 @@ struct Bench {
     plan: Plan,
     systems: Vec<System>,
     results: Results,
+    /// The repetition of the throughput measurements under way.
+    rep: usize,
+}
+
+impl Plan {
+    fn reps_for(&self, system: System) -> usize {
+        match system {
+            System::PgBoss | System::Awa => self.slow_reps,
+            System::Pgq | System::Pgmq | System::PgmqPop | System::Graphile => self.peer_reps,
+            _ => self.reps,
+        }
+    }
 }
 
 impl Bench {
+    /// The systems measured in this repetition.
+    fn systems_now(&self) -> Vec<System> {
+        self.systems
+            .iter()
+            .copied()
+            .filter(|s| self.plan.reps_for(*s) >= self.rep)
+            .collect()
+    }
+
     /// Records one measurement, or a note when the system could not run it.
     fn record(
         &mut self,
@@ -189,19 +227,35 @@ impl Bench {
                     self.results
                         .add(&format!("{table}_backlog"), system.name(), col, b as f64);
                 }
+                let mut cost_txt = String::new();
+                if let Some(cost) = m.cost {
+                    self.record_cost(table, system.name(), col, cost);
+                    if let (Some(c), Some(w)) = (cost.commits_per_job(), cost.wal_per_job()) {
+                        cost_txt = format!("  {c:>7.3} commits/job {w:>8.0} WAL B/job  av {}", cost.autovacuum);
+                    }
+                }
                 println!(
-                    "  {table:<22} {:<16} {col:<10} {:>10.0} jobs/s",
+                    "  {table:<22} {:<16} {col:<10} {:>10.0} jobs/s{cost_txt}",
                     system.name(),
                     m.rate()
                 );
                 Some(m)
             }
             Err(e) => {
-                let note = format!("{table} / {} / {col}: failed: {e}", system.name());
+                let note = format!("{table} / {} / {col}: failed: {}", system.name(), error_chain(&*e));
                 println!("  {note}");
                 self.results.notes.push(note);
                 None
             }
+        }
+    }
+
+    fn record_cost(&mut self, table: &str, row: &str, col: &str, cost: scenarios::Cost) {
+        if let (Some(c), Some(w)) = (cost.commits_per_job(), cost.wal_per_job()) {
+            self.results.add(&format!("{table}_commits"), row, col, c);
+            self.results.add(&format!("{table}_wal"), row, col, w);
+            self.results.add("autovacuum", row, "runs", cost.autovacuum as f64);
+            self.results.add("autovacuum", row, "windows", 1.0);
         }
     }
 
@@ -213,7 +267,7 @@ impl Bench {
     }
 
     async fn enqueue(&mut self) {
-        for system in self.systems.clone() {
+        for system in self.systems_now().into_iter().filter(|s| !s.is_loop()) {
             let cases = [
                 (
                     "single, 1 producer",
@@ -279,16 +333,25 @@ impl Bench {
     }
 
     async fn drain(&mut self, table: &str, batch: i32, workers: Vec<usize>) {
-        for system in self.systems.clone() {
+        for system in self.systems_now() {
             for &w in &workers {
                 // PgQ consumes whole tick batches with one consumer: it
                 // appears once, among the batched drains.
                 if system == System::Pgq && (batch != 100 || w != 1) {
                     continue;
                 }
+                // The worker loops are one-job-per-call by construction.
+                if system.is_loop() && batch != 1 {
+                    continue;
+                }
                 let measured = if system.is_node() {
+                    let jobs = if system == System::Awa {
+                        self.plan.slow_drain_jobs
+                    } else {
+                        self.plan.drain_jobs
+                    };
                     let req = node::Request {
-                        jobs: self.plan.drain_jobs,
+                        jobs,
                         workers: w,
                         batch: batch as usize,
                         seconds: self.plan.window.as_secs(),
@@ -331,7 +394,13 @@ impl Bench {
     }
 
     async fn steady(&mut self) {
-        for system in self.systems.clone() {
+        // awa's driver measures enqueue and drain only.
+        for system in self
+            .systems
+            .clone()
+            .into_iter()
+            .filter(|s| !s.is_loop() && *s != System::Awa)
+        {
             for &rate in &self.plan.steady_rates.clone() {
                 let col = format!("{rate}/s");
                 let measured = if system.is_node() {
@@ -495,13 +564,20 @@ impl Bench {
         for (col, floor, clients) in [
             ("per row, 1 client", floor::Floor::PerRow, 1),
             ("per row, 8 clients", floor::Floor::PerRow, 8),
+            ("one transaction, 8 clients", floor::Floor::OneTransaction, 8),
             ("batch 100, 1 client", floor::Floor::Batch100, 1),
             ("batch 100, 8 clients", floor::Floor::Batch100, 8),
         ] {
             match floor::run(&self.cluster, floor, clients, secs).await {
-                Ok(rate) => self
-                    .results
-                    .add("floor", "insert + delete (pgbench)", col, rate),
+                Ok((rate, cost)) => {
+                    self.results.add("floor", FLOOR_ROW, col, rate);
+                    self.record_cost("floor", FLOOR_ROW, col, cost);
+                    println!(
+                        "  floor {col:<28} {rate:>10.0} jobs/s  {:.3} commits/job {:.0} WAL B/job",
+                        cost.commits_per_job().unwrap_or(f64::NAN),
+                        cost.wal_per_job().unwrap_or(f64::NAN)
+                    );
+                }
                 Err(e) => self
                     .results
                     .notes
@@ -521,6 +597,8 @@ async fn main() -> Result<()> {
     };
     if let Some(reps) = args.reps {
         plan.reps = reps;
+        plan.peer_reps = reps;
+        plan.slow_reps = reps;
     }
     if let Some(reps) = args.long_reps {
         plan.long_reps = reps;
@@ -532,7 +610,9 @@ async fn main() -> Result<()> {
         plan.steady_rates = rates;
     }
     let default_systems = if args.quick {
-        vec!["aedb_queue".to_string(), "baseline".to_string()]
+        ["aedb_queue", "aedb-loop", "baseline", "baseline-loop"]
+            .map(String::from)
+            .to_vec()
     } else {
         System::ALL.iter().map(|s| s.name().to_string()).collect()
     };
@@ -553,6 +633,7 @@ async fn main() -> Result<()> {
         plan,
         systems,
         results: Results::default(),
+        rep: 1,
     };
     let (batched_workers, workers) = (
         bench.plan.batched_workers.clone(),
@@ -563,8 +644,10 @@ async fn main() -> Result<()> {
             .as_ref()
             .is_none_or(|only| only.iter().any(|o| o == scenario))
     };
-    for rep in 1..=bench.plan.reps {
-        println!("== repetition {rep}/{}", bench.plan.reps);
+    let max_reps = bench.plan.reps.max(bench.plan.peer_reps).max(bench.plan.slow_reps);
+    for rep in 1..=max_reps {
+        bench.rep = rep;
+        println!("== repetition {rep}/{max_reps}");
         if runs("floor") {
             bench.floor().await;
         }
@@ -611,6 +694,8 @@ async fn main() -> Result<()> {
         &args.out.join("throughput.png"),
         &names,
         &chart_workers,
+        if workers.contains(&8) { 8 } else { workers.iter().max().copied().unwrap_or(1) },
+        if batched_workers.contains(&8) { 8 } else { batched_workers.iter().max().copied().unwrap_or(1) },
     ) {
         eprintln!("chart not written: {e}");
     }
@@ -656,21 +741,32 @@ async fn render(bench: &Bench, elapsed: Duration) -> Result<String> {
     let _ = writeln!(md, "# aedb_queue benchmark results\n");
     let _ = writeln!(
         md,
-        "Command: the harness with `{}` (`bash bench/run.sh` passes `--port` and its own arguments; {} repetition(s) of each throughput measurement, median shown with the raw values in brackets; {} of the long scenarios; {:.0} s in all).  ",
+        "Command: the harness with `{}` (`bash bench/run.sh` passes `--port` and its own arguments; repetitions of each throughput measurement: {} for aedb_queue, the baseline, their loops and the floor, {} for PgQ, pgmq and graphile-worker, {} for pg-boss and awa (fewer for the peers to keep a full run near 35 minutes), median shown with the raw values in brackets; {} of the long scenarios; awa's drains preload {} jobs instead of {}; {:.0} s in all).  ",
         std::env::args().skip(1).collect::<Vec<_>>().join(" "),
         p.reps,
+        p.peer_reps,
+        p.slow_reps,
         p.long_reps,
+        p.slow_drain_jobs,
+        p.drain_jobs,
         elapsed.as_secs_f64()
     );
     let _ = writeln!(md, "Code: commit `{commit}`. Run finished {}.  ", now_utc());
     let _ = writeln!(md, "Machine: {cpus} CPUs, load average at the end `{}`. PostgreSQL {version} on 127.0.0.1, `{}`.  ", load.trim(), settings.join(" "));
     let _ = writeln!(md, "Clients run on the same machine over TCP. Ratios in **bold** are against the hand-written baseline in the same run.\n");
     let _ = writeln!(md, "![throughput](throughput.png)\n");
+    let _ = writeln!(md, "{}", systems_section(&names));
+    let _ = writeln!(md, "{COST_NOTE}\n");
+    let av_runs: f64 = names.iter().map(|n| r.values("autovacuum", n, "runs").iter().sum::<f64>()).sum();
+    let av_windows: f64 = names.iter().map(|n| r.values("autovacuum", n, "windows").iter().sum::<f64>()).sum();
+    let floor_av: f64 = r.values("autovacuum", FLOOR_ROW, "runs").iter().sum();
+    let _ = writeln!(md, "Background activity: autovacuum and autoanalyze ran {} time(s) on the measured databases' tables within the {} measured windows of this run (counted from `pg_stat_user_tables`); their commits and WAL are in the window they fell into.\n", av_runs + floor_av, av_windows + r.values("autovacuum", FLOOR_ROW, "windows").len() as f64);
 
-    let _ = writeln!(md, "## Physical floor (pgbench: insert a row, delete it; each statement its own transaction)\n");
+    let _ = writeln!(md, "## Physical floor (pgbench: insert a row, delete it; per row = each statement its own transaction, two commits per job; one transaction = both in one, one commit per job)\n");
     let floor_cols = [
         "per row, 1 client",
         "per row, 8 clients",
+        "one transaction, 8 clients",
         "batch 100, 1 client",
         "batch 100, 8 clients",
     ];
@@ -685,6 +781,7 @@ async fn render(bench: &Bench, elapsed: Duration) -> Result<String> {
             None
         )
     );
+    let _ = writeln!(md, "{}", cost_block(r, "floor", &[FLOOR_ROW], &floor_cols));
 
     let _ = writeln!(md, "## Enqueue (jobs/s; single = one job per call and transaction; batch = one call per N jobs)\n");
     let enqueue_cols = [
@@ -699,6 +796,7 @@ async fn render(bench: &Bench, elapsed: Duration) -> Result<String> {
         "{}",
         r.table("enqueue", &names, &enqueue_cols, Unit::PerSecond, base)
     );
+    let _ = writeln!(md, "{}", cost_block(r, "enqueue", &names, &enqueue_cols));
     if let (Some(on), Some(off)) = (
         r.median("enqueue", "aedb_queue", NOTIFY_COLUMN),
         r.median("enqueue", "aedb_queue", "single, 8 producers"),
@@ -712,21 +810,12 @@ async fn render(bench: &Bench, elapsed: Duration) -> Result<String> {
         );
     }
 
-    let _ = writeln!(md, "## Drain, one job per claim ({} jobs queued; claim in one transaction, complete in the next; jobs/s by worker count; window {} s)\n", p.drain_jobs, p.window.as_secs());
-    let _ = writeln!(
-        md,
-        "{}",
-        r.table(
-            PER_JOB,
-            &names,
-            &cols(&p.workers)
-                .iter()
-                .map(String::as_str)
-                .collect::<Vec<_>>(),
-            Unit::PerSecond,
-            base
-        )
-    );
+    let _ = writeln!(md, "## Drain, one job per claim ({} jobs queued; claim in one transaction, complete in the next, except the loops: aedb-loop and baseline-loop settle the held job and claim the next in one transaction, pgmq-pop reads and deletes in one; jobs/s by worker count; window {} s)\n", p.drain_jobs, p.window.as_secs());
+    let worker_cols = cols(&p.workers);
+    let wc: Vec<&str> = worker_cols.iter().map(String::as_str).collect();
+    let _ = writeln!(md, "{}", r.table(PER_JOB, &names, &wc, Unit::PerSecond, base));
+    let _ = writeln!(md, "{}", cost_block(r, PER_JOB, &names, &wc));
+    let _ = writeln!(md, "{}", baselines_section(r, &names, &p.workers));
     for (batch, workers) in [(10, vec![8]), (100, p.batched_workers.clone())] {
         let _ = writeln!(md, "## Drain, claim batches of {batch} (settled in one call per batch where the system allows)\n");
         let c = cols(&workers);
@@ -741,6 +830,11 @@ async fn render(bench: &Bench, elapsed: Duration) -> Result<String> {
                 base
             )
         );
+        let cc: Vec<&str> = c.iter().map(String::as_str).collect();
+        let _ = writeln!(md, "{}", cost_block(r, &batched_table(batch), &names, &cc));
+    }
+    if names.contains(&"pgq") && r.median("drain_batched_100_wal", "pgq", "1").is_some() {
+        let _ = writeln!(md, "PgQ's WAL per job in the drain is small because it deletes nothing per event: its event tables are rotated and truncated by its maintenance, which the window does not include.\n");
     }
     if names.contains(&"pgq") {
         let _ = writeln!(md, "PgQ is a log with one cursor per consumer: its single consumer reads whole tick batches (1,000 events, one tick per enqueue call of 1,000) and acknowledges once per batch, with no per-job lease, so it appears only in the claim-100 table, at one worker.\n");
@@ -768,6 +862,7 @@ async fn render(bench: &Bench, elapsed: Duration) -> Result<String> {
         "Backlog left when the producers stopped (jobs):\n\n{}",
         r.table("steady_backlog", &names, &sc, Unit::Count, None)
     );
+    let _ = writeln!(md, "{}", cost_block(r, "steady", &names, &sc));
 
     let clutter_cols = [
         "clean".to_string(),
@@ -782,6 +877,7 @@ async fn render(bench: &Bench, elapsed: Duration) -> Result<String> {
         "{}",
         r.table("clutter", &names, &cc, Unit::PerSecond, base)
     );
+    let _ = writeln!(md, "{}", cost_block(r, "clutter", &names, &cc));
 
     let mut long_cols = vec!["clean".to_string(), "snapshot held".to_string()];
     long_cols
@@ -847,6 +943,77 @@ async fn render(bench: &Bench, elapsed: Duration) -> Result<String> {
     Ok(md)
 }
 
+const COST_NOTE: &str = "Commits per job and WAL bytes per job (the tables after each jobs/s table) are the differences of `pg_stat_database.xact_commit` (the bench database; read-only transactions count too) and of `pg_current_wal_lsn()` (`pg_wal_lsn_diff`, the whole cluster) across the measured window, divided by the jobs settled in it. Statistics reach the shared counters lazily, but every backend flushes its own when it exits, so each window is opened and closed with no client connected to the bench database and the counters are read from another database. The window covers the timed part only: not the install or the preload, but the workers' connecting and stopping (and for pg-boss and graphile-worker the client's start-up: pg-boss's `start()` and its maintenance; the driver's own counting queries are subtracted). WAL includes full-page images after the CHECKPOINT that ends every preload.";
+
+/// How each system was driven: the rows of every table.
+fn systems_section(names: &[&str]) -> String {
+    let mut out = String::from("## Systems\n\n");
+    for (name, what) in [
+        ("aedb_queue", "this extension: `queue_claim` (lease 30 s), then `queue_complete` per job or `queue_complete_batch` per batch; enqueue `queue_enqueue` / `queue_enqueue_batch`."),
+        ("aedb-loop", "aedb_queue's settle-and-claim loop: the worker's first call is `queue_claim`, each later call `queue_complete_and_claim(queue, owner, held_task_id, held_fencing_token, lease => 30 s)` completes the task it holds and claims the next, in one transaction."),
+        ("baseline", "the hand-written queue (one table, a partial index on ready jobs, `FOR UPDATE SKIP LOCKED`, `DELETE` on completion, prepared statements): claim in one transaction, `DELETE` in the next."),
+        ("baseline-loop", "the baseline's one-transaction worker loop: one statement `WITH done AS (DELETE FROM jobs WHERE id = $held RETURNING id), c AS (SELECT id ... AND (SELECT count(*) FROM done) >= 0 ... LIMIT 1 FOR UPDATE SKIP LOCKED) UPDATE jobs ... RETURNING ...` deletes the finished job and claims the next (the filter on `done` makes the delete run before the claim locks anything; without it the loop deadlocked now and then at 8 workers)."),
+        ("pgq", "PgQ 3 (Debian `postgresql-15-pgq3`): `insert_event`, one `pgq.ticker()` per enqueue call; one consumer `next_batch` → `get_batch_events` → `finish_batch`."),
+        ("pgmq", "pgmq, installed SQL-only from the scripts embedded in the `pgmq` crate (`pgmq-cli install install-from-embedded`), one logged queue `pgmq.create('q')`: `pgmq.send` / `pgmq.send_batch`; drain `pgmq.read(q, vt => 30, qty => 1 | N)` then `pgmq.delete(q, msg_id)` per job or `pgmq.delete(q, msg_ids bigint[])` per batch."),
+        ("pgmq-pop", "pgmq drained with `pgmq.pop(q)` (read and delete in one call: no lease)."),
+        ("pg-boss", "pg-boss through its Node API (`bench/peers/node`): `send` / `insert`, `work({batchSize, pollingIntervalSeconds: 0.5})`."),
+        ("graphile-worker", "graphile-worker through its Node API (`bench/peers/node`): `addJob` / `addJobs`, `run({concurrency})`, with `localQueue` for batches."),
+        ("awa", "awa (awa-pg, a Python SDK over a Rust core; `bench/peers/python`): `migrate()` and `install_queue_storage()`, enqueue `insert` / `enqueue_many_copy`, drain `start([{name, max_workers: W, claim_batch_size: B}], poll_interval_ms=50)` with a no-op task; done = handler calls (not checked against the database); no steady-state run."),
+    ] {
+        if names.contains(&name) {
+            let _ = writeln!(out, "- **{name}**: {what}");
+        }
+    }
+    out
+}
+
+/// Commits and WAL per job of a table's cells, with its heading.
+fn cost_block(r: &report::Results, table: &str, rows: &[&str], cols: &[&str]) -> String {
+    let t = r.cost_table(table, rows, cols);
+    if t.is_empty() {
+        return String::new();
+    }
+    format!("Commits per job · WAL bytes per job:\n\n{t}")
+}
+
+/// The per-job drain against the baselines measured in the same run: the
+/// hand-written two-transaction worker, its one-transaction loop, and the
+/// pgbench floors (insert + delete as two transactions or as one, 8 clients).
+fn baselines_section(r: &report::Results, names: &[&str], workers: &[usize]) -> String {
+    let w = if workers.contains(&8) { 8 } else { workers.iter().max().copied().unwrap_or(1) };
+    let col = w.to_string();
+    let refs = [
+        ("baseline", r.median(PER_JOB, "baseline", &col)),
+        ("baseline-loop", r.median(PER_JOB, "baseline-loop", &col)),
+        ("floor, 2 transactions", r.median("floor", FLOOR_ROW, "per row, 8 clients")),
+        ("floor, 1 transaction", r.median("floor", FLOOR_ROW, "one transaction, 8 clients")),
+    ];
+    let refs: Vec<(&str, f64)> = refs.into_iter().filter_map(|(n, v)| v.map(|v| (n, v))).collect();
+    if refs.is_empty() {
+        return String::new();
+    }
+    let mut out = format!("Against the baselines of this run ({w} workers; floors at 8 pgbench clients): jobs/s as a share of each\n\n| system | jobs/s | {} |\n|---|---|{}\n", refs.iter().map(|(n, _)| format!("× {n}")).collect::<Vec<_>>().join(" | "), "---|".repeat(refs.len()));
+    for name in names {
+        let Some(v) = r.median(PER_JOB, name, &col) else { continue };
+        let cells: Vec<String> = refs.iter().map(|(_, b)| format!("{:.2}×", v / b)).collect();
+        let _ = writeln!(out, "| {name} | {} | {} |", report::Unit::PerSecond.format(v), cells.join(" | "));
+    }
+    out
+}
+
+/// An error with its causes ("db error" alone says nothing: the server's
+/// message is its source).
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
 /// The targets, each as a ratio measured in this run.
 fn targets(bench: &Bench) -> String {
     let r = &bench.results;
@@ -855,7 +1022,8 @@ fn targets(bench: &Bench) -> String {
         .systems
         .iter()
         .map(|s| s.name())
-        .filter(|n| *n != aedb && *n != "baseline")
+        // Our own loop and the baseline's are not peers.
+        .filter(|n| !["aedb_queue", "aedb-loop", "baseline", "baseline-loop"].contains(n))
         .collect();
     let mut out = String::from("| target | measured | met |\n|---|---|---|\n");
     let mut missed: Vec<(String, &str)> = Vec::new();

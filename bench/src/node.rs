@@ -1,11 +1,13 @@
 //! pg-boss and graphile-worker, measured through their own Node driver
-//! (`bench/peers/node/driver.mjs`): one JSON request in, one JSON result out.
+//! (`bench/peers/node/driver.mjs`), and awa through its Python driver
+//! (`bench/peers/python/awa_driver.py`): one JSON request in, one JSON
+//! result out.
 
 use serde::Deserialize;
 use serde_json::json;
 
 use crate::db::{Cluster, Result};
-use crate::scenarios::Measured;
+use crate::scenarios::{Cost, Measured};
 use crate::systems::System;
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -29,6 +31,16 @@ struct Reply {
     seconds: f64,
     latency_us: Option<Latency>,
     backlog_end: Option<i64>,
+    cost: Option<ReplyCost>,
+}
+
+/// The window's commits and WAL as the driver measured them (see driver.mjs).
+#[derive(Deserialize)]
+struct ReplyCost {
+    commits: i64,
+    wal_bytes: i64,
+    jobs: u64,
+    autovacuum: i64,
 }
 
 pub async fn run(
@@ -43,12 +55,23 @@ pub async fn run(
         "system": system.name(), "db": cluster.url(&db), "scenario": scenario,
         "jobs": req.jobs, "workers": req.workers, "batch": req.batch,
         "rate": req.rate, "seconds": req.seconds, "payload_bytes": 100,
+        "admin_db": cluster.url("postgres"),
     });
-    let output = tokio::process::Command::new("node")
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/peers/node/driver.mjs"
-        ))
+    let (program, script) = if system == System::Awa {
+        (
+            std::env::var("AEDB_AWA_PYTHON").unwrap_or_else(|_| {
+                concat!(env!("CARGO_MANIFEST_DIR"), "/../target/bench-tools/awa-venv/bin/python").into()
+            }),
+            concat!(env!("CARGO_MANIFEST_DIR"), "/peers/python/awa_driver.py"),
+        )
+    } else {
+        (
+            "node".to_string(),
+            concat!(env!("CARGO_MANIFEST_DIR"), "/peers/node/driver.mjs"),
+        )
+    };
+    let output = tokio::process::Command::new(&program)
+        .arg(script)
         .arg(request.to_string())
         .output()
         .await?;
@@ -78,5 +101,11 @@ pub async fn run(
         p50_us: reply.latency_us.as_ref().map(|l| l.p50 as u64),
         p99_us: reply.latency_us.as_ref().map(|l| l.p99 as u64),
         backlog_end: reply.backlog_end,
+        cost: reply.cost.map(|c| Cost {
+            commits: c.commits,
+            wal_bytes: c.wal_bytes,
+            jobs: c.jobs,
+            autovacuum: c.autovacuum,
+        }),
     })
 }

@@ -92,6 +92,47 @@ impl Results {
     }
 }
 
+impl Results {
+    /// Commits per job and WAL bytes per job of a jobs/s table's cells
+    /// (recorded as `{table}_commits` and `{table}_wal`): "1.00 · 1,234 B".
+    pub fn cost_table(&self, table: &str, rows: &[&str], cols: &[&str]) -> String {
+        let commits = format!("{table}_commits");
+        let wal = format!("{table}_wal");
+        let mut out = String::new();
+        let _ = writeln!(out, "| system | {} |", cols.join(" | "));
+        let _ = writeln!(out, "|---|{}", "---|".repeat(cols.len()));
+        let mut any = false;
+        for row in rows {
+            let cells: Vec<String> = cols
+                .iter()
+                .map(|col| match (self.median(&commits, row, col), self.median(&wal, row, col)) {
+                    (Some(c), Some(w)) => format!("{} · {} B", commits_format(c), thousands(w.round() as i64)),
+                    _ => "–".into(),
+                })
+                .collect();
+            if cells.iter().all(|c| c == "–") {
+                continue;
+            }
+            any = true;
+            let _ = writeln!(out, "| {row} | {} |", cells.join(" | "));
+        }
+        if any {
+            out
+        } else {
+            String::new()
+        }
+    }
+}
+
+/// Commits per job: three decimals below 0.1 (batched claims), two above.
+fn commits_format(c: f64) -> String {
+    if c < 0.1 {
+        format!("{c:.3}")
+    } else {
+        format!("{c:.2}")
+    }
+}
+
 #[derive(Clone, Copy)]
 pub enum Unit {
     PerSecond,
@@ -127,43 +168,76 @@ fn thousands(n: i64) -> String {
     }
 }
 
-/// Jobs/s against worker count, one line per system, per-job and batched panels.
+/// Colours for the chart's systems, dark enough to read on white (Palette99's
+/// third colour is a pale yellow that vanished against the grid).
+const COLOURS: [RGBColor; 10] = [
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(44, 160, 44),
+    RGBColor(23, 190, 207),
+    RGBColor(140, 86, 75),
+    RGBColor(255, 127, 14),
+    RGBColor(188, 189, 34),
+    RGBColor(31, 119, 180),
+    RGBColor(227, 119, 194),
+    RGBColor(80, 80, 80),
+];
+
+/// The chart's font. plotters' TrueType path rasterises each glyph on a
+/// canvas that starts at the glyph's origin, so whatever a glyph draws left of
+/// it is cut: in proportional faces that is the hook of "j" ("jobs/s" read
+/// ",obs/s"). A monospaced face keeps every glyph inside its cell; DejaVu Sans
+/// Mono comes with fonts-dejavu-core, which bench/run.sh installs.
+const FONT: &str = "DejaVu Sans Mono";
+
+/// The chart: jobs/s against worker count for the per-job and the claim-100
+/// drains (log scale, so that systems three orders of magnitude apart can
+/// all be read; a system measured at one worker count is a marker), and the
+/// commits and WAL bytes per job of both drains at `cost_workers` workers.
 pub fn chart(
     results: &Results,
     path: &Path,
     systems: &[&str],
     workers: &[usize],
+    cost_workers: usize,
+    batched_cost_workers: usize,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let root = BitMapBackend::new(path, (1200, 520)).into_drawing_area();
+    let root = BitMapBackend::new(path, (1400, 1060)).into_drawing_area();
     root.fill(&WHITE)?;
-    let panels = root.split_evenly((1, 2));
+    let (body, legend) = root.split_vertically(1010);
+    let rows = body.split_evenly((2, 2));
+    let colour = |i: usize| COLOURS[i % COLOURS.len()];
     let specs = [
-        ("drain_per_job", "Drain, one job per claim (jobs/s)"),
-        ("drain_batched_100", "Drain, claim batches of 100 (jobs/s)"),
+        ("drain_per_job", "Drain, one job per claim: jobs/s (log scale)"),
+        ("drain_batched_100", "Drain, claim batches of 100: jobs/s (log scale)"),
     ];
-    for (area, (table, title)) in panels.iter().zip(specs) {
-        let max = systems
+    let max_workers = workers.iter().max().copied().unwrap_or(1);
+    for (area, (table, title)) in rows.iter().zip(specs) {
+        let values: Vec<f64> = systems
             .iter()
             .flat_map(|s| {
                 workers
                     .iter()
                     .filter_map(move |w| results.median(table, s, &w.to_string()))
             })
-            .fold(0.0f64, f64::max)
-            .max(1.0);
+            .filter(|v| *v > 0.0)
+            .collect();
+        let lo = values.iter().copied().fold(f64::INFINITY, f64::min).min(1e3);
+        let hi = values.iter().copied().fold(0.0f64, f64::max).max(10.0);
         let mut chart = ChartBuilder::on(area)
-            .caption(title, ("sans-serif", 20))
-            .margin(12)
-            .x_label_area_size(36)
-            .y_label_area_size(64)
-            .build_cartesian_2d(
-                0usize..(workers.iter().max().copied().unwrap_or(1) + 1),
-                0.0..max * 1.1,
-            )?;
+            .caption(title, (FONT, 20))
+            .margin(14)
+            .x_label_area_size(40)
+            .y_label_area_size(78)
+            .build_cartesian_2d(0usize..max_workers + 1, ((lo / 1.6).max(0.5)..hi * 1.6).log_scale())?;
         chart
             .configure_mesh()
             .x_desc("workers")
             .y_desc("jobs/s")
+            .label_style((FONT, 14))
+            .axis_desc_style((FONT, 15))
+            .light_line_style(WHITE)
+            .y_label_formatter(&|v| thousands(v.round() as i64))
             .draw()?;
         for (i, system) in systems.iter().enumerate() {
             let points: Vec<(usize, f64)> = workers
@@ -171,35 +245,110 @@ pub fn chart(
                 .filter_map(|w| {
                     results
                         .median(table, system, &w.to_string())
+                        .filter(|v| *v > 0.0)
                         .map(|v| (*w, v))
                 })
                 .collect();
-            if points.is_empty() {
-                continue;
+            let c = colour(i);
+            if points.len() > 1 {
+                chart.draw_series(LineSeries::new(points.clone(), c.stroke_width(2)))?;
             }
-            let color = Palette99::pick(i).to_rgba();
-            chart
-                .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))?
-                .label(*system)
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
-                });
-            chart.draw_series(
-                points
-                    .into_iter()
-                    .map(|p| Circle::new(p, 4, color.filled())),
-            )?;
+            chart.draw_series(points.iter().map(|p| Circle::new(*p, 5, c.filled())))?;
+            // A lone point gets its name beside it: it has no line to follow.
+            if points.len() == 1 {
+                let (x, y) = points[0];
+                chart.draw_series(std::iter::once(Text::new(
+                    format!("  {system}"),
+                    (x, y),
+                    (FONT, 14).into_font().color(&c),
+                )))?;
+            }
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .border_style(BLACK)
-            .background_style(WHITE.mix(0.8))
-            .draw()?;
     }
+    let cost_specs = [
+        ("_commits", "Commits per job (drains, {w} workers)", false),
+        ("_wal", "WAL bytes per job (drains, {w} workers)", true),
+    ];
+    let col = cost_workers.to_string();
+    let bcol = batched_cost_workers.to_string();
+    for (area, (suffix, title, bytes)) in rows[2..].iter().zip(cost_specs) {
+        let w = if col == bcol { col.clone() } else { format!("{col}; claim 100 at {bcol}") };
+        let title = title.replace("{w}", &w);
+        let per_job = format!("{PER_JOB_TABLE}{suffix}");
+        let batched = format!("{BATCHED_TABLE}{suffix}");
+        let bars: Vec<(usize, &str, Option<f64>, Option<f64>)> = systems
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (i, *s, results.median(&per_job, s, &col), results.median(&batched, s, &bcol)))
+            .filter(|(_, _, a, b)| a.is_some() || b.is_some())
+            .collect();
+        let hi = bars
+            .iter()
+            .flat_map(|(_, _, a, b)| [*a, *b])
+            .flatten()
+            .fold(0.0f64, f64::max)
+            .max(if bytes { 100.0 } else { 1.0 });
+        let n = bars.len().max(1);
+        let mut chart = ChartBuilder::on(area)
+            .caption(&title, (FONT, 20))
+            .margin(14)
+            .x_label_area_size(40)
+            .y_label_area_size(130)
+            .build_cartesian_2d(0.0..hi * 1.35, 0.0..n as f64)?;
+        let names: Vec<String> = bars.iter().map(|b| b.1.to_string()).collect();
+        chart
+            .configure_mesh()
+            .disable_y_mesh()
+            .y_labels(n * 2 + 1)
+            .y_label_formatter(&|y| {
+                let k = (*y - 0.5).round();
+                if (*y - 0.5 - k).abs() < 1e-6 && k >= 0.0 && (k as usize) < names.len() {
+                    names[names.len() - 1 - k as usize].clone()
+                } else {
+                    String::new()
+                }
+            })
+            .x_desc(if bytes { "bytes per job" } else { "commits per job" })
+            .x_label_formatter(&|v| if bytes { thousands(v.round() as i64) } else { format!("{v:.1}") })
+            .label_style((FONT, 14))
+            .axis_desc_style((FONT, 15))
+            .light_line_style(WHITE)
+            .draw()?;
+        for (row, (i, _, per, batch)) in bars.iter().enumerate() {
+            let y = (n - 1 - row) as f64;
+            let c = colour(*i);
+            for (value, y0, y1, filled) in [(per, y + 0.52, y + 0.9, true), (batch, y + 0.1, y + 0.48, false)] {
+                let Some(v) = value else { continue };
+                let style = if filled { c.filled() } else { c.mix(0.35).filled() };
+                chart.draw_series(std::iter::once(Rectangle::new([(0.0, y0), (*v, y1)], style)))?;
+                let label = if bytes { format!(" {}", thousands(v.round() as i64)) } else { format!(" {v:.3}") };
+                chart.draw_series(std::iter::once(Text::new(
+                    label,
+                    (*v, y1 - 0.06),
+                    (FONT, 12).into_font(),
+                )))?;
+            }
+        }
+    }
+    // One legend for every panel, below them.
+    let mut x = 20;
+    for (i, system) in systems.iter().enumerate() {
+        let c = colour(i);
+        legend.draw(&Rectangle::new([(x, 16), (x + 22, 30)], c.filled()))?;
+        legend.draw(&Text::new(system.to_string(), (x + 28, 14), (FONT, 15).into_font()))?;
+        x += 44 + 9 * system.len() as i32;
+    }
+    legend.draw(&Text::new(
+        "cost bars: solid = one job per claim, pale = claim 100",
+        (x + 20, 14),
+        (FONT, 15).into_font(),
+    ))?;
     root.present()?;
     Ok(())
 }
+
+pub const PER_JOB_TABLE: &str = "drain_per_job";
+pub const BATCHED_TABLE: &str = "drain_batched_100";
 
 #[cfg(test)]
 mod tests {

@@ -18,6 +18,101 @@ pub struct Measured {
     pub p50_us: Option<u64>,
     pub p99_us: Option<u64>,
     pub backlog_end: Option<i64>,
+    /// Commits and WAL bytes of the measured window, and the jobs they were
+    /// spent on (settled by the end of the window, including jobs finished
+    /// while the workers stopped).
+    pub cost: Option<Cost>,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Cost {
+    pub commits: i64,
+    pub wal_bytes: i64,
+    pub jobs: u64,
+    /// autovacuum + autoanalyze runs on the database's tables in the window.
+    pub autovacuum: i64,
+}
+
+impl Cost {
+    pub fn commits_per_job(&self) -> Option<f64> {
+        (self.jobs > 0).then(|| self.commits as f64 / self.jobs as f64)
+    }
+    pub fn wal_per_job(&self) -> Option<f64> {
+        (self.jobs > 0).then(|| self.wal_bytes as f64 / self.jobs as f64)
+    }
+}
+
+/// The counters a window's cost is the difference of. Statistics reach the
+/// shared counters lazily (an idle backend may hold its counts for up to
+/// 10 s), but every backend flushes them when it exits: a window is opened
+/// and closed with no client backend connected to the database, so the
+/// difference holds exactly the window's transactions. The counters are
+/// read from a connection to another database, which counts no commit here.
+/// WAL is cluster-wide; the cluster has no other activity but autovacuum,
+/// checkpoints and this harness.
+#[derive(Clone, Copy, Debug)]
+pub struct Window {
+    commits: i64,
+    wal: i64,
+    autovacuum: i64,
+}
+
+const AUTOVACUUM_SQL: &str = "SELECT coalesce(sum(autovacuum_count + autoanalyze_count), 0)::bigint FROM pg_stat_user_tables";
+
+async fn quiesce_and_read(cluster: &Cluster, db: &str) -> Result<(i64, i64)> {
+    let admin = cluster.connect("postgres").await?;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let n: i64 = admin
+            .client
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND backend_type = 'client backend'",
+                &[&db],
+            )
+            .await?
+            .get(0);
+        if n == 0 {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(format!("{n} client backend(s) still connected to {db}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    admin.batch("SELECT pg_stat_clear_snapshot()").await?;
+    let row = admin
+        .client
+        .query_one(
+            "SELECT xact_commit, pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint FROM pg_stat_database WHERE datname = $1",
+            &[&db],
+        )
+        .await?;
+    Ok((row.get(0), row.get(1)))
+}
+
+impl Window {
+    /// Call with every connection to the database closed.
+    pub async fn open(cluster: &Cluster, db: &str) -> Result<Window> {
+        let autovacuum = cluster.connect(db).await?.scalar_i64(AUTOVACUUM_SQL).await?;
+        let (commits, wal) = quiesce_and_read(cluster, db).await?;
+        Ok(Window {
+            commits,
+            wal,
+            autovacuum,
+        })
+    }
+
+    /// Call after every connection of the window was dropped.
+    pub async fn close(self, cluster: &Cluster, db: &str, jobs: u64) -> Result<Cost> {
+        let (commits, wal) = quiesce_and_read(cluster, db).await?;
+        let autovacuum = cluster.connect(db).await?.scalar_i64(AUTOVACUUM_SQL).await?;
+        Ok(Cost {
+            commits: commits - self.commits,
+            wal_bytes: wal - self.wal,
+            jobs,
+            autovacuum: autovacuum - self.autovacuum,
+        })
+    }
 }
 
 impl Measured {
@@ -42,7 +137,7 @@ impl Ctx {
 
     pub async fn fresh(&self) -> Result<Conn> {
         let conn = self.cluster.recreate(&self.db()).await?;
-        self.system.setup(&conn).await?;
+        self.system.setup(&conn, &self.cluster.url(&self.db())).await?;
         Ok(conn)
     }
 
@@ -85,6 +180,8 @@ pub async fn enqueue(ctx: &Ctx, mode: EnqueueMode, jobs: usize) -> Result<Measur
             ))
             .await?;
     }
+    drop(setup);
+    let window = Window::open(&ctx.cluster, &ctx.db()).await?;
     let start = Instant::now();
     match mode {
         EnqueueMode::Single { producers, .. } => {
@@ -115,9 +212,11 @@ pub async fn enqueue(ctx: &Ctx, mode: EnqueueMode, jobs: usize) -> Result<Measur
             }
         }
     }
+    let seconds = start.elapsed().as_secs_f64();
     Ok(Measured {
         jobs: jobs as u64,
-        seconds: start.elapsed().as_secs_f64(),
+        seconds,
+        cost: Some(window.close(&ctx.cluster, &ctx.db(), jobs as u64).await?),
         ..Default::default()
     })
 }
@@ -140,9 +239,13 @@ impl Workers {
             handles.push(tokio::spawn(async move {
                 let owner = format!("w{w}");
                 let mut latency = latency_histogram();
+                let mut held = None;
                 while !stop.load(Ordering::Relaxed) {
-                    let settled =
-                        work_once(system, &mut conn, queue, &owner, batch, &mut latency).await?;
+                    let settled = if system.settles_in_claim() {
+                        loop_once(system, &mut conn, queue, &owner, &mut held, &mut latency).await?
+                    } else {
+                        work_once(system, &mut conn, queue, &owner, batch, &mut latency).await?
+                    };
                     if settled == 0 {
                         tokio::time::sleep(Duration::from_millis(2)).await;
                     }
@@ -197,6 +300,26 @@ async fn work_once(
     Ok(jobs.len() as u64)
 }
 
+/// One call of a settle-and-claim worker: the first claims (plain claim),
+/// every later one settles the job it holds and claims the next in one call.
+/// A worker stopped while holding a job leaves it unsettled (not counted).
+async fn loop_once(
+    system: System,
+    conn: &mut Conn,
+    queue: &str,
+    owner: &str,
+    held: &mut Option<systems::Job>,
+    latency: &mut Histogram<u64>,
+) -> Result<u64> {
+    let (settled, next) = match held.take() {
+        None => (false, systems::claim(system, conn, queue, owner, 1).await?.pop()),
+        Some(job) => systems::settle_and_claim(system, conn, queue, owner, job).await?,
+    };
+    record(latency, next.iter().map(|j| j.enqueued_micros));
+    *held = next;
+    Ok(settled as u64)
+}
+
 /// Pickup latencies from 1 µs to an hour at 3 significant digits. Fixed
 /// bounds: `saturating_record` never resizes, it clamps to the bounds.
 fn latency_histogram() -> Histogram<u64> {
@@ -221,6 +344,7 @@ pub async fn drain(
 ) -> Result<Measured> {
     let mut conn = ctx.fresh().await?;
     preload(ctx, &mut conn, QUEUE, jobs).await?;
+    drop(conn);
     drain_loaded(ctx, jobs as u64, workers, batch, window).await
 }
 
@@ -231,6 +355,7 @@ pub async fn drain_loaded(
     batch: i32,
     window: Duration,
 ) -> Result<Measured> {
+    let costs = Window::open(&ctx.cluster, &ctx.db()).await?;
     let start = Instant::now();
     let pool = Workers::start(ctx, QUEUE, workers, batch).await?;
     while pool.done() < target && start.elapsed() < window {
@@ -238,10 +363,13 @@ pub async fn drain_loaded(
     }
     let seconds = start.elapsed().as_secs_f64();
     let jobs = pool.done();
+    let done = pool.done.clone();
     pool.stop().await?;
+    let settled = done.load(Ordering::Relaxed);
     Ok(Measured {
         jobs,
         seconds,
+        cost: Some(costs.close(&ctx.cluster, &ctx.db(), settled).await?),
         ..Default::default()
     })
 }
@@ -249,8 +377,11 @@ pub async fn drain_loaded(
 /// Producers at a fixed rate for `seconds` while `workers` workers process:
 /// pickup latency (claim time − enqueue time) and the backlog left at the end.
 pub async fn steady(ctx: &Ctx, rate: u64, seconds: u64, workers: usize) -> Result<Measured> {
-    let mut conn = ctx.fresh().await?;
-    settle_storage(&conn).await?;
+    let setup = ctx.fresh().await?;
+    settle_storage(&setup).await?;
+    drop(setup);
+    let costs = Window::open(&ctx.cluster, &ctx.db()).await?;
+    let mut conn = ctx.connect().await?;
     let pool = Workers::start(ctx, QUEUE, workers, 1).await?;
     let tick = Duration::from_millis(10);
     let per_tick = (rate as f64 * tick.as_secs_f64()).max(1.0);
@@ -270,13 +401,20 @@ pub async fn steady(ctx: &Ctx, rate: u64, seconds: u64, workers: usize) -> Resul
     }
     let elapsed = start.elapsed().as_secs_f64();
     let done = pool.done();
+    let counter = pool.done.clone();
     let latency = pool.stop().await?;
+    drop(conn);
+    // Per job settled; the producer's commits and WAL are in the window too.
+    let cost = costs
+        .close(&ctx.cluster, &ctx.db(), counter.load(Ordering::Relaxed))
+        .await?;
     Ok(Measured {
         jobs: done,
         seconds: elapsed,
         p50_us: Some(latency.value_at_quantile(0.5)),
         p99_us: Some(latency.value_at_quantile(0.99)),
         backlog_end: Some(enqueued as i64 - done as i64),
+        cost: Some(cost),
     })
 }
 
@@ -318,6 +456,7 @@ pub async fn clutter(
     }
     conn.batch("VACUUM ANALYZE").await?;
     settle_storage(&conn).await?;
+    drop(conn);
     drain_loaded(ctx, target, workers, 1, window).await
 }
 

@@ -1,6 +1,11 @@
 //! The queues under test. The Rust-driven ones (aedb_queue, the hand-written
-//! baseline, PgQ) are driven here through their SQL APIs; pg-boss and
+//! baseline, PgQ, pgmq) are driven here through their SQL APIs; pg-boss and
 //! graphile-worker run in their own Node driver (`bench/peers/node`).
+//!
+//! Three rows are worker loops rather than queues of their own, measured in
+//! the per-job drain only: `aedb-loop` (aedb_queue's settle-and-claim call),
+//! `baseline-loop` (the baseline's one-statement delete-and-claim) and
+//! `pgmq-pop` (pgmq's read-and-delete in one call).
 
 use serde_json::Value;
 
@@ -13,17 +18,31 @@ pub enum System {
     Pgq,
     PgBoss,
     Graphile,
+    /// awa-pg's Python SDK, in its own driver (`bench/peers/python`).
+    Awa,
+    Pgmq,
+    /// pgmq drained with `pgmq.pop` (read and delete in one call, no lease).
+    PgmqPop,
+    /// aedb_queue, each call settles the held task and claims the next.
+    AedbLoop,
+    /// The baseline, one statement deletes the finished job and claims the next.
+    BaselineLoop,
 }
 
 pub const QUEUE: &str = "q";
 
 impl System {
-    pub const ALL: [System; 5] = [
+    pub const ALL: [System; 10] = [
         System::Aedb,
+        System::AedbLoop,
         System::Baseline,
+        System::BaselineLoop,
         System::Pgq,
+        System::Pgmq,
+        System::PgmqPop,
         System::PgBoss,
         System::Graphile,
+        System::Awa,
     ];
 
     pub fn name(self) -> &'static str {
@@ -33,7 +52,34 @@ impl System {
             System::Pgq => "pgq",
             System::PgBoss => "pg-boss",
             System::Graphile => "graphile-worker",
+            System::Awa => "awa",
+            System::Pgmq => "pgmq",
+            System::PgmqPop => "pgmq-pop",
+            System::AedbLoop => "aedb-loop",
+            System::BaselineLoop => "baseline-loop",
         }
+    }
+
+    /// A worker loop over another system's schema: measured in the per-job
+    /// drain only (its enqueue is its parent's).
+    pub fn is_loop(self) -> bool {
+        matches!(self, System::PgmqPop | System::AedbLoop | System::BaselineLoop)
+    }
+
+    /// The system whose schema and enqueue a worker loop uses.
+    pub fn base(self) -> System {
+        match self {
+            System::PgmqPop => System::Pgmq,
+            System::AedbLoop => System::Aedb,
+            System::BaselineLoop => System::Baseline,
+            s => s,
+        }
+    }
+
+    /// The worker holds one job between calls and settles it in the call
+    /// that claims the next.
+    pub fn settles_in_claim(self) -> bool {
+        matches!(self, System::AedbLoop | System::BaselineLoop)
     }
 
     pub fn from_name(name: &str) -> Option<System> {
@@ -44,33 +90,64 @@ impl System {
         format!("bench_{}", self.name().replace('-', "_"))
     }
 
-    /// Driven by the Node driver rather than from Rust.
+    /// Driven by a driver of its own (Node or Python) rather than from Rust.
     pub fn is_node(self) -> bool {
-        matches!(self, System::PgBoss | System::Graphile)
+        matches!(self, System::PgBoss | System::Graphile | System::Awa)
     }
 
-    pub async fn setup(self, conn: &Conn) -> Result<()> {
+    /// Installs the system into the fresh database `conn` is connected to
+    /// (`url` is the same database, for installers that connect themselves).
+    pub async fn setup(self, conn: &Conn, url: &str) -> Result<()> {
         match self {
-            System::Aedb => conn.batch("CREATE EXTENSION aedb_queue").await,
-            System::Baseline => conn.batch(BASELINE_SCHEMA).await,
+            System::Aedb | System::AedbLoop => conn.batch("CREATE EXTENSION aedb_queue").await,
+            System::Baseline | System::BaselineLoop => conn.batch(BASELINE_SCHEMA).await,
+            System::Pgmq | System::PgmqPop => {
+                install_pgmq(url).await?;
+                conn.batch(&format!("SELECT pgmq.create('{QUEUE}')")).await
+            }
             System::Pgq => {
                 conn.batch("CREATE EXTENSION pgq; SELECT pgq.create_queue('q'); SELECT pgq.register_consumer('q', 'c');")
                     .await
             }
-            System::PgBoss | System::Graphile => Ok(()),
+            System::PgBoss | System::Graphile | System::Awa => Ok(()),
         }
     }
 
     /// Tables whose size (with indexes and TOAST) the report shows.
     pub fn size_sql(self) -> &'static str {
         match self {
-            System::Aedb => "SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'aedb_queue' AND c.relkind = 'r'",
-            System::Baseline => "SELECT pg_total_relation_size('jobs')",
+            System::Aedb | System::AedbLoop => "SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'aedb_queue' AND c.relkind = 'r'",
+            System::Pgmq | System::PgmqPop => "SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'pgmq' AND c.relkind IN ('r', 'p')",
+            System::Baseline | System::BaselineLoop => "SELECT pg_total_relation_size('jobs')",
             System::Pgq => "SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'pgq' AND c.relkind = 'r'",
             System::PgBoss => "SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'pgboss' AND c.relkind IN ('r', 'p')",
             System::Graphile => "SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'graphile_worker' AND c.relkind = 'r'",
+            System::Awa => "SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname LIKE 'awa%' AND c.relkind IN ('r', 'p')",
         }
     }
+}
+
+/// pgmq's SQL-only install, from the scripts embedded in the `pgmq` crate
+/// (its `pgmq-cli install install-from-embedded`; bench/run.sh installs the
+/// CLI from crates.io). Nothing goes into the PostgreSQL installation.
+async fn install_pgmq(url: &str) -> Result<()> {
+    let cli = std::env::var("AEDB_PGMQ_CLI").unwrap_or_else(|_| {
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../target/bench-tools/bin/pgmq-cli").to_string()
+    });
+    let out = tokio::process::Command::new(&cli)
+        .args(["install", "-d", url, "install-from-embedded"])
+        .env("RUST_LOG", "warn")
+        .output()
+        .await
+        .map_err(|e| format!("pgmq installer {cli}: {e} (bench/run.sh installs it)"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "pgmq installer failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )
+        .into());
+    }
+    Ok(())
 }
 
 /// The canonical hand-written queue a careful user would write instead of
@@ -128,7 +205,11 @@ pub async fn enqueue_one(
             conn.query("SELECT pgq.insert_event($1, 'job', $2)", &[&queue, &text])
                 .await?;
         }
-        _ => unreachable!("node systems enqueue in their driver"),
+        System::Pgmq => {
+            conn.query("SELECT * FROM pgmq.send($1, $2)", &[&queue, payload])
+                .await?;
+        }
+        _ => unreachable!("{} does not enqueue here", system.name()),
     }
     Ok(())
 }
@@ -139,7 +220,7 @@ pub async fn enqueue_batch(
     queue: &str,
     payloads: &[Value],
 ) -> Result<()> {
-    match system {
+    match system.base() {
         System::Aedb => {
             conn.query(
                 "SELECT aedb_queue.queue_enqueue_batch($1, $2::jsonb[])",
@@ -164,6 +245,13 @@ pub async fn enqueue_batch(
             .await?;
             conn.query("SELECT pgq.ticker()", &[]).await?;
         }
+        System::Pgmq => {
+            conn.query(
+                "SELECT count(*) FROM pgmq.send_batch($1, $2::jsonb[])",
+                &[&queue, &payloads],
+            )
+            .await?;
+        }
         _ => unreachable!("node systems enqueue in their driver"),
     }
     Ok(())
@@ -178,14 +266,14 @@ pub async fn claim(
     max: i32,
 ) -> Result<Vec<Job>> {
     let rows = match system {
-        System::Aedb => {
+        System::Aedb | System::AedbLoop => {
             conn.query(
                 "SELECT task_id, fencing_token, payload FROM aedb_queue.queue_claim($1, $2, '30 seconds', $3)",
                 &[&queue, &owner, &max],
             )
             .await?
         }
-        System::Baseline => {
+        System::Baseline | System::BaselineLoop => {
             conn.query(
                 "WITH c AS (SELECT id FROM jobs WHERE queue = $1 AND state = 'ready' AND run_at <= now()
                             ORDER BY priority DESC, id LIMIT $3 FOR UPDATE SKIP LOCKED)
@@ -194,6 +282,21 @@ pub async fn claim(
                  FROM c WHERE j.id = c.id
                  RETURNING j.id, j.attempts::bigint, j.payload",
                 &[&queue, &owner, &(max as i64)],
+            )
+            .await?
+        }
+        // A lease of 30 s (the visibility timeout); the worker deletes what it read.
+        System::Pgmq => {
+            conn.query(
+                "SELECT msg_id, read_ct::bigint, message FROM pgmq.read($1, 30, $2)",
+                &[&queue, &max],
+            )
+            .await?
+        }
+        System::PgmqPop => {
+            conn.query(
+                "SELECT msg_id, read_ct::bigint, message FROM pgmq.pop($1)",
+                &[&queue],
             )
             .await?
         }
@@ -247,9 +350,92 @@ pub async fn complete(
             conn.execute("DELETE FROM jobs WHERE id = ANY($1)", &[&ids])
                 .await?;
         }
+        System::Pgmq if per_job => {
+            for job in jobs {
+                conn.query("SELECT pgmq.delete($1, $2::bigint)", &[&queue, &job.id])
+                    .await?;
+            }
+        }
+        System::Pgmq => {
+            let ids: Vec<i64> = jobs.iter().map(|j| j.id).collect();
+            conn.query(
+                "SELECT count(*) FROM pgmq.delete($1, $2::bigint[])",
+                &[&queue, &ids],
+            )
+            .await?;
+        }
+        // pop removed the message when it read it.
+        System::PgmqPop => {}
         _ => unreachable!("{} has no per-job completion", system.name()),
     }
     Ok(())
+}
+
+/// The settle-and-claim loop: settles `held` and claims the next job in one
+/// call (one transaction). Returns whether the settlement applied, and the
+/// next job if there was one.
+pub async fn settle_and_claim(
+    system: System,
+    conn: &mut Conn,
+    queue: &str,
+    owner: &str,
+    held: Job,
+) -> Result<(bool, Option<Job>)> {
+    match system {
+        System::AedbLoop => {
+            let rows = conn
+                .query(
+                    "SELECT settled::text, task_id, fencing_token, payload FROM aedb_queue.queue_complete_and_claim($1, $2, $3, $4, lease => '30 seconds'::interval)",
+                    &[&queue, &owner, &held.id, &held.token],
+                )
+                .await?;
+            let row = rows.first().ok_or("queue_complete_and_claim returned no row")?;
+            let settled: String = row.get(0);
+            let next = row.get::<_, Option<i64>>(1).map(|id| Job {
+                id,
+                token: row.get(2),
+                enqueued_micros: enqueued_at(row.get(3)),
+            });
+            Ok((settled == "applied", next))
+        }
+        System::BaselineLoop => {
+            // The delete of the finished job and the claim of the next share
+            // one statement, so one snapshot and one commit. The delete must
+            // run before the claim locks anything: a SKIP LOCKED claim keeps
+            // a lock on a row it rechecked and rejected (another worker's
+            // held job, claimed after this statement's snapshot), and a
+            // delete that then waited on such a lock could close a cycle
+            // (seen: "deadlock detected" at 8 workers, with the delete in a
+            // CTE the claim did not depend on). The claim's one-time filter
+            // on the delete's count runs the delete first.
+            let rows = conn
+                .query(
+                    "WITH done AS (DELETE FROM jobs WHERE id = $1 RETURNING id),
+                          c AS (SELECT id FROM jobs WHERE queue = $2 AND state = 'ready' AND run_at <= now()
+                                AND (SELECT count(*) FROM done) >= 0
+                                ORDER BY priority DESC, id LIMIT 1 FOR UPDATE SKIP LOCKED)
+                     UPDATE jobs j SET state = 'running', attempts = j.attempts + 1, locked_by = $3,
+                                       locked_until = now() + interval '30 seconds'
+                     FROM c WHERE j.id = c.id
+                     RETURNING j.id, j.attempts::bigint, j.payload, (SELECT count(*) FROM done)",
+                    &[&held.id, &queue, &owner],
+                )
+                .await?;
+            match rows.first() {
+                Some(r) => Ok((
+                    r.get::<_, i64>(3) == 1,
+                    Some(Job {
+                        id: r.get(0),
+                        token: r.get(1),
+                        enqueued_micros: enqueued_at(r.get(2)),
+                    }),
+                )),
+                // Nothing left to claim: the delete ran all the same.
+                None => Ok((true, None)),
+            }
+        }
+        _ => unreachable!("{} has no settle-and-claim call", system.name()),
+    }
 }
 
 /// PgQ's consumer step: take the next ticked batch, read it, finish it, in

@@ -69,6 +69,7 @@ function parseArgs() {
     rate: num('rate', 0),
     seconds: num('seconds', 0),
     payload_bytes: Math.floor(num('payload_bytes', 100)),
+    admin_db: typeof a.admin_db === 'string' ? a.admin_db : null, // another database, for the counters
   };
   if (!['pg-boss', 'graphile-worker'].includes(cfg.system)) die(`"system" must be "pg-boss" or "graphile-worker" (got ${JSON.stringify(cfg.system)})`, 2);
   if (typeof cfg.db !== 'string' || !cfg.db) die('"db" must be a postgres:// connection string', 2);
@@ -106,10 +107,13 @@ function pgBossAdapter(cfg) {
   return {
     version: pkgVersion('pg-boss'),
     async setup() {
+      await this.open();             // start() installs the pgboss schema
+      await boss.createQueue(QUEUE); // v10: queues must exist before send/insert/work
+    },
+    async open() {
       boss = new PgBoss({ connectionString: cfg.db, max: poolMax });
       boss.on('error', err => process.stderr.write(`pg-boss error: ${err?.message ?? err}\n`));
-      await boss.start();            // installs the pgboss schema
-      await boss.createQueue(QUEUE); // v10: queues must exist before send/insert/work
+      await boss.start();
     },
     async enqueueBatch(payloads) {
       await boss.insert(payloads.map(data => ({ name: QUEUE, data })));
@@ -134,6 +138,8 @@ function pgBossAdapter(cfg) {
     },
     async close() {
       if (boss) await boss.stop({ graceful: true, wait: true, timeout: 2000 });
+      boss = null;
+      workerIds.length = 0;
     },
     settings(scn) {
       const pool = `pool max=${poolMax}`;
@@ -160,6 +166,9 @@ function graphileAdapter(cfg) {
     version: pkgVersion('graphile-worker'),
     async setup() {
       await runMigrations({ connectionString: cfg.db, logger }); // installs graphile_worker schema
+      await this.open();
+    },
+    async open() {
       utils = await makeWorkerUtils({ connectionString: cfg.db, logger, maxPoolSize: utilsPool });
     },
     async enqueueBatch(payloads) {
@@ -195,6 +204,7 @@ function graphileAdapter(cfg) {
     async close() {
       await this.stopWorkers();
       if (utils) await utils.release();
+      utils = null;
     },
     settings(scn) {
       if (scn === 'enqueue') {
@@ -259,9 +269,6 @@ async function countCompleted(sys, monitor, enqueued) {
 }
 
 async function scenarioDrain(cfg, sys, monitor) {
-  await preEnqueue(cfg, sys, monitor);
-  const pre = await countCompleted(sys, monitor, cfg.jobs);
-  if (pre !== 0) throw new Error(`expected 0 completed jobs before the drain, found ${pre}`);
 
   let firstCall = null;
   let resolveFirst;
@@ -357,27 +364,117 @@ async function scenarioSteady(cfg, sys, monitor) {
   };
 }
 
+// ---------------------------------------------------------------- commits and WAL
+
+// The window's cost: commits of the bench database (pg_stat_database.xact_commit)
+// and cluster WAL bytes. Statistics reach the shared counters lazily (an idle
+// backend may hold its counts for up to 10 s) but every backend flushes them
+// when it exits, so the window is opened and closed with no client backend
+// connected to the bench database, read from a connection to another database.
+const dbName = url => decodeURIComponent(new URL(url).pathname.slice(1));
+
+async function readCounters(cfg) {
+  const admin = new pg.Client({ connectionString: cfg.admin_db });
+  await admin.connect();
+  try {
+    const deadline = mono() + 15000;
+    let grace = mono() + 5000;
+    for (;;) {
+      const { rows } = await admin.query(
+        "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1 AND backend_type = 'client backend'", [dbName(cfg.db)]);
+      if (rows[0].n === 0) break;
+      if (mono() > deadline) throw new Error(`${rows[0].n} client backend(s) still connected to ${dbName(cfg.db)}`);
+      if (mono() > grace) {
+        // A closed client's connection that lingers: ended, it flushes its statistics as it exits.
+        await admin.query(
+          "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND backend_type = 'client backend'", [dbName(cfg.db)]);
+        process.stderr.write('driver.mjs: ended lingering connection(s) of a closed client\n');
+        grace = Infinity;
+      }
+      await sleep(10);
+    }
+    await admin.query('SELECT pg_stat_clear_snapshot()');
+    const { rows } = await admin.query(
+      "SELECT xact_commit::bigint AS c, pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint AS w FROM pg_stat_database WHERE datname = $1",
+      [dbName(cfg.db)]);
+    return { commits: Number(rows[0].c), wal: Number(rows[0].w) };
+  } finally {
+    await admin.end();
+  }
+}
+
+async function autovacuumRuns(cfg) {
+  const c = new pg.Client({ connectionString: cfg.db });
+  await c.connect();
+  try {
+    const { rows } = await c.query('SELECT coalesce(sum(autovacuum_count + autoanalyze_count), 0)::bigint AS n FROM pg_stat_user_tables');
+    return Number(rows[0].n);
+  } finally {
+    await c.end();
+  }
+}
+
+// A monitor pool that counts its own statements (each one autocommit
+// transaction), so the window's commits can leave them out.
+function makeMonitor(cfg) {
+  const pool = new pg.Pool({ connectionString: cfg.db, max: 2, application_name: 'bench-monitor' });
+  pool.on('error', e => process.stderr.write(`monitor pool error: ${e.message}\n`));
+  let statements = 0;
+  return {
+    query(...args) { statements++; return pool.query(...args); },
+    get statements() { return statements; },
+    end() { return pool.end(); },
+  };
+}
+
 // ---------------------------------------------------------------- main
 
 async function main() {
   const cfg = parseArgs();
   const guardSecs = cfg.seconds > 0 ? cfg.seconds + 120 : 300;
   const guard = setTimeout(() => die(`overall timeout: no result after ${guardSecs}s (${cfg.system} ${cfg.scenario})`, 3), guardSecs * 1000);
+  const adapter = () => (cfg.system === 'pg-boss' ? pgBossAdapter(cfg) : graphileAdapter(cfg));
 
-  const sys = cfg.system === 'pg-boss' ? pgBossAdapter(cfg) : graphileAdapter(cfg);
-  const monitor = new pg.Pool({ connectionString: cfg.db, max: 2, application_name: 'bench-monitor' });
-  monitor.on('error', e => process.stderr.write(`monitor pool error: ${e.message}\n`));
-
-  let res;
+  // Untimed: the schema, and for drain the jobs; then every connection closes.
+  let sys = adapter();
+  let monitor = makeMonitor(cfg);
   try {
     await sys.setup();
+    if (cfg.scenario === 'drain') {
+      await preEnqueue(cfg, sys, monitor);
+      const pre = await countCompleted(sys, monitor, cfg.jobs);
+      if (pre !== 0) throw new Error(`expected 0 completed jobs before the drain, found ${pre}`);
+    }
+  } finally {
+    await sys.close().catch(e => process.stderr.write(`driver.mjs: shutdown: ${e.message}\n`));
+    await monitor.end().catch(() => {});
+  }
+
+  // The measured window: a new client (its start-up is in the window), the
+  // scenario, shutdown, and a last count of the jobs done.
+  const av0 = cfg.admin_db ? await autovacuumRuns(cfg) : 0;
+  const c0 = cfg.admin_db ? await readCounters(cfg) : null;
+  sys = adapter();
+  monitor = makeMonitor(cfg);
+  let res;
+  let settled;
+  try {
+    await sys.open();
     if (cfg.scenario === 'enqueue') res = await scenarioEnqueue(cfg, sys);
     else if (cfg.scenario === 'drain') res = await scenarioDrain(cfg, sys, monitor);
     else res = await scenarioSteady(cfg, sys, monitor);
+    await sys.close();
+    settled = cfg.scenario === 'enqueue' ? cfg.jobs : await countCompleted(sys, monitor, res.extra?.enqueued ?? cfg.jobs);
   } finally {
     // Shut down even on failure so connections are released; errors here only get logged.
     await sys.close().catch(e => process.stderr.write(`driver.mjs: shutdown: ${e.message}\n`));
     await monitor.end().catch(() => {});
+  }
+  let cost = null;
+  if (c0) {
+    const c1 = await readCounters(cfg);
+    const av1 = await autovacuumRuns(cfg);
+    cost = { commits: c1.commits - c0.commits - monitor.statements, wal_bytes: c1.wal - c0.wal, jobs: settled, autovacuum: av1 - av0 };
   }
 
   const out = {
@@ -387,6 +484,7 @@ async function main() {
     seconds: res.seconds,
     latency_us: res.latency_us,
     backlog_end: res.backlog_end,
+    cost,
     settings: `${cfg.system} ${sys.version}; ${sys.settings(cfg.scenario)}; payload ~${cfg.payload_bytes}B JSON`,
     ...(res.extra ?? {}),
   };
