@@ -2,6 +2,8 @@
 //! baseline, PgQ) are driven here through their SQL APIs; pg-boss and
 //! graphile-worker run in their own Node driver (`bench/peers/node`).
 
+use std::sync::OnceLock;
+
 use serde_json::Value;
 
 use crate::db::{Conn, Result};
@@ -51,7 +53,13 @@ impl System {
 
     pub async fn setup(self, conn: &Conn) -> Result<()> {
         match self {
-            System::Aedb => conn.batch("CREATE EXTENSION aedb_queue").await,
+            System::Aedb => {
+                conn.batch("CREATE EXTENSION aedb_queue").await?;
+                match aedb_storage_sql() {
+                    Some(sql) => conn.batch(sql).await,
+                    None => Ok(()),
+                }
+            }
             System::Baseline => conn.batch(BASELINE_SCHEMA).await,
             System::Pgq => {
                 conn.batch("CREATE EXTENSION pgq; SELECT pgq.create_queue('q'); SELECT pgq.register_consumer('q', 'c');")
@@ -71,6 +79,27 @@ impl System {
             System::Graphile => "SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'graphile_worker' AND c.relkind = 'r'",
         }
     }
+}
+
+/// Storage settings for aedb_queue.task and its indexes (`--task-storage`,
+/// `--task-index-storage`), as the SQL run after CREATE EXTENSION.
+static AEDB_STORAGE: OnceLock<Option<String>> = OnceLock::new();
+
+pub fn set_aedb_storage(table: Option<&str>, indexes: Option<&str>) {
+    let mut sql = String::new();
+    if let Some(t) = table {
+        sql.push_str(&format!("ALTER TABLE aedb_queue.task SET ({t});"));
+    }
+    if let Some(i) = indexes {
+        sql.push_str(&format!(
+            "DO $$ DECLARE i regclass; BEGIN FOR i IN SELECT indexrelid::regclass FROM pg_index WHERE indrelid = 'aedb_queue.task'::regclass LOOP EXECUTE format('ALTER INDEX %s SET ({i})', i); END LOOP; END $$;"
+        ));
+    }
+    let _ = AEDB_STORAGE.set((!sql.is_empty()).then_some(sql));
+}
+
+pub fn aedb_storage_sql() -> Option<&'static str> {
+    AEDB_STORAGE.get().and_then(|s| s.as_deref())
 }
 
 /// The canonical hand-written queue a careful user would write instead of
