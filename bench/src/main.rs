@@ -54,6 +54,10 @@ struct Args {
     /// ... SET (<this>)`), e.g. 'fillfactor=70'.
     #[arg(long)]
     task_index_storage: Option<String>,
+    /// SQL run after CREATE EXTENSION aedb_queue and the storage settings
+    /// (for prototypes of a schema change, e.g. bench/storage/prototype_reorder.sql).
+    #[arg(long)]
+    aedb_setup_sql: Option<PathBuf>,
     /// Producer rates of the steady-state scenario, jobs/s (default 500,2000).
     #[arg(long, value_delimiter = ',')]
     steady_rates: Option<Vec<u64>>,
@@ -548,7 +552,15 @@ async fn main() -> Result<()> {
     if let (Some(jobs), Some((_, backlog))) = (args.churn_jobs, plan.churn) {
         plan.churn = Some((jobs, backlog));
     }
-    systems::set_aedb_storage(args.task_storage.as_deref(), args.task_index_storage.as_deref());
+    let setup_sql = match &args.aedb_setup_sql {
+        Some(path) => Some(std::fs::read_to_string(path)?),
+        None => None,
+    };
+    systems::set_aedb_storage(
+        setup_sql.as_deref(),
+        args.task_storage.as_deref(),
+        args.task_index_storage.as_deref(),
+    );
     if let Some(rates) = args.steady_rates.clone() {
         plan.steady_rates = rates;
     }
@@ -865,8 +877,8 @@ async fn render(bench: &Bench, elapsed: Duration) -> Result<String> {
             "Per round (jobs/s from the round's first claim; WAL bytes per job from pg_current_wal_lsn() at the round's start and end):\n\n{}",
             r.table("churn_rounds", &names, &round_columns, Unit::Count, None)
         );
-        if let Some(storage) = systems::aedb_storage_sql() {
-            let _ = writeln!(md, "aedb_queue storage settings of this run: `{storage}`\n");
+        if systems::aedb_storage_sql().is_some() {
+            let _ = writeln!(md, "aedb_queue storage options of this run: {}\n", systems::aedb_storage_label());
         }
     }
 

@@ -81,12 +81,13 @@ impl System {
     }
 }
 
-/// Storage settings for aedb_queue.task and its indexes (`--task-storage`,
-/// `--task-index-storage`), as the SQL run after CREATE EXTENSION.
+/// A prototype's SQL (`--aedb-setup-sql`) and the storage settings for
+/// aedb_queue.task and its indexes (`--task-storage`, `--task-index-storage`),
+/// as the SQL run after CREATE EXTENSION.
 static AEDB_STORAGE: OnceLock<Option<String>> = OnceLock::new();
 
-pub fn set_aedb_storage(table: Option<&str>, indexes: Option<&str>) {
-    let mut sql = String::new();
+pub fn set_aedb_storage(setup: Option<&str>, table: Option<&str>, indexes: Option<&str>) {
+    let mut sql = setup.unwrap_or_default().to_string();
     if let Some(t) = table {
         sql.push_str(&format!("ALTER TABLE aedb_queue.task SET ({t});"));
     }
@@ -96,6 +97,23 @@ pub fn set_aedb_storage(table: Option<&str>, indexes: Option<&str>) {
         ));
     }
     let _ = AEDB_STORAGE.set((!sql.is_empty()).then_some(sql));
+    let label = [
+        setup.map(|_| "--aedb-setup-sql (prototype schema)".to_string()),
+        table.map(|t| format!("--task-storage '{t}'")),
+        indexes.map(|i| format!("--task-index-storage '{i}'")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect::<Vec<_>>()
+    .join(" ");
+    let _ = AEDB_STORAGE_LABEL.set(label);
+}
+
+static AEDB_STORAGE_LABEL: OnceLock<String> = OnceLock::new();
+
+/// The storage options of this run as given on the command line.
+pub fn aedb_storage_label() -> &'static str {
+    AEDB_STORAGE_LABEL.get().map_or("", String::as_str)
 }
 
 pub fn aedb_storage_sql() -> Option<&'static str> {
