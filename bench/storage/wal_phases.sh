@@ -55,6 +55,10 @@ batches=$(( n / 100 ))
 mark start
 s=$(mktemp)
 for ((i = 0; i < n / 1000; i++)); do echo "${enqueue//SIZE/1000}"; done > "$s"; psql -d "$db" -f "$s" >/dev/null; mark enqueue
+# CHECKPOINT_BETWEEN=1: a checkpoint between enqueue and claim, as a backlog
+# older than a checkpoint cycle has (every page's first change after it
+# writes a full-page image).
+if [ "${CHECKPOINT_BETWEEN:-}" = 1 ]; then psql -d "$db" -c CHECKPOINT; mark checkpoint; fi
 for ((i = 1; i <= batches; i++)); do echo "${claim//BATCH/$i}"; done > "$s"; psql -d "$db" -f "$s" >/dev/null; mark claim
 for ((i = 1; i <= batches; i++)); do echo "${complete//BATCH/$i}"; done > "$s"; psql -d "$db" -f "$s" >/dev/null; mark complete
 rm -f "$s"
@@ -67,7 +71,7 @@ CREATE TEMP TABLE ph AS
          ins - lag(ins) OVER w AS ins, upd - lag(upd) OVER w AS upd,
          hot - lag(hot) OVER w AS hot, del - lag(del) OVER w AS del
   FROM mark WINDOW w AS (ORDER BY lsn);
-DELETE FROM ph WHERE from_lsn IS NULL;
+DELETE FROM ph WHERE from_lsn IS NULL OR phase = 'checkpoint';
 CREATE TEMP TABLE r AS
   SELECT ph.phase, w.*, (regexp_match(w.block_ref, 'rel \d+/\d+/(\d+)'))[1]::oid AS fn
   FROM ph, LATERAL pg_get_wal_records_info(ph.from_lsn, ph.to_lsn) w;
