@@ -491,8 +491,18 @@ impl Bench {
                     self.results.add("churn", system.name(), "jobs/s", rate);
                     for (i, r) in rounds.iter().enumerate() {
                         let round = i + 1;
-                        self.results.add("churn_rounds", system.name(), &format!("round {round} jobs/s"), r.rate);
-                        self.results.add("churn_rounds", system.name(), &format!("round {round} WAL bytes/job"), r.wal_per_job);
+                        self.results.add(
+                            "churn_rounds",
+                            system.name(),
+                            &format!("round {round} jobs/s"),
+                            r.rate,
+                        );
+                        self.results.add(
+                            "churn_rounds",
+                            system.name(),
+                            &format!("round {round} WAL bytes/job"),
+                            r.wal_per_job,
+                        );
                     }
                     for (done, size) in samples {
                         self.results.add(
@@ -869,7 +879,12 @@ async fn render(bench: &Bench, elapsed: Duration) -> Result<String> {
             r.table("churn", &names, &["jobs/s"], Unit::PerSecond, None)
         );
         let round_columns: Vec<String> = (1..=p.churn_rounds)
-            .flat_map(|r| [format!("round {r} jobs/s"), format!("round {r} WAL bytes/job")])
+            .flat_map(|r| {
+                [
+                    format!("round {r} jobs/s"),
+                    format!("round {r} WAL bytes/job"),
+                ]
+            })
             .collect();
         let round_columns: Vec<&str> = round_columns.iter().map(String::as_str).collect();
         let _ = writeln!(
@@ -878,7 +893,11 @@ async fn render(bench: &Bench, elapsed: Duration) -> Result<String> {
             r.table("churn_rounds", &names, &round_columns, Unit::Count, None)
         );
         if systems::aedb_storage_sql().is_some() {
-            let _ = writeln!(md, "aedb_queue storage options of this run: {}\n", systems::aedb_storage_label());
+            let _ = writeln!(
+                md,
+                "aedb_queue storage options of this run: {}\n",
+                systems::aedb_storage_label()
+            );
         }
     }
 

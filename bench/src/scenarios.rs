@@ -536,7 +536,8 @@ pub async fn churn_size(
 }
 
 async fn wal_lsn(conn: &Conn) -> Result<i64> {
-    conn.scalar_i64("SELECT (pg_current_wal_insert_lsn() - '0/0')::bigint").await
+    conn.scalar_i64("SELECT (pg_current_wal_insert_lsn() - '0/0')::bigint")
+        .await
 }
 
 /// The hot table's and its indexes' sizes in MB, and its vacuum counters.
