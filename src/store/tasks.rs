@@ -140,16 +140,14 @@ static REAP: Statement = Statement {
 };
 
 /// One claim statement around the subquery that picks and locks the tasks.
-/// PROTOTYPE (storage study, measurement only): the claim leaves updated_at
-/// alone, so the row's tail is unchanged and a same-page update is
-/// WAL-logged without it (heap_update's suffix compression).
 /// `$now` names the clock parameter (the statement's last).
 macro_rules! claim_picked {
     ($pick:expr, $now:literal) => {
         concat!(
             "UPDATE aedb_queue.task
              SET state = 'in_flight', attempts = attempts + 1, fencing_token = fencing_token + 1,
-                 owner_id = $3, lease_deadline = ", $now, " + $4
+                 owner_id = $3, lease_deadline = ", $now, " + $4,
+                 updated_at = ", $now, "
              WHERE task_id = ANY(ARRAY(",
             $pick,
             "))
