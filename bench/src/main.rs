@@ -45,6 +45,22 @@ struct Args {
     /// them (default 2), to see whether the size levels off.
     #[arg(long)]
     churn_rounds: Option<u64>,
+    /// Jobs per churn round (default 1,000,000), smaller for screening runs.
+    #[arg(long)]
+    churn_jobs: Option<u64>,
+    /// Storage parameters for aedb_queue.task, applied after CREATE EXTENSION
+    /// as `ALTER TABLE aedb_queue.task SET (<this>)`, e.g.
+    /// 'fillfactor=80,autovacuum_vacuum_scale_factor=0.01'.
+    #[arg(long)]
+    task_storage: Option<String>,
+    /// Storage parameters for every index of aedb_queue.task (`ALTER INDEX
+    /// ... SET (<this>)`), e.g. 'fillfactor=70'.
+    #[arg(long)]
+    task_index_storage: Option<String>,
+    /// SQL run after CREATE EXTENSION aedb_queue and the storage settings
+    /// (for prototypes of a schema change, e.g. bench/storage/prototype_reorder.sql).
+    #[arg(long)]
+    aedb_setup_sql: Option<PathBuf>,
     /// Producer rates of the steady-state scenario, jobs/s (default 500,2000).
     #[arg(long, value_delimiter = ',')]
     steady_rates: Option<Vec<u64>>,
@@ -540,8 +556,23 @@ impl Bench {
             )
             .await
             {
-                Ok((rate, samples)) => {
+                Ok((rate, samples, rounds)) => {
                     self.results.add("churn", system.name(), "jobs/s", rate);
+                    for (i, r) in rounds.iter().enumerate() {
+                        let round = i + 1;
+                        self.results.add(
+                            "churn_rounds",
+                            system.name(),
+                            &format!("round {round} jobs/s"),
+                            r.rate,
+                        );
+                        self.results.add(
+                            "churn_rounds",
+                            system.name(),
+                            &format!("round {round} WAL bytes/job"),
+                            r.wal_per_job,
+                        );
+                    }
                     for (done, size) in samples {
                         self.results.add(
                             "churn_size",
@@ -606,6 +637,18 @@ async fn main() -> Result<()> {
     if let Some(rounds) = args.churn_rounds {
         plan.churn_rounds = rounds.max(2);
     }
+    if let (Some(jobs), Some((_, backlog))) = (args.churn_jobs, plan.churn) {
+        plan.churn = Some((jobs, backlog));
+    }
+    let setup_sql = match &args.aedb_setup_sql {
+        Some(path) => Some(std::fs::read_to_string(path)?),
+        None => None,
+    };
+    systems::set_aedb_storage(
+        setup_sql.as_deref(),
+        args.task_storage.as_deref(),
+        args.task_index_storage.as_deref(),
+    );
     if let Some(rates) = args.steady_rates.clone() {
         plan.steady_rates = rates;
     }
@@ -931,6 +974,27 @@ async fn render(bench: &Bench, elapsed: Duration) -> Result<String> {
             "{}",
             r.table("churn", &names, &["jobs/s"], Unit::PerSecond, None)
         );
+        let round_columns: Vec<String> = (1..=p.churn_rounds)
+            .flat_map(|r| {
+                [
+                    format!("round {r} jobs/s"),
+                    format!("round {r} WAL bytes/job"),
+                ]
+            })
+            .collect();
+        let round_columns: Vec<&str> = round_columns.iter().map(String::as_str).collect();
+        let _ = writeln!(
+            md,
+            "Per round (jobs/s from the round's first claim; WAL bytes per job from pg_current_wal_lsn() at the round's start and end):\n\n{}",
+            r.table("churn_rounds", &names, &round_columns, Unit::Count, None)
+        );
+        if systems::aedb_storage_sql().is_some() {
+            let _ = writeln!(
+                md,
+                "aedb_queue storage options of this run: {}\n",
+                systems::aedb_storage_label()
+            );
+        }
     }
 
     let _ = writeln!(md, "## Targets\n\n{}", targets(bench));

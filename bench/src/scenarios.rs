@@ -602,20 +602,27 @@ fn hot_table(system: System) -> &'static str {
     }
 }
 
+/// One churn round's rate and WAL volume.
+pub struct ChurnRound {
+    pub rate: f64,
+    pub wal_per_job: f64,
+}
+
 /// Processes `total` jobs at a steady backlog of about `backlog` (batched
 /// claims of 100), sampling the size after each fifth; then lets the queue
 /// drain, waits for autovacuum to visit the hot table, and processes
 /// another `total`: growth is bounded when that second round reuses the
 /// space the first one left. (At these rates a round takes seconds, less
 /// than autovacuum's one-minute naptime, so a single round cannot show it.)
-/// Returns (jobs/s of the first round, [(jobs done, bytes)]).
+/// Returns (jobs/s of the first round, [(jobs done, bytes)], per round: its
+/// rate and WAL bytes per job). Prints each round's relation sizes.
 pub async fn churn_size(
     ctx: &Ctx,
     total: u64,
     rounds: u64,
     backlog: u64,
     workers: usize,
-) -> Result<(f64, Vec<(u64, i64)>)> {
+) -> Result<(f64, Vec<(u64, i64)>, Vec<ChurnRound>)> {
     let mut conn = ctx.fresh().await?;
     preload(ctx, &mut conn, QUEUE, backlog as usize).await?;
     let pool = Workers::start(ctx, QUEUE, workers, 100).await?;
@@ -624,10 +631,13 @@ pub async fn churn_size(
     let step = (total / 5).max(1);
     let mut samples = Vec::new();
     let mut rate = 0.0;
+    let mut per_round = Vec::new();
     for round_end in (1..=rounds).map(|r| r * total) {
         if round_end > total {
             wait_for_autovacuum(ctx, &mut conn).await?;
         }
+        let (round_start, done_before) = (Instant::now(), pool.done());
+        let lsn_before = wal_lsn(&conn).await?;
         while pool.done() < round_end {
             let next_sample = step * (samples.len() as u64 + 1);
             if round_end == total && samples.len() < 4 && pool.done() >= next_sample {
@@ -641,13 +651,55 @@ pub async fn churn_size(
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         }
+        let jobs = (pool.done() - done_before) as f64;
+        let round = ChurnRound {
+            rate: jobs / round_start.elapsed().as_secs_f64(),
+            wal_per_job: (wal_lsn(&conn).await? - lsn_before) as f64 / jobs,
+        };
         samples.push((round_end, conn.scalar_i64(ctx.system.size_sql()).await?));
+        println!(
+            "  churn {} round {}: {:.0} jobs/s, {:.0} WAL bytes/job, {}",
+            ctx.system.name(),
+            per_round.len() + 1,
+            round.rate,
+            round.wal_per_job,
+            relation_sizes(ctx.system, &conn).await?
+        );
+        per_round.push(round);
         if round_end == total {
             rate = pool.done() as f64 / start.elapsed().as_secs_f64();
         }
     }
     pool.stop().await?;
-    Ok((rate, samples))
+    Ok((rate, samples, per_round))
+}
+
+async fn wal_lsn(conn: &Conn) -> Result<i64> {
+    conn.scalar_i64("SELECT (pg_current_wal_insert_lsn() - '0/0')::bigint")
+        .await
+}
+
+/// The hot table's and its indexes' sizes in MB, and its vacuum counters.
+async fn relation_sizes(system: System, conn: &Conn) -> Result<String> {
+    let table = match system {
+        System::Aedb => "aedb_queue.task",
+        _ => "public.jobs",
+    };
+    let sizes = conn
+        .client
+        .query_one(
+            &format!(
+                "SELECT string_agg(c.relname || ' ' || round(pg_relation_size(c.oid) / 1048576.0, 1), ', ' ORDER BY c.relkind DESC, c.relname)
+                 || format(' | n_dead_tup %s, autovacuum_count %s, n_tup_hot_upd %s', s.n_dead_tup, s.autovacuum_count, s.n_tup_hot_upd)
+                 FROM pg_class c, pg_stat_user_tables s
+                 WHERE s.relid = '{table}'::regclass
+                   AND (c.oid = s.relid OR c.oid IN (SELECT indexrelid FROM pg_index WHERE indrelid = s.relid))
+                 GROUP BY s.n_dead_tup, s.autovacuum_count, s.n_tup_hot_upd"
+            ),
+            &[],
+        )
+        .await?;
+    Ok(sizes.get(0))
 }
 
 /// Waits (at most three minutes) until autovacuum has cleaned the hot table:

@@ -7,6 +7,8 @@
 //! `baseline-loop` (the baseline's one-statement delete-and-claim) and
 //! `pgmq-pop` (pgmq's read-and-delete in one call).
 
+use std::sync::OnceLock;
+
 use serde_json::Value;
 
 use crate::db::{Conn, Result};
@@ -99,7 +101,13 @@ impl System {
     /// (`url` is the same database, for installers that connect themselves).
     pub async fn setup(self, conn: &Conn, url: &str) -> Result<()> {
         match self {
-            System::Aedb | System::AedbLoop => conn.batch("CREATE EXTENSION aedb_queue").await,
+            System::Aedb | System::AedbLoop => {
+                conn.batch("CREATE EXTENSION aedb_queue").await?;
+                match aedb_storage_sql() {
+                    Some(sql) => conn.batch(sql).await,
+                    None => Ok(()),
+                }
+            }
             System::Baseline | System::BaselineLoop => conn.batch(BASELINE_SCHEMA).await,
             System::Pgmq | System::PgmqPop => {
                 install_pgmq(url).await?;
@@ -148,6 +156,45 @@ async fn install_pgmq(url: &str) -> Result<()> {
         .into());
     }
     Ok(())
+}
+
+/// A prototype's SQL (`--aedb-setup-sql`) and the storage settings for
+/// aedb_queue.task and its indexes (`--task-storage`, `--task-index-storage`),
+/// as the SQL run after CREATE EXTENSION.
+static AEDB_STORAGE: OnceLock<Option<String>> = OnceLock::new();
+
+pub fn set_aedb_storage(setup: Option<&str>, table: Option<&str>, indexes: Option<&str>) {
+    let mut sql = setup.unwrap_or_default().to_string();
+    if let Some(t) = table {
+        sql.push_str(&format!("ALTER TABLE aedb_queue.task SET ({t});"));
+    }
+    if let Some(i) = indexes {
+        sql.push_str(&format!(
+            "DO $$ DECLARE i regclass; BEGIN FOR i IN SELECT indexrelid::regclass FROM pg_index WHERE indrelid = 'aedb_queue.task'::regclass LOOP EXECUTE format('ALTER INDEX %s SET ({i})', i); END LOOP; END $$;"
+        ));
+    }
+    let _ = AEDB_STORAGE.set((!sql.is_empty()).then_some(sql));
+    let label = [
+        setup.map(|_| "--aedb-setup-sql (prototype schema)".to_string()),
+        table.map(|t| format!("--task-storage '{t}'")),
+        indexes.map(|i| format!("--task-index-storage '{i}'")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect::<Vec<_>>()
+    .join(" ");
+    let _ = AEDB_STORAGE_LABEL.set(label);
+}
+
+static AEDB_STORAGE_LABEL: OnceLock<String> = OnceLock::new();
+
+/// The storage options of this run as given on the command line.
+pub fn aedb_storage_label() -> &'static str {
+    AEDB_STORAGE_LABEL.get().map_or("", String::as_str)
+}
+
+pub fn aedb_storage_sql() -> Option<&'static str> {
+    AEDB_STORAGE.get().and_then(|s| s.as_deref())
 }
 
 /// The canonical hand-written queue a careful user would write instead of
