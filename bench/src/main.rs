@@ -247,7 +247,10 @@ impl Bench {
                 if let Some(cost) = m.cost {
                     self.record_cost(table, system.name(), col, cost);
                     if let (Some(c), Some(w)) = (cost.commits_per_job(), cost.wal_per_job()) {
-                        cost_txt = format!("  {c:>7.3} commits/job {w:>8.0} WAL B/job  av {}", cost.autovacuum);
+                        cost_txt = format!(
+                            "  {c:>7.3} commits/job {w:>8.0} WAL B/job  av {}",
+                            cost.autovacuum
+                        );
                     }
                 }
                 println!(
@@ -258,7 +261,11 @@ impl Bench {
                 Some(m)
             }
             Err(e) => {
-                let note = format!("{table} / {} / {col}: failed: {}", system.name(), error_chain(&*e));
+                let note = format!(
+                    "{table} / {} / {col}: failed: {}",
+                    system.name(),
+                    error_chain(&*e)
+                );
                 println!("  {note}");
                 self.results.notes.push(note);
                 None
@@ -270,7 +277,8 @@ impl Bench {
         if let (Some(c), Some(w)) = (cost.commits_per_job(), cost.wal_per_job()) {
             self.results.add(&format!("{table}_commits"), row, col, c);
             self.results.add(&format!("{table}_wal"), row, col, w);
-            self.results.add("autovacuum", row, "runs", cost.autovacuum as f64);
+            self.results
+                .add("autovacuum", row, "runs", cost.autovacuum as f64);
             self.results.add("autovacuum", row, "windows", 1.0);
         }
     }
@@ -595,7 +603,11 @@ impl Bench {
         for (col, floor, clients) in [
             ("per row, 1 client", floor::Floor::PerRow, 1),
             ("per row, 8 clients", floor::Floor::PerRow, 8),
-            ("one transaction, 8 clients", floor::Floor::OneTransaction, 8),
+            (
+                "one transaction, 8 clients",
+                floor::Floor::OneTransaction,
+                8,
+            ),
             ("batch 100, 1 client", floor::Floor::Batch100, 1),
             ("batch 100, 8 clients", floor::Floor::Batch100, 8),
         ] {
@@ -687,7 +699,11 @@ async fn main() -> Result<()> {
             .as_ref()
             .is_none_or(|only| only.iter().any(|o| o == scenario))
     };
-    let max_reps = bench.plan.reps.max(bench.plan.peer_reps).max(bench.plan.slow_reps);
+    let max_reps = bench
+        .plan
+        .reps
+        .max(bench.plan.peer_reps)
+        .max(bench.plan.slow_reps);
     for rep in 1..=max_reps {
         bench.rep = rep;
         println!("== repetition {rep}/{max_reps}");
@@ -737,8 +753,16 @@ async fn main() -> Result<()> {
         &args.out.join("throughput.png"),
         &names,
         &chart_workers,
-        if workers.contains(&8) { 8 } else { workers.iter().max().copied().unwrap_or(1) },
-        if batched_workers.contains(&8) { 8 } else { batched_workers.iter().max().copied().unwrap_or(1) },
+        if workers.contains(&8) {
+            8
+        } else {
+            workers.iter().max().copied().unwrap_or(1)
+        },
+        if batched_workers.contains(&8) {
+            8
+        } else {
+            batched_workers.iter().max().copied().unwrap_or(1)
+        },
     ) {
         eprintln!("chart not written: {e}");
     }
@@ -800,8 +824,14 @@ async fn render(bench: &Bench, elapsed: Duration) -> Result<String> {
     let _ = writeln!(md, "![throughput](throughput.png)\n");
     let _ = writeln!(md, "{}", systems_section(&names));
     let _ = writeln!(md, "{COST_NOTE}\n");
-    let av_runs: f64 = names.iter().map(|n| r.values("autovacuum", n, "runs").iter().sum::<f64>()).sum();
-    let av_windows: f64 = names.iter().map(|n| r.values("autovacuum", n, "windows").iter().sum::<f64>()).sum();
+    let av_runs: f64 = names
+        .iter()
+        .map(|n| r.values("autovacuum", n, "runs").iter().sum::<f64>())
+        .sum();
+    let av_windows: f64 = names
+        .iter()
+        .map(|n| r.values("autovacuum", n, "windows").iter().sum::<f64>())
+        .sum();
     let floor_av: f64 = r.values("autovacuum", FLOOR_ROW, "runs").iter().sum();
     let _ = writeln!(md, "Background activity: autovacuum and autoanalyze ran {} time(s) on the measured databases' tables within the {} measured windows of this run (counted from `pg_stat_user_tables`); their commits and WAL are in the window they fell into.\n", av_runs + floor_av, av_windows + r.values("autovacuum", FLOOR_ROW, "windows").len() as f64);
 
@@ -856,7 +886,11 @@ async fn render(bench: &Bench, elapsed: Duration) -> Result<String> {
     let _ = writeln!(md, "## Drain, one job per claim ({} jobs queued; claim in one transaction, complete in the next, except the loops: aedb-loop and baseline-loop settle the held job and claim the next in one transaction, pgmq-pop reads and deletes in one; jobs/s by worker count; window {} s)\n", p.drain_jobs, p.window.as_secs());
     let worker_cols = cols(&p.workers);
     let wc: Vec<&str> = worker_cols.iter().map(String::as_str).collect();
-    let _ = writeln!(md, "{}", r.table(PER_JOB, &names, &wc, Unit::PerSecond, base));
+    let _ = writeln!(
+        md,
+        "{}",
+        r.table(PER_JOB, &names, &wc, Unit::PerSecond, base)
+    );
     let _ = writeln!(md, "{}", cost_block(r, PER_JOB, &names, &wc));
     let _ = writeln!(md, "{}", baselines_section(r, &names, &p.workers));
     for (batch, workers) in [(10, vec![8]), (100, p.batched_workers.clone())] {
@@ -1044,23 +1078,43 @@ fn cost_block(r: &report::Results, table: &str, rows: &[&str], cols: &[&str]) ->
 /// hand-written two-transaction worker, its one-transaction loop, and the
 /// pgbench floors (insert + delete as two transactions or as one, 8 clients).
 fn baselines_section(r: &report::Results, names: &[&str], workers: &[usize]) -> String {
-    let w = if workers.contains(&8) { 8 } else { workers.iter().max().copied().unwrap_or(1) };
+    let w = if workers.contains(&8) {
+        8
+    } else {
+        workers.iter().max().copied().unwrap_or(1)
+    };
     let col = w.to_string();
     let refs = [
         ("baseline", r.median(PER_JOB, "baseline", &col)),
         ("baseline-loop", r.median(PER_JOB, "baseline-loop", &col)),
-        ("floor, 2 transactions", r.median("floor", FLOOR_ROW, "per row, 8 clients")),
-        ("floor, 1 transaction", r.median("floor", FLOOR_ROW, "one transaction, 8 clients")),
+        (
+            "floor, 2 transactions",
+            r.median("floor", FLOOR_ROW, "per row, 8 clients"),
+        ),
+        (
+            "floor, 1 transaction",
+            r.median("floor", FLOOR_ROW, "one transaction, 8 clients"),
+        ),
     ];
-    let refs: Vec<(&str, f64)> = refs.into_iter().filter_map(|(n, v)| v.map(|v| (n, v))).collect();
+    let refs: Vec<(&str, f64)> = refs
+        .into_iter()
+        .filter_map(|(n, v)| v.map(|v| (n, v)))
+        .collect();
     if refs.is_empty() {
         return String::new();
     }
     let mut out = format!("Against the baselines of this run ({w} workers; floors at 8 pgbench clients): jobs/s as a share of each\n\n| system | jobs/s | {} |\n|---|---|{}\n", refs.iter().map(|(n, _)| format!("× {n}")).collect::<Vec<_>>().join(" | "), "---|".repeat(refs.len()));
     for name in names {
-        let Some(v) = r.median(PER_JOB, name, &col) else { continue };
+        let Some(v) = r.median(PER_JOB, name, &col) else {
+            continue;
+        };
         let cells: Vec<String> = refs.iter().map(|(_, b)| format!("{:.2}×", v / b)).collect();
-        let _ = writeln!(out, "| {name} | {} | {} |", report::Unit::PerSecond.format(v), cells.join(" | "));
+        let _ = writeln!(
+            out,
+            "| {name} | {} | {} |",
+            report::Unit::PerSecond.format(v),
+            cells.join(" | ")
+        );
     }
     out
 }
@@ -1132,8 +1186,16 @@ fn targets(bench: &Bench) -> String {
     // Issue 10: the one-commit worker loop against the loops users compare.
     if let Some(lp) = r.median(PER_JOB, "aedb-loop", "8") {
         for (name, against, floor) in [
-            ("the baseline's two-transaction loop", r.median(PER_JOB, "baseline", "8"), 1.5),
-            ("the hand-written one-transaction loop", r.median(PER_JOB, "baseline-loop", "8"), 1.0),
+            (
+                "the baseline's two-transaction loop",
+                r.median(PER_JOB, "baseline", "8"),
+                1.5,
+            ),
+            (
+                "the hand-written one-transaction loop",
+                r.median(PER_JOB, "baseline-loop", "8"),
+                1.0,
+            ),
             ("pgmq read + delete", r.median(PER_JOB, "pgmq", "8"), 1.5),
             (
                 "the one-commit physical floor",

@@ -60,7 +60,11 @@ pub async fn run(
     let (program, script) = if system == System::Awa {
         (
             std::env::var("AEDB_AWA_PYTHON").unwrap_or_else(|_| {
-                concat!(env!("CARGO_MANIFEST_DIR"), "/../target/bench-tools/awa-venv/bin/python").into()
+                concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/../target/bench-tools/awa-venv/bin/python"
+                )
+                .into()
             }),
             concat!(env!("CARGO_MANIFEST_DIR"), "/peers/python/awa_driver.py"),
         )

@@ -105,10 +105,14 @@ impl Results {
         for row in rows {
             let cells: Vec<String> = cols
                 .iter()
-                .map(|col| match (self.median(&commits, row, col), self.median(&wal, row, col)) {
-                    (Some(c), Some(w)) => format!("{} · {} B", commits_format(c), thousands(w.round() as i64)),
-                    _ => "–".into(),
-                })
+                .map(
+                    |col| match (self.median(&commits, row, col), self.median(&wal, row, col)) {
+                        (Some(c), Some(w)) => {
+                            format!("{} · {} B", commits_format(c), thousands(w.round() as i64))
+                        }
+                        _ => "–".into(),
+                    },
+                )
                 .collect();
             if cells.iter().all(|c| c == "–") {
                 continue;
@@ -208,8 +212,14 @@ pub fn chart(
     let rows = body.split_evenly((2, 2));
     let colour = |i: usize| COLOURS[i % COLOURS.len()];
     let specs = [
-        ("drain_per_job", "Drain, one job per claim: jobs/s (log scale)"),
-        ("drain_batched_100", "Drain, claim batches of 100: jobs/s (log scale)"),
+        (
+            "drain_per_job",
+            "Drain, one job per claim: jobs/s (log scale)",
+        ),
+        (
+            "drain_batched_100",
+            "Drain, claim batches of 100: jobs/s (log scale)",
+        ),
     ];
     let max_workers = workers.iter().max().copied().unwrap_or(1);
     for (area, (table, title)) in rows.iter().zip(specs) {
@@ -222,14 +232,21 @@ pub fn chart(
             })
             .filter(|v| *v > 0.0)
             .collect();
-        let lo = values.iter().copied().fold(f64::INFINITY, f64::min).min(1e3);
+        let lo = values
+            .iter()
+            .copied()
+            .fold(f64::INFINITY, f64::min)
+            .min(1e3);
         let hi = values.iter().copied().fold(0.0f64, f64::max).max(10.0);
         let mut chart = ChartBuilder::on(area)
             .caption(title, (FONT, 20))
             .margin(14)
             .x_label_area_size(40)
             .y_label_area_size(78)
-            .build_cartesian_2d(0usize..max_workers + 1, ((lo / 1.6).max(0.5)..hi * 1.6).log_scale())?;
+            .build_cartesian_2d(
+                0usize..max_workers + 1,
+                ((lo / 1.6).max(0.5)..hi * 1.6).log_scale(),
+            )?;
         chart
             .configure_mesh()
             .x_desc("workers")
@@ -272,14 +289,25 @@ pub fn chart(
     let col = cost_workers.to_string();
     let bcol = batched_cost_workers.to_string();
     for (area, (suffix, title, bytes)) in rows[2..].iter().zip(cost_specs) {
-        let w = if col == bcol { col.clone() } else { format!("{col}; claim 100 at {bcol}") };
+        let w = if col == bcol {
+            col.clone()
+        } else {
+            format!("{col}; claim 100 at {bcol}")
+        };
         let title = title.replace("{w}", &w);
         let per_job = format!("{PER_JOB_TABLE}{suffix}");
         let batched = format!("{BATCHED_TABLE}{suffix}");
         let bars: Vec<(usize, &str, Option<f64>, Option<f64>)> = systems
             .iter()
             .enumerate()
-            .map(|(i, s)| (i, *s, results.median(&per_job, s, &col), results.median(&batched, s, &bcol)))
+            .map(|(i, s)| {
+                (
+                    i,
+                    *s,
+                    results.median(&per_job, s, &col),
+                    results.median(&batched, s, &bcol),
+                )
+            })
             .filter(|(_, _, a, b)| a.is_some() || b.is_some())
             .collect();
         let hi = bars
@@ -308,8 +336,18 @@ pub fn chart(
                     String::new()
                 }
             })
-            .x_desc(if bytes { "bytes per job" } else { "commits per job" })
-            .x_label_formatter(&|v| if bytes { thousands(v.round() as i64) } else { format!("{v:.1}") })
+            .x_desc(if bytes {
+                "bytes per job"
+            } else {
+                "commits per job"
+            })
+            .x_label_formatter(&|v| {
+                if bytes {
+                    thousands(v.round() as i64)
+                } else {
+                    format!("{v:.1}")
+                }
+            })
             .label_style((FONT, 14))
             .axis_desc_style((FONT, 15))
             .light_line_style(WHITE)
@@ -317,11 +355,25 @@ pub fn chart(
         for (row, (i, _, per, batch)) in bars.iter().enumerate() {
             let y = (n - 1 - row) as f64;
             let c = colour(*i);
-            for (value, y0, y1, filled) in [(per, y + 0.52, y + 0.9, true), (batch, y + 0.1, y + 0.48, false)] {
+            for (value, y0, y1, filled) in [
+                (per, y + 0.52, y + 0.9, true),
+                (batch, y + 0.1, y + 0.48, false),
+            ] {
                 let Some(v) = value else { continue };
-                let style = if filled { c.filled() } else { c.mix(0.35).filled() };
-                chart.draw_series(std::iter::once(Rectangle::new([(0.0, y0), (*v, y1)], style)))?;
-                let label = if bytes { format!(" {}", thousands(v.round() as i64)) } else { format!(" {v:.3}") };
+                let style = if filled {
+                    c.filled()
+                } else {
+                    c.mix(0.35).filled()
+                };
+                chart.draw_series(std::iter::once(Rectangle::new(
+                    [(0.0, y0), (*v, y1)],
+                    style,
+                )))?;
+                let label = if bytes {
+                    format!(" {}", thousands(v.round() as i64))
+                } else {
+                    format!(" {v:.3}")
+                };
                 chart.draw_series(std::iter::once(Text::new(
                     label,
                     (*v, y1 - 0.06),
@@ -335,7 +387,11 @@ pub fn chart(
     for (i, system) in systems.iter().enumerate() {
         let c = colour(i);
         legend.draw(&Rectangle::new([(x, 16), (x + 22, 30)], c.filled()))?;
-        legend.draw(&Text::new(system.to_string(), (x + 28, 14), (FONT, 15).into_font()))?;
+        legend.draw(&Text::new(
+            system.to_string(),
+            (x + 28, 14),
+            (FONT, 15).into_font(),
+        ))?;
         x += 44 + 9 * system.len() as i32;
     }
     legend.draw(&Text::new(

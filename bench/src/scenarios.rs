@@ -93,7 +93,11 @@ async fn quiesce_and_read(cluster: &Cluster, db: &str) -> Result<(i64, i64)> {
 impl Window {
     /// Call with every connection to the database closed.
     pub async fn open(cluster: &Cluster, db: &str) -> Result<Window> {
-        let autovacuum = cluster.connect(db).await?.scalar_i64(AUTOVACUUM_SQL).await?;
+        let autovacuum = cluster
+            .connect(db)
+            .await?
+            .scalar_i64(AUTOVACUUM_SQL)
+            .await?;
         let (commits, wal) = quiesce_and_read(cluster, db).await?;
         Ok(Window {
             commits,
@@ -105,7 +109,11 @@ impl Window {
     /// Call after every connection of the window was dropped.
     pub async fn close(self, cluster: &Cluster, db: &str, jobs: u64) -> Result<Cost> {
         let (commits, wal) = quiesce_and_read(cluster, db).await?;
-        let autovacuum = cluster.connect(db).await?.scalar_i64(AUTOVACUUM_SQL).await?;
+        let autovacuum = cluster
+            .connect(db)
+            .await?
+            .scalar_i64(AUTOVACUUM_SQL)
+            .await?;
         Ok(Cost {
             commits: commits - self.commits,
             wal_bytes: wal - self.wal,
@@ -137,7 +145,9 @@ impl Ctx {
 
     pub async fn fresh(&self) -> Result<Conn> {
         let conn = self.cluster.recreate(&self.db()).await?;
-        self.system.setup(&conn, &self.cluster.url(&self.db())).await?;
+        self.system
+            .setup(&conn, &self.cluster.url(&self.db()))
+            .await?;
         Ok(conn)
     }
 
@@ -312,7 +322,10 @@ async fn loop_once(
     latency: &mut Histogram<u64>,
 ) -> Result<u64> {
     let (settled, next) = match held.take() {
-        None => (false, systems::claim(system, conn, queue, owner, 1).await?.pop()),
+        None => (
+            false,
+            systems::claim(system, conn, queue, owner, 1).await?.pop(),
+        ),
         Some(job) => systems::settle_and_claim(system, conn, queue, owner, job).await?,
     };
     record(latency, next.iter().map(|j| j.enqueued_micros));

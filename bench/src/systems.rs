@@ -65,7 +65,10 @@ impl System {
     /// A worker loop over another system's schema: measured in the per-job
     /// drain only (its enqueue is its parent's).
     pub fn is_loop(self) -> bool {
-        matches!(self, System::PgmqPop | System::AedbLoop | System::BaselineLoop)
+        matches!(
+            self,
+            System::PgmqPop | System::AedbLoop | System::BaselineLoop
+        )
     }
 
     /// The system whose schema and enqueue a worker loop uses.
@@ -140,7 +143,11 @@ impl System {
 /// CLI from crates.io). Nothing goes into the PostgreSQL installation.
 async fn install_pgmq(url: &str) -> Result<()> {
     let cli = std::env::var("AEDB_PGMQ_CLI").unwrap_or_else(|_| {
-        concat!(env!("CARGO_MANIFEST_DIR"), "/../target/bench-tools/bin/pgmq-cli").to_string()
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../target/bench-tools/bin/pgmq-cli"
+        )
+        .to_string()
     });
     let out = tokio::process::Command::new(&cli)
         .args(["install", "-d", url, "install-from-embedded"])
@@ -436,7 +443,9 @@ pub async fn settle_and_claim(
                     &[&queue, &owner, &held.id, &held.token],
                 )
                 .await?;
-            let row = rows.first().ok_or("queue_complete_and_claim returned no row")?;
+            let row = rows
+                .first()
+                .ok_or("queue_complete_and_claim returned no row")?;
             let settled: String = row.get(0);
             let next = row.get::<_, Option<i64>>(1).map(|id| Job {
                 id,

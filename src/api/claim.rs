@@ -80,7 +80,7 @@ impl<'a> Claim<'a> {
         let owner_id = checked_name("owner_id", owner_id)?;
         let max = validate::claim_max(required("max", max)?)?;
         let lease = lease
-            .map(|_| positive_interval("lease", lease))
+            .map(|l| positive_interval("lease", Some(l)))
             .transpose()?;
         Ok(Claim {
             queue,
