@@ -12,14 +12,17 @@ mod tests {
     use crate::store::bulk::{self, Values, WRITES};
     use crate::tests::tests::{count, exec, ints, one};
 
-    /// id (primary key, positive), kind (NOT NULL), note; a partial index on
-    /// kind for odd ids.
+    /// id (primary key, positive), kind (NOT NULL), note; partial indexes on
+    /// kind and on an expression, for odd ids.
     fn scratch(name: &str) {
         exec(&format!(
             "CREATE TABLE {name} (id bigint PRIMARY KEY CHECK (id > 0), kind text NOT NULL, note text)"
         ));
         exec(&format!(
             "CREATE INDEX {name}_odd ON {name} (kind) WHERE id % 2 = 1"
+        ));
+        exec(&format!(
+            "CREATE INDEX {name}_odd_desc ON {name} ((-id)) WHERE id % 2 = 1"
         ));
     }
 
@@ -64,12 +67,18 @@ mod tests {
         assert!(write("s", &(1..=150).collect::<Vec<_>>(), Some("a")));
         amcheck("s_pkey");
         amcheck("s_odd");
+        // heapallindexed recomputes each entry's expression from its row.
+        amcheck("s_odd_desc");
         exec("SET LOCAL enable_seqscan = off");
         exec("SET LOCAL enable_bitmapscan = off");
         let through_partial_index = "SELECT count(*) FROM s WHERE kind = 'a' AND id % 2 = 1";
         let plan = format!("{:?}", Spi::explain(through_partial_index).unwrap().0);
         assert!(plan.contains("s_odd"), "{plan}");
         assert_eq!(one::<i64>(through_partial_index), 75);
+        let through_expression = "SELECT count(*) FROM s WHERE -id < -100 AND id % 2 = 1";
+        let plan = format!("{:?}", Spi::explain(through_expression).unwrap().0);
+        assert!(plan.contains("s_odd_desc"), "{plan}");
+        assert_eq!(one::<i64>(through_expression), 25);
         assert_eq!(
             one::<i64>("SELECT count(*) FROM s WHERE id BETWEEN 1 AND 150"),
             150
@@ -84,6 +93,13 @@ mod tests {
             Spi::get_one::<i64>("SELECT count(*) FROM s").unwrap(),
             Some(2)
         );
+    }
+
+    #[pg_test(error = "cannot execute INSERT in a read-only transaction")]
+    fn a_read_only_transaction_is_refused() {
+        scratch("s");
+        exec("SET LOCAL transaction_read_only = on");
+        write("s", &[1], Some("a"));
     }
 
     #[pg_test(error = "duplicate key value violates unique constraint \"s_pkey\"")]
@@ -217,6 +233,107 @@ mod tests {
         assert_eq!(
             count("aedb_queue.task WHERE queue = 'trig' AND priority = 4 AND max_attempts = 2"),
             3
+        );
+    }
+
+    /// The task's row, column by column, as one text.
+    fn task_row(task_id: i64) -> String {
+        one::<String>(&format!(
+            "SELECT concat_ws('|', queue, state, priority, attempts, max_attempts, backoff_base,
+                              backoff_max, fencing_token, owner_id IS NULL, lease_deadline IS NULL,
+                              payload, progress IS NULL, last_error IS NULL, idempotency_key,
+                              not_before - created_at, created_at = updated_at)
+             FROM aedb_queue.task WHERE task_id = {task_id}"
+        ))
+    }
+
+    fn enqueued_id(sql: &str) -> i64 {
+        one::<i64>(&format!("SELECT (aedb_queue.queue_enqueue({sql})).task_id"))
+    }
+
+    /// A single enqueue takes the same path as a batch: every column is what
+    /// the INSERT wrote, and each index holds the entries its state needs.
+    #[pg_test]
+    fn enqueue_writes_one_row_through_bulk() {
+        let before = writes();
+        let ready = enqueued_id(r#"'one', '{"n": 1}', priority => 3, max_attempts => 4"#);
+        let later = enqueued_id(
+            r#"'one', NULL, delay => '5 minutes', backoff_base => '2 seconds', backoff_max => '1 minute'"#,
+        );
+        let keyed = enqueued_id(r#"'one', '{"n": 3}', idempotency_key => 'k1'"#);
+        assert_eq!(writes(), before + 3);
+        assert_eq!(
+            task_row(ready),
+            r#"one|ready|3|0|4|00:00:01|00:01:00|0|t|t|{"n": 1}|t|t|00:00:00|t"#
+        );
+        assert_eq!(
+            task_row(later),
+            "one|scheduled|0|0|5|00:00:02|00:01:00|0|t|t|t|t|00:05:00|t"
+        );
+        assert_eq!(
+            task_row(keyed),
+            r#"one|ready|0|0|5|00:00:01|00:01:00|0|t|t|{"n": 3}|t|t|k1|00:00:00|t"#
+        );
+        // The same key again finds the task written above.
+        assert_eq!(
+            one::<i64>("SELECT task_id FROM aedb_queue.queue_enqueue('one', NULL, idempotency_key => 'k1')"),
+            keyed
+        );
+        for index in [
+            "task_pkey",
+            "task_ready_idx",
+            "task_scheduled_idx",
+            "task_in_flight_idx",
+            "task_dead_idx",
+        ] {
+            amcheck(&format!("aedb_queue.{index}"));
+        }
+        exec("SET LOCAL enable_seqscan = off");
+        exec("SET LOCAL enable_bitmapscan = off");
+        // Through each partial index: a row in the wrong one would count.
+        assert_eq!(
+            ints("SELECT task_id FROM aedb_queue.task WHERE queue = 'one' AND state = 'ready' ORDER BY task_id"),
+            vec![ready, keyed]
+        );
+        assert_eq!(
+            ints("SELECT task_id FROM aedb_queue.task WHERE queue = 'one' AND state = 'scheduled' ORDER BY not_before"),
+            vec![later]
+        );
+        assert_eq!(
+            count("aedb_queue.task WHERE queue = 'one' AND state = 'dead' AND task_id > 0"),
+            0
+        );
+        let claimed = crate::tests::tests::claim("one", ", max => 5");
+        assert_eq!(claimed.len(), 2);
+    }
+
+    /// With a trigger on the task table a single enqueue goes through the
+    /// INSERT, key and delay included.
+    #[pg_test]
+    fn enqueue_uses_insert_when_the_task_table_has_a_trigger() {
+        exec("CREATE TEMP TABLE seen (task_id bigint, state text, key text, due interval)");
+        exec(
+            "CREATE FUNCTION pg_temp.record() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+                 INSERT INTO pg_temp.seen VALUES (NEW.task_id, NEW.state::text, NEW.idempotency_key,
+                                                  NEW.not_before - NEW.created_at);
+                 RETURN NEW;
+             END $$",
+        );
+        exec(
+            "CREATE TRIGGER record AFTER INSERT ON aedb_queue.task
+             FOR EACH ROW EXECUTE FUNCTION pg_temp.record()",
+        );
+        let before = writes();
+        let id = enqueued_id("'trig', NULL, delay => '1 minute', idempotency_key => 'k2'");
+        assert_eq!(writes(), before);
+        assert_eq!(
+            one::<String>("SELECT concat_ws('|', task_id, state, key, due) FROM seen"),
+            format!("{id}|scheduled|k2|00:01:00")
+        );
+        assert_eq!(
+            task_row(id),
+            "trig|scheduled|0|0|5|00:00:01|00:01:00|0|t|t|t|t|k2|00:01:00|t"
         );
     }
 }

@@ -1055,7 +1055,6 @@ mod tests {
                     &[],
                 )
                 .unwrap()
-                .into_iter()
                 .map(|r| (r.get::<i64>(1).unwrap().unwrap(), r.get::<i64>(2).unwrap().unwrap()))
                 .collect()
             })

@@ -2,14 +2,15 @@
 //! heap with `heap_multi_insert` (one WAL record per page, not per row), then
 //! into each index, with the table's constraints checked on every row.
 //!
-//! It skips the executor's per-row work for `INSERT ... SELECT unnest(...)`
-//! (a function scan into a tuplestore, a projection, the row-by-row heap
-//! insert and its WAL record), which is most of a batched enqueue's cost
-//! beyond the index inserts. It does no SQL and knows nothing of tasks: the
-//! caller says what each column holds. It declines (and the caller falls
-//! back to its INSERT statement) when a row would need what only the
-//! executor does: triggers, row-level security, or a column left out that
-//! has a default or must not be NULL.
+//! It skips what a statement costs beyond its rows: the executor's start
+//! and end and the SPI connection (most of a one-row enqueue), and for a
+//! batch the per-row work of `INSERT ... SELECT unnest(...)` (a function
+//! scan into a tuplestore, a projection, a heap insert and WAL record per
+//! row). It does no SQL and knows nothing of tasks: the caller says what
+//! each column holds. It declines (and the caller falls back to its INSERT
+//! statement) when a row would need what only the executor does: triggers,
+//! row-level security, or a column left out that has a default or must not
+//! be NULL.
 
 use std::ffi::CStr;
 
@@ -38,6 +39,7 @@ pub fn write(relid: pg_sys::Oid, columns: &[(&CStr, Values<'_>)], rows: usize) -
     // Postgres abort the transaction, which releases the relation, its
     // locks and buffers.
     unsafe {
+        refuse_in_read_only_transaction();
         let rel = pg_sys::table_open(relid, pg_sys::RowExclusiveLock as pg_sys::LOCKMODE);
         let layout = if needs_executor(rel) {
             None
@@ -56,6 +58,13 @@ pub fn write(relid: pg_sys::Oid, columns: &[(&CStr, Values<'_>)], rows: usize) -
         WRITES.with(|w| w.set(w.get() + 1));
         true
     }
+}
+
+/// Raises 25006 in a read-only transaction, as the executor does before any
+/// INSERT: the heap itself would take the rows.
+pub fn refuse_in_read_only_transaction() {
+    // SAFETY: reads XactReadOnly; raises a Postgres error when it is set.
+    unsafe { pg_sys::PreventCommandIfReadOnly(c"INSERT".as_ptr()) }
 }
 
 #[cfg(any(test, feature = "pg_test"))]
@@ -112,6 +121,7 @@ unsafe fn insert_rows(rel: pg_sys::Relation, layout: &[Option<&Values<'_>>], row
             as *mut pg_sys::ResultRelInfo;
         pg_sys::InitResultRelInfo(result_rel, rel, 0, std::ptr::null_mut(), 0);
         pg_sys::ExecOpenIndices(result_rel, false);
+        compile_index_expressions(result_rel, estate);
         let has_constraints = !(*(*rel).rd_att).constr.is_null();
         let command = pg_sys::GetCurrentCommandId(true);
         // Slots over an unpinned copy of the descriptor: slots over the
@@ -178,6 +188,38 @@ unsafe fn fill(slot: *mut pg_sys::TupleTableSlot, layout: &[Option<&Values<'_>>]
             nulls[attr] = value.is_none();
         }
         pg_sys::ExecStoreVirtualTuple(slot);
+    }
+}
+
+/// Compiles each index's predicate and expressions as they are, where
+/// `ExecInsertIndexTuples` would first pass them through the planner again
+/// (`ExecPrepareQual`, `ExecPrepareExpr`): the relation cache keeps them
+/// constant-folded with operator functions set, which is all the planner
+/// step does to them, and it was most of a one-row write's index cost.
+unsafe fn compile_index_expressions(
+    result_rel: *mut pg_sys::ResultRelInfo,
+    estate: *mut pg_sys::EState,
+) {
+    unsafe {
+        let count = (*result_rel).ri_NumIndices as usize;
+        if count == 0 {
+            return;
+        }
+        let infos = std::slice::from_raw_parts((*result_rel).ri_IndexRelationInfo, count);
+        // Where ExecPrepareQual/ExecPrepareExpr would build them: they live
+        // as long as the executor state.
+        let caller = pg_sys::MemoryContextSwitchTo((*estate).es_query_cxt);
+        for &info in infos {
+            if !(*info).ii_Predicate.is_null() && (*info).ii_PredicateState.is_null() {
+                (*info).ii_PredicateState =
+                    pg_sys::ExecInitQual((*info).ii_Predicate, std::ptr::null_mut());
+            }
+            if !(*info).ii_Expressions.is_null() && (*info).ii_ExpressionsState.is_null() {
+                (*info).ii_ExpressionsState =
+                    pg_sys::ExecInitExprList((*info).ii_Expressions, std::ptr::null_mut());
+            }
+        }
+        pg_sys::MemoryContextSwitchTo(caller);
     }
 }
 

@@ -15,6 +15,7 @@
 mod admin;
 pub(crate) mod bulk;
 mod cron;
+mod insert;
 mod owner;
 pub(crate) mod planner;
 mod rights;
@@ -22,6 +23,7 @@ mod tasks;
 
 pub use admin::*;
 pub use cron::*;
+pub use insert::*;
 pub use rights::*;
 pub use tasks::*;
 

@@ -1,0 +1,305 @@
+//! Writing new tasks: one enqueue, a batch, or a completion's follow-ups.
+//!
+//! Every path writes its rows through `bulk::write`, straight to the heap
+//! and indexes, without a statement: a statement's executor start and end,
+//! its planned expressions and the SPI connection around it cost more than
+//! the row itself. Only when `bulk::write` declines (a trigger or row-level
+//! security on the task table) do the rows go through `INSERT_TASKS`.
+
+use pgrx::datum::TimestampWithTimeZone;
+use pgrx::spi::SpiClient;
+use pgrx::{pg_sys, FromDatum, IntoDatum};
+
+use super::bulk::{self, Values};
+use super::owner::OwnerRights;
+use super::{
+    execute, first_i64, with_client, Statement, INT4, INT8, INT8_ARRAY, INTERVAL, JSONB_ARRAY,
+    TEXT, TIMESTAMPTZ,
+};
+use crate::datum::RawJsonb;
+use crate::errors::{internal, Result};
+use pgrx::datum::Interval;
+
+/// The queue registry row, created by the first enqueue (`reap` of all queues
+/// walks this registry). Returns a row only when it created one.
+static REGISTER_QUEUE: Statement = Statement {
+    sql: "INSERT INTO aedb_queue.queue (name) VALUES ($1) ON CONFLICT DO NOTHING RETURNING true",
+    args: &[TEXT],
+    clock: false,
+};
+
+/// The rows through the executor, when `bulk::write` declines.
+pub(super) static INSERT_TASKS: Statement = Statement {
+    sql: "INSERT INTO aedb_queue.task (task_id, queue, state, not_before, priority, max_attempts,
+                                       backoff_base, backoff_max, payload, idempotency_key,
+                                       created_at, updated_at)
+          SELECT b.task_id, $1, $2::aedb_queue.task_state, $3, $4, $5, $6, $7, b.payload, $11, $8, $8
+          FROM unnest($9::bigint[], $10::jsonb[]) AS b(task_id, payload)",
+    args: &[
+        TEXT,
+        TEXT,
+        TIMESTAMPTZ,
+        INT8,
+        INT4,
+        INTERVAL,
+        INTERVAL,
+        TIMESTAMPTZ,
+        INT8_ARRAY,
+        JSONB_ARRAY,
+        TEXT,
+    ],
+    clock: false,
+};
+
+/// Takes the key, waiting for a concurrent holder to commit or roll back;
+/// returns the reserved task id, or no row when the key already exists.
+pub(super) static RESERVE_KEY: Statement = Statement {
+    sql: "INSERT INTO aedb_queue.idempotency_key (queue, key, task_id, created_at)
+          VALUES ($1, $2, nextval('aedb_queue.task_id_seq'), $3)
+          ON CONFLICT DO NOTHING
+          RETURNING task_id",
+    args: &[TEXT, TEXT],
+    clock: true,
+};
+
+pub(super) static LOOKUP_KEY: Statement = Statement {
+    sql: "SELECT task_id FROM aedb_queue.idempotency_key WHERE queue = $1 AND key = $2",
+    args: &[TEXT, TEXT],
+    clock: false,
+};
+
+/// A new task's stored fields.
+pub struct NewTask<'a> {
+    pub queue: &'a str,
+    /// The queue's registry row existed when its settings were read.
+    pub registered: bool,
+    pub scheduled: bool,
+    pub delay: Interval,
+    pub priority: i64,
+    pub max_attempts: i32,
+    pub backoff_base: Interval,
+    pub backoff_max: Interval,
+}
+
+/// Inserts one task, under `task_id` (a reserved idempotency key's) or a
+/// new id; returns its id.
+pub fn insert_task(
+    task: &NewTask<'_>,
+    task_id: Option<i64>,
+    payload: Option<RawJsonb>,
+    key: Option<&str>,
+) -> Result<i64> {
+    let ids = insert(task, task_id, &[payload], key)?;
+    ids.first()
+        .copied()
+        .ok_or_else(|| internal("one task inserted, no id"))
+}
+
+/// Inserts one task per payload; returns their ids in payload order.
+pub fn insert_batch(task: &NewTask<'_>, payloads: &[Option<RawJsonb>]) -> Result<Vec<i64>> {
+    insert(task, None, payloads, None)
+}
+
+/// The rows of one insert: an id and a payload each, and the idempotency
+/// key (of a single row).
+struct Rows<'a> {
+    ids: Vec<i64>,
+    payloads: &'a [Option<RawJsonb>],
+    key: Option<&'a str>,
+}
+
+/// Inserts one row per payload, the first under `first_id` if given;
+/// returns the ids.
+fn insert(
+    task: &NewTask<'_>,
+    first_id: Option<i64>,
+    payloads: &[Option<RawJsonb>],
+    key: Option<&str>,
+) -> Result<Vec<i64>> {
+    // Before the ids are drawn, so the error names the INSERT.
+    bulk::refuse_in_read_only_transaction();
+    if !task.registered {
+        with_client(|client| register(client, task))?;
+    }
+    let shared = Shared::new(task)?;
+    // As the owner, like our statements: the sequence's rights are the
+    // owner's, index expressions and predicates run with its rights, and
+    // the caller's identity never reaches them.
+    let (rows, written) = {
+        let _rights = OwnerRights::enter()?;
+        let drawn = payloads.len() - usize::from(first_id.is_some());
+        let ids = first_id.into_iter().chain(next_task_ids(drawn)?).collect();
+        let rows = Rows { ids, payloads, key };
+        let written = write(task, &rows, &shared)?;
+        (rows, written)
+    };
+    if !written {
+        with_client(|client| insert_through_executor(client, task, &rows, &shared))?;
+    }
+    Ok(rows.ids)
+}
+
+/// Registers the task's queue unless its settings were read from the
+/// registry. A registration invalidates every backend's settings copies, so
+/// theirs (and ours, if this transaction rolls back) learn of it.
+fn register(client: &mut SpiClient<'_>, task: &NewTask<'_>) -> Result<()> {
+    // The registration drops every backend's settings copies (the table's
+    // trigger; sent here on schemas older than 0.3.0, which have none), so
+    // a later enqueue finds the row and skips this.
+    if execute(client, &REGISTER_QUEUE, &[task.queue.into()])?
+        .next()
+        .is_some()
+    {
+        super::copies_stale_without_trigger(c"queue");
+    }
+    Ok(())
+}
+
+// Built-in SQL functions called directly; pgrx's bindings wrap them as Rust
+// functions, and DirectFunctionCall wants the C entry points.
+extern "C-unwind" {
+    fn nextval_oid(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum;
+    fn timestamptz_pl_interval(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum;
+}
+
+/// `count` ids from the task sequence, in order.
+fn next_task_ids(count: usize) -> Result<Vec<i64>> {
+    let sequence = crate::catalog::relation_oid(c"task_id_seq")
+        .ok_or_else(|| internal("no sequence aedb_queue.task_id_seq"))?;
+    // SAFETY: a built-in function called with an argument of its type; it
+    // checks the current user's (the owner's) rights on the sequence.
+    Ok((0..count)
+        .map(|_| unsafe {
+            pg_sys::DirectFunctionCall1Coll(
+                Some(nextval_oid),
+                pg_sys::InvalidOid,
+                pg_sys::Datum::from(sequence),
+            )
+            .value() as i64
+        })
+        .collect())
+}
+
+/// What every row shares, found without a statement: the creation and due
+/// times (the call's clock, and the clock + delay) and the state.
+struct Shared {
+    now: pg_sys::Datum,
+    not_before: pg_sys::Datum,
+    state_label: &'static str,
+    state: pg_sys::Oid,
+}
+
+impl Shared {
+    fn new(task: &NewTask<'_>) -> Result<Self> {
+        let delay = task
+            .delay
+            .into_datum()
+            .ok_or_else(|| internal("the task's delay is NULL"))?;
+        let (state_label, label) = if task.scheduled {
+            ("scheduled", c"scheduled")
+        } else {
+            ("ready", c"ready")
+        };
+        let now = crate::clock::now_datum();
+        // SAFETY: a built-in function called with arguments of its types.
+        let not_before = unsafe {
+            pg_sys::DirectFunctionCall2Coll(
+                Some(timestamptz_pl_interval),
+                pg_sys::InvalidOid,
+                now,
+                delay,
+            )
+        };
+        Ok(Shared {
+            now,
+            not_before,
+            state_label,
+            state: crate::catalog::enum_label_oid(c"task_state", label),
+        })
+    }
+}
+
+/// The rows through `bulk::write`; false when it declined.
+fn write(task: &NewTask<'_>, rows: &Rows<'_>, shared: &Shared) -> Result<bool> {
+    let relid = crate::catalog::relation_oid(c"task")
+        .ok_or_else(|| internal("no table aedb_queue.task"))?;
+    let datum =
+        |value: Option<pg_sys::Datum>| value.ok_or_else(|| internal("a task value is NULL"));
+    let ids: Vec<Option<pg_sys::Datum>> = rows.ids.iter().map(|id| id.into_datum()).collect();
+    let payloads: Vec<Option<pg_sys::Datum>> = rows
+        .payloads
+        .iter()
+        .map(|p| p.and_then(IntoDatum::into_datum))
+        .collect();
+    let mut columns = vec![
+        (c"task_id", Values::PerRow(&ids)),
+        (c"queue", Values::Same(datum(task.queue.into_datum())?)),
+        (c"state", Values::Same(pg_sys::Datum::from(shared.state))),
+        (c"not_before", Values::Same(shared.not_before)),
+        (
+            c"priority",
+            Values::Same(datum(task.priority.into_datum())?),
+        ),
+        (c"attempts", Values::Same(datum(0i32.into_datum())?)),
+        (
+            c"max_attempts",
+            Values::Same(datum(task.max_attempts.into_datum())?),
+        ),
+        (
+            c"backoff_base",
+            Values::Same(datum(task.backoff_base.into_datum())?),
+        ),
+        (
+            c"backoff_max",
+            Values::Same(datum(task.backoff_max.into_datum())?),
+        ),
+        (c"fencing_token", Values::Same(datum(0i64.into_datum())?)),
+        (c"payload", Values::PerRow(&payloads)),
+        (c"created_at", Values::Same(shared.now)),
+        (c"updated_at", Values::Same(shared.now)),
+    ];
+    // Left out, a column is NULL.
+    if let Some(key) = rows.key {
+        columns.push((c"idempotency_key", Values::Same(datum(key.into_datum())?)));
+    }
+    Ok(bulk::write(relid, &columns, ids.len()))
+}
+
+fn insert_through_executor(
+    client: &mut SpiClient<'_>,
+    task: &NewTask<'_>,
+    rows: &Rows<'_>,
+    shared: &Shared,
+) -> Result<()> {
+    // SAFETY: timestamptz datums are plain integers.
+    let (now, not_before) = unsafe {
+        (
+            TimestampWithTimeZone::from_datum(shared.now, false),
+            TimestampWithTimeZone::from_datum(shared.not_before, false),
+        )
+    };
+    let args = [
+        task.queue.into(),
+        shared.state_label.into(),
+        not_before.into(),
+        task.priority.into(),
+        task.max_attempts.into(),
+        task.backoff_base.into(),
+        task.backoff_max.into(),
+        now.into(),
+        rows.ids.as_slice().into(),
+        rows.payloads.into(),
+        rows.key.into(),
+    ];
+    execute(client, &INSERT_TASKS, &args)?;
+    Ok(())
+}
+
+/// `Some(id)`: the key is ours, insert the task under `id`. `None`: it was taken.
+pub fn reserve_key(queue: &str, key: &str) -> Result<Option<i64>> {
+    with_client(|client| first_i64(execute(client, &RESERVE_KEY, &[queue.into(), key.into()])?))
+}
+
+pub fn lookup_key(queue: &str, key: &str) -> Result<Option<i64>> {
+    with_client(|client| first_i64(execute(client, &LOOKUP_KEY, &[queue.into(), key.into()])?))
+}
