@@ -12,8 +12,6 @@ use pgrx::datum::Datum;
 use pgrx::pg_sys;
 use pgrx::IntoDatum;
 
-use crate::catalog;
-
 #[derive(Debug, Clone, Copy)]
 pub struct Enqueued {
     pub task_id: i64,
@@ -39,7 +37,7 @@ impl IntoDatum for Enqueued {
     }
 
     fn type_oid() -> pg_sys::Oid {
-        catalog::type_oid(c"enqueued")
+        crate::type_oids::type_oid(c"enqueued")
     }
 }
 

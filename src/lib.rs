@@ -43,6 +43,7 @@ mod tests_plans;
 mod tests_security;
 #[cfg(any(test, feature = "pg_test"))]
 mod tests_settle_and_claim;
+mod type_oids;
 
 ::pgrx::pg_module_magic!();
 

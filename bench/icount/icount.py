@@ -45,6 +45,14 @@ BASELINE_PICK = (
     "SELECT id FROM jobs WHERE queue = {q} AND state = 'ready' AND run_at <= now() "
     "ORDER BY priority DESC, id LIMIT 1 FOR UPDATE SKIP LOCKED"
 )
+# The bench's baseline claim of N (bench/src/systems.rs `claim`).
+BASELINE_CLAIM_MANY = (
+    "WITH c AS (SELECT id FROM jobs WHERE queue = {q} AND state = 'ready' AND run_at <= now() "
+    "ORDER BY priority DESC, id LIMIT {n} FOR UPDATE SKIP LOCKED) "
+    "UPDATE jobs j SET state = 'running', attempts = j.attempts + 1, locked_by = {w}, "
+    "locked_until = now() + {lease}::interval FROM c WHERE j.id = c.id "
+    "RETURNING j.id, j.attempts::bigint, j.payload"
+)
 BASELINE_CLAIM = (
     "UPDATE jobs SET state = 'running', attempts = attempts + 1, locked_by = {w}, "
     "locked_until = now() + {lease}::interval WHERE id = (" + BASELINE_PICK + ") "
@@ -67,6 +75,13 @@ def array_literal(n):
 # text, EXECUTE text of i), and a check of the state after k calls.
 def workloads(m):
     q, w, lease = lit("q"), lit("w"), lit(LEASE)
+
+    def ids(i):
+        """The ids of call i's batch: BATCH * i + 1 .. BATCH * (i + 1)."""
+        return "{" + ",".join(str(BATCH * i + j) for j in range(1, BATCH + 1)) + "}"
+
+    def ones():
+        return "{" + ",".join(["1"] * BATCH) + "}"
     arr = lit(array_literal(BATCH))
     values = ", ".join(f"({q}, {lit(PAYLOAD)})" for _ in range(BATCH))
     p = lit(PAYLOAD)
@@ -107,6 +122,29 @@ def workloads(m):
              + BASELINE_CLAIM.format(q="$1", w="$2", lease="$3"),
              execute=lambda i: f"EXECUTE s({q}, {w}, {lease})",
              check=("SELECT count(*) FROM jobs WHERE state = 'running'", lambda k: k)),
+        # The many templates hold BATCH times as many tasks (ready, or in
+        # flight at token 1); batch workloads run N/10 calls of BATCH each.
+        dict(call=f"claim of {BATCH}", system="aedb_queue", template="ready-many", per=BATCH,
+             simple=lambda i: f"SELECT * FROM aedb_queue.queue_claim({q}, {w}, lease => {lease}, max => {BATCH})",
+             prepare="PREPARE s(text, text, interval, int) AS SELECT * FROM aedb_queue.queue_claim($1, $2, lease => $3, max => $4)",
+             execute=lambda i: f"EXECUTE s({q}, {w}, {lease}, {BATCH})",
+             check=("SELECT count(*) FROM aedb_queue.task WHERE state = 'in_flight'", lambda k: k * BATCH)),
+        dict(call=f"claim of {BATCH}", system="baseline", template="ready-many", per=BATCH,
+             simple=lambda i: BASELINE_CLAIM_MANY.format(q=q, w=w, lease=lease, n=BATCH),
+             prepare="PREPARE s(text, text, interval, int) AS "
+             + BASELINE_CLAIM_MANY.format(q="$1", w="$2", lease="$3", n="$4"),
+             execute=lambda i: f"EXECUTE s({q}, {w}, {lease}, {BATCH})",
+             check=("SELECT count(*) FROM jobs WHERE state = 'running'", lambda k: k * BATCH)),
+        dict(call=f"complete batch of {BATCH}", system="aedb_queue", template="inflight-many", per=BATCH,
+             simple=lambda i: f"SELECT * FROM aedb_queue.queue_complete_batch({q}, {lit(ids(i))}, {lit(ones())})",
+             prepare="PREPARE s(text, bigint[], bigint[]) AS SELECT * FROM aedb_queue.queue_complete_batch($1, $2, $3)",
+             execute=lambda i: f"EXECUTE s({q}, {lit(ids(i))}, {lit(ones())})",
+             check=("SELECT count(*) FROM aedb_queue.task", lambda k: m * BATCH - k * BATCH)),
+        dict(call=f"complete batch of {BATCH}", system="baseline", template="inflight-many", per=BATCH,
+             simple=lambda i: f"DELETE FROM jobs WHERE id = ANY({lit(ids(i))}::bigint[])",
+             prepare="PREPARE s(bigint[]) AS DELETE FROM jobs WHERE id = ANY($1)",
+             execute=lambda i: f"EXECUTE s({lit(ids(i))})",
+             check=("SELECT count(*) FROM jobs", lambda k: m * BATCH - k * BATCH)),
         # The in-flight template holds tasks 1..m claimed once (token 1).
         dict(call="complete", system="aedb_queue", template="inflight",
              simple=lambda i: f"SELECT aedb_queue.queue_complete({q}, {i + 1}, 1)",
@@ -207,6 +245,24 @@ class Bench:
                   for _ in range((m + 99) // 100)]
         self.single(inflight, fill + claims + [
             "UPDATE jobs SET state = 'running', attempts = 1, locked_by = 'w', locked_until = now() + '1 day'"])
+        mm = m * BATCH
+        fill_many = [  # batches of 1,000 (a batch holds at most 10,000)
+            f"SELECT count(*) FROM aedb_queue.queue_enqueue_batch('q', ARRAY(SELECT {lit(PAYLOAD)}::jsonb FROM generate_series(1, {min(1000, mm - s)})))"
+            for s in range(0, mm, 1000)
+        ] + [
+            f"INSERT INTO jobs (queue, payload) SELECT 'q', {lit(PAYLOAD)} FROM generate_series(1, {mm})",
+        ]
+        self.copy(base, os.path.join(self.work, "tmpl-ready-many"))
+        self.single(os.path.join(self.work, "tmpl-ready-many"), fill_many)
+        inflight_many = os.path.join(self.work, "tmpl-inflight-many")
+        self.copy(base, inflight_many)
+        self.single(inflight_many, fill_many + [
+            f"SELECT count(*) FROM aedb_queue.queue_claim('q', 'w', lease => '1 day', max => 1000)"
+            for _ in range((mm + 999) // 1000)
+        ] + ["UPDATE jobs SET state = 'running', attempts = 1, locked_by = 'w', locked_until = now() + '1 day'"])
+        got = self.query_values(inflight_many, "SELECT min(task_id)::text || ',' || max(task_id) || ',' || count(*) || ',' || "
+                                "min(fencing_token) || ',' || max(fencing_token) FROM aedb_queue.task WHERE state = 'in_flight'")
+        assert got == [f"1,{mm},{mm},1,1"], f"in-flight tasks are not 1..{mm} at token 1: {got}"
         hold = os.path.join(self.work, "tmpl-hold")
         self.copy(base, hold)
         self.single(hold, fill + [

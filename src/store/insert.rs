@@ -214,7 +214,7 @@ impl Shared {
             now,
             not_before,
             state_label,
-            state: crate::catalog::enum_label_oid(c"task_state", label),
+            state: crate::type_oids::enum_label_oid(c"task_state", label),
         })
     }
 }
