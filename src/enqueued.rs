@@ -37,7 +37,7 @@ impl IntoDatum for Enqueued {
     }
 
     fn type_oid() -> pg_sys::Oid {
-        crate::type_oids::type_oid(c"enqueued")
+        crate::oids::type_oid(c"enqueued")
     }
 }
 

@@ -22,6 +22,7 @@ mod enqueued;
 mod errors;
 mod guc;
 mod horizon;
+mod oids;
 mod outcome;
 mod security;
 mod store;
@@ -43,7 +44,6 @@ mod tests_plans;
 mod tests_security;
 #[cfg(any(test, feature = "pg_test"))]
 mod tests_settle_and_claim;
-mod type_oids;
 
 ::pgrx::pg_module_magic!();
 

@@ -12,7 +12,7 @@ use pgrx::datum::Datum;
 use pgrx::pg_sys;
 use pgrx::IntoDatum;
 
-use crate::type_oids;
+use crate::oids;
 
 const TYPE_NAME: &CStr = c"outcome";
 
@@ -40,12 +40,12 @@ impl Outcome {
 }
 
 fn type_oid() -> pg_sys::Oid {
-    type_oids::type_oid(TYPE_NAME)
+    oids::type_oid(TYPE_NAME)
 }
 
 impl IntoDatum for Outcome {
     fn into_datum(self) -> Option<pg_sys::Datum> {
-        Some(pg_sys::Datum::from(type_oids::enum_label_oid(
+        Some(pg_sys::Datum::from(oids::enum_label_oid(
             TYPE_NAME,
             self.label(),
         )))

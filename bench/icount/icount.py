@@ -125,8 +125,9 @@ def workloads(m):
         # The many templates hold BATCH times as many tasks (ready, or in
         # flight at token 1); batch workloads run N/10 calls of BATCH each.
         dict(call=f"claim of {BATCH}", system="aedb_queue", template="ready-many", per=BATCH,
-             simple=lambda i: f"SELECT * FROM aedb_queue.queue_claim({q}, {w}, lease => {lease}, max => {BATCH})",
-             prepare="PREPARE s(text, text, interval, int) AS SELECT * FROM aedb_queue.queue_claim($1, $2, lease => $3, max => $4)",
+             # The columns the bench's worker reads (bench/src/systems.rs).
+             simple=lambda i: f"SELECT task_id, fencing_token, payload FROM aedb_queue.queue_claim({q}, {w}, lease => {lease}, max => {BATCH})",
+             prepare="PREPARE s(text, text, interval, int) AS SELECT task_id, fencing_token, payload FROM aedb_queue.queue_claim($1, $2, lease => $3, max => $4)",
              execute=lambda i: f"EXECUTE s({q}, {w}, {lease}, {BATCH})",
              check=("SELECT count(*) FROM aedb_queue.task WHERE state = 'in_flight'", lambda k: k * BATCH)),
         dict(call=f"claim of {BATCH}", system="baseline", template="ready-many", per=BATCH,

@@ -168,8 +168,26 @@ unsafe fn insert_rows(rel: pg_sys::Relation, layout: &[Option<&Values<'_>>], row
         for slot in slots {
             pg_sys::ExecDropSingleTupleTableSlot(slot);
         }
-        pg_sys::ExecCloseIndices(result_rel);
+        close_indexes_keeping_locks(result_rel);
         pg_sys::FreeExecutorState(estate);
+    }
+}
+
+/// Closes the indexes `ExecOpenIndices` opened but keeps their locks until
+/// the transaction ends, as the table's: `ExecCloseIndices` releases each
+/// lock, and the next enqueue of the transaction would take it again.
+unsafe fn close_indexes_keeping_locks(result_rel: *mut pg_sys::ResultRelInfo) {
+    unsafe {
+        let count = (*result_rel).ri_NumIndices as usize;
+        if count == 0 {
+            return;
+        }
+        let indexes = std::slice::from_raw_parts((*result_rel).ri_IndexRelationDescs, count);
+        for &index in indexes {
+            if !index.is_null() {
+                pg_sys::index_close(index, pg_sys::NoLock as pg_sys::LOCKMODE);
+            }
+        }
     }
 }
 

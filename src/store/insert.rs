@@ -164,7 +164,7 @@ extern "C-unwind" {
 
 /// `count` ids from the task sequence, in order.
 fn next_task_ids(count: usize) -> Result<Vec<i64>> {
-    let sequence = crate::catalog::relation_oid(c"task_id_seq")
+    let sequence = crate::oids::relation_oid(c"task_id_seq")
         .ok_or_else(|| internal("no sequence aedb_queue.task_id_seq"))?;
     // SAFETY: a built-in function called with an argument of its type; it
     // checks the current user's (the owner's) rights on the sequence.
@@ -214,15 +214,15 @@ impl Shared {
             now,
             not_before,
             state_label,
-            state: crate::type_oids::enum_label_oid(c"task_state", label),
+            state: crate::oids::enum_label_oid(c"task_state", label),
         })
     }
 }
 
 /// The rows through `bulk::write`; false when it declined.
 fn write(task: &NewTask<'_>, rows: &Rows<'_>, shared: &Shared) -> Result<bool> {
-    let relid = crate::catalog::relation_oid(c"task")
-        .ok_or_else(|| internal("no table aedb_queue.task"))?;
+    let relid =
+        crate::oids::relation_oid(c"task").ok_or_else(|| internal("no table aedb_queue.task"))?;
     let datum =
         |value: Option<pg_sys::Datum>| value.ok_or_else(|| internal("a task value is NULL"));
     let ids: Vec<Option<pg_sys::Datum>> = rows.ids.iter().map(|id| id.into_datum()).collect();
