@@ -16,7 +16,7 @@ use crate::datum::RawJsonb;
 use crate::errors::{run, Result};
 use crate::outcome::Outcome;
 use crate::security;
-use crate::store::ClaimedTask;
+use crate::store::{self, ClaimedTask};
 
 /// One row of a settle-and-claim: the held task's outcome, and one claimed
 /// task (all NULL when nothing was claimed, so the outcome always arrives).
@@ -93,8 +93,11 @@ fn queue_complete_and_claim(
         let strict = required("strict", strict)?;
         let claim = Claim::checked(queue, owner_id, lease, max)?;
         security::authorize(Action::Work, queue)?;
-        let settled = Completion::checked(held, result, follow_ups)?.apply(strict)?;
-        Ok(rows(settled, claim.apply()?))
+        let completion = Completion::checked(held, result, follow_ups)?;
+        store::in_one_scope(|| {
+            let settled = completion.apply(strict)?;
+            Ok(rows(settled, claim.apply()?))
+        })
     })
 }
 
@@ -135,8 +138,10 @@ fn queue_fail_and_claim(
         let strict = required("strict", strict)?;
         let claim = Claim::checked(queue, owner_id, lease, max)?;
         security::authorize(Action::Work, queue)?;
-        let settled = failure.apply(strict)?;
-        Ok(rows(settled, claim.apply()?))
+        store::in_one_scope(|| {
+            let settled = failure.apply(strict)?;
+            Ok(rows(settled, claim.apply()?))
+        })
     })
 }
 

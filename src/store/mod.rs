@@ -219,9 +219,43 @@ pub fn schema_current() -> bool {
 /// callers need no rights on our tables, and no object of theirs can stand
 /// in for one our statements use.
 pub(crate) fn with_client<R>(body: impl FnOnce(&mut SpiClient<'_>) -> Result<R>) -> Result<R> {
+    in_one_scope(|| Spi::connect_mut(body))
+}
+
+thread_local! {
+    /// Whether `in_one_scope` is running: the owner's rights and generic
+    /// plans are set already.
+    static IN_SCOPE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `body` as the owner with generic plans, set once for every
+/// `with_client` inside it: a call that runs several store functions (a
+/// settle, then a claim) pays for the switch once. The GUC nest level of
+/// generic plans was the costliest part of a `with_client`.
+pub(crate) fn in_one_scope<R>(body: impl FnOnce() -> Result<R>) -> Result<R> {
+    if IN_SCOPE.with(|s| s.get()) {
+        return body();
+    }
     let _rights = OwnerRights::enter()?;
     let _generic = planner::GenericPlans::enter();
-    Spi::connect_mut(body)
+    let _scope = Scope::enter();
+    body()
+}
+
+/// Marks `in_one_scope` as running until dropped, also when unwinding.
+struct Scope;
+
+impl Scope {
+    fn enter() -> Self {
+        IN_SCOPE.with(|s| s.set(true));
+        Scope
+    }
+}
+
+impl Drop for Scope {
+    fn drop(&mut self) {
+        IN_SCOPE.with(|s| s.set(false));
+    }
 }
 
 pub(crate) fn column<T: pgrx::FromDatum + pgrx::IntoDatum>(
