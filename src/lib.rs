@@ -55,6 +55,7 @@ pub extern "C-unwind" fn _PG_init() {
     guc::register();
     cache::register();
     store::planner::register();
+    store::index_cache::register();
 }
 
 /// Hooks for `cargo pgrx test`.

@@ -21,9 +21,11 @@ enum Key {
     Label(&'static CStr, &'static CStr),
 }
 
+/// The catalog generation the oids were looked up at, and the oids.
+type Cached = ((u64, u64), HashMap<Key, Option<Oid>>);
+
 thread_local! {
-    static OIDS: RefCell<((u64, u64), HashMap<Key, Option<Oid>>)> =
-        RefCell::new(((u64::MAX, u64::MAX), HashMap::new()));
+    static OIDS: RefCell<Cached> = RefCell::new(((u64::MAX, u64::MAX), HashMap::new()));
 }
 
 fn cached(key: Key, look_up: impl FnOnce() -> Option<Oid>) -> Option<Oid> {

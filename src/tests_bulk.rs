@@ -85,6 +85,46 @@ mod tests {
         );
     }
 
+    /// The indexes are kept between writes (`store::index_cache`); one
+    /// created or dropped after a write is seen by the next.
+    #[pg_test]
+    fn a_write_after_an_index_is_created_or_dropped_fills_the_indexes_there_are() {
+        scratch("s");
+        assert!(write("s", &[1, 3], Some("a")));
+        exec("CREATE INDEX s_kind ON s (kind, id) WHERE id > 2");
+        assert!(write("s", &[5, 7], Some("b")));
+        amcheck("s_kind");
+        exec("SET LOCAL enable_seqscan = off");
+        exec("SET LOCAL enable_bitmapscan = off");
+        let through_new = "SELECT count(*) FROM s WHERE kind = 'b' AND id > 2";
+        let plan = format!("{:?}", Spi::explain(through_new).unwrap().0);
+        assert!(plan.contains("s_kind"), "{plan}");
+        assert_eq!(one::<i64>(through_new), 2);
+        exec("DROP INDEX s_odd");
+        assert!(write("s", &[9], Some("c")));
+        amcheck("s_pkey");
+        amcheck("s_kind");
+        amcheck("s_odd_desc");
+        assert_eq!(count("s"), 5);
+    }
+
+    /// An index of another kind than btree is filled too (such a table's
+    /// indexes are opened on every write, not kept).
+    #[pg_test]
+    fn a_hash_index_is_filled() {
+        scratch("s");
+        exec("CREATE INDEX s_kind_hash ON s USING hash (kind)");
+        assert!(write("s", &[1, 2, 3], Some("h")));
+        assert!(write("s", &[4], Some("h")));
+        exec("SET LOCAL enable_seqscan = off");
+        exec("SET LOCAL enable_bitmapscan = off");
+        let through_hash = "SELECT count(*) FROM s WHERE kind = 'h'";
+        let plan = format!("{:?}", Spi::explain(through_hash).unwrap().0);
+        assert!(plan.contains("s_kind_hash"), "{plan}");
+        assert_eq!(one::<i64>(through_hash), 4);
+        amcheck("s_odd");
+    }
+
     #[pg_test]
     fn rows_written_are_visible_to_the_next_statement_of_the_transaction() {
         scratch("s");

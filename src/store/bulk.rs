@@ -16,6 +16,8 @@ use std::ffi::CStr;
 
 use pgrx::pg_sys::{self, Datum};
 
+use super::index_cache::OpenIndexes;
+
 /// What one column holds in every row written.
 pub enum Values<'a> {
     /// The same value in every row.
@@ -120,8 +122,7 @@ unsafe fn insert_rows(rel: pg_sys::Relation, layout: &[Option<&Values<'_>>], row
         let result_rel = pg_sys::palloc0(std::mem::size_of::<pg_sys::ResultRelInfo>())
             as *mut pg_sys::ResultRelInfo;
         pg_sys::InitResultRelInfo(result_rel, rel, 0, std::ptr::null_mut(), 0);
-        pg_sys::ExecOpenIndices(result_rel, false);
-        compile_index_expressions(result_rel, estate);
+        let indexes = OpenIndexes::open(result_rel, rel, estate);
         let has_constraints = !(*(*rel).rd_att).constr.is_null();
         let command = pg_sys::GetCurrentCommandId(true);
         // Slots over an unpinned copy of the descriptor: slots over the
@@ -168,26 +169,8 @@ unsafe fn insert_rows(rel: pg_sys::Relation, layout: &[Option<&Values<'_>>], row
         for slot in slots {
             pg_sys::ExecDropSingleTupleTableSlot(slot);
         }
-        close_indexes_keeping_locks(result_rel);
+        drop(indexes);
         pg_sys::FreeExecutorState(estate);
-    }
-}
-
-/// Closes the indexes `ExecOpenIndices` opened but keeps their locks until
-/// the transaction ends, as the table's: `ExecCloseIndices` releases each
-/// lock, and the next enqueue of the transaction would take it again.
-unsafe fn close_indexes_keeping_locks(result_rel: *mut pg_sys::ResultRelInfo) {
-    unsafe {
-        let count = (*result_rel).ri_NumIndices as usize;
-        if count == 0 {
-            return;
-        }
-        let indexes = std::slice::from_raw_parts((*result_rel).ri_IndexRelationDescs, count);
-        for &index in indexes {
-            if !index.is_null() {
-                pg_sys::index_close(index, pg_sys::NoLock as pg_sys::LOCKMODE);
-            }
-        }
     }
 }
 
@@ -206,38 +189,6 @@ unsafe fn fill(slot: *mut pg_sys::TupleTableSlot, layout: &[Option<&Values<'_>>]
             nulls[attr] = value.is_none();
         }
         pg_sys::ExecStoreVirtualTuple(slot);
-    }
-}
-
-/// Compiles each index's predicate and expressions as they are, where
-/// `ExecInsertIndexTuples` would first pass them through the planner again
-/// (`ExecPrepareQual`, `ExecPrepareExpr`): the relation cache keeps them
-/// constant-folded with operator functions set, which is all the planner
-/// step does to them, and it was most of a one-row write's index cost.
-unsafe fn compile_index_expressions(
-    result_rel: *mut pg_sys::ResultRelInfo,
-    estate: *mut pg_sys::EState,
-) {
-    unsafe {
-        let count = (*result_rel).ri_NumIndices as usize;
-        if count == 0 {
-            return;
-        }
-        let infos = std::slice::from_raw_parts((*result_rel).ri_IndexRelationInfo, count);
-        // Where ExecPrepareQual/ExecPrepareExpr would build them: they live
-        // as long as the executor state.
-        let caller = pg_sys::MemoryContextSwitchTo((*estate).es_query_cxt);
-        for &info in infos {
-            if !(*info).ii_Predicate.is_null() && (*info).ii_PredicateState.is_null() {
-                (*info).ii_PredicateState =
-                    pg_sys::ExecInitQual((*info).ii_Predicate, std::ptr::null_mut());
-            }
-            if !(*info).ii_Expressions.is_null() && (*info).ii_ExpressionsState.is_null() {
-                (*info).ii_ExpressionsState =
-                    pg_sys::ExecInitExprList((*info).ii_Expressions, std::ptr::null_mut());
-            }
-        }
-        pg_sys::MemoryContextSwitchTo(caller);
     }
 }
 

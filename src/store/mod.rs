@@ -15,6 +15,7 @@
 mod admin;
 pub(crate) mod bulk;
 mod cron;
+pub(crate) mod index_cache;
 mod insert;
 mod owner;
 pub(crate) mod planner;
