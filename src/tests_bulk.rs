@@ -208,6 +208,29 @@ mod tests {
     // Through queue_enqueue_batch.
     // ------------------------------------------------------------------
 
+    /// A trigger on the task table that records each new row in
+    /// `pg_temp.seen`, in insert order (triggers run under the extension's
+    /// pinned search_path, hence `pg_temp.`).
+    fn record_task_inserts() {
+        exec(
+            "CREATE TEMP TABLE seen (n serial, task_id bigint, state text, payload jsonb,
+                                     key text, due interval)",
+        );
+        exec(
+            "CREATE FUNCTION pg_temp.record() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+                 INSERT INTO pg_temp.seen (task_id, state, payload, key, due)
+                 VALUES (NEW.task_id, NEW.state::text, NEW.payload, NEW.idempotency_key,
+                         NEW.not_before - NEW.created_at);
+                 RETURN NEW;
+             END $$",
+        );
+        exec(
+            "CREATE TRIGGER record AFTER INSERT ON aedb_queue.task
+             FOR EACH ROW EXECUTE FUNCTION pg_temp.record()",
+        );
+    }
+
     fn writes() -> u64 {
         WRITES.with(|w| w.get())
     }
@@ -242,19 +265,7 @@ mod tests {
     /// under the extension's pinned search_path, hence `pg_temp.seen`.)
     #[pg_test]
     fn enqueue_batch_uses_insert_when_the_task_table_has_a_trigger() {
-        exec("CREATE TEMP TABLE seen (n serial, task_id bigint, state text, payload jsonb, due interval)");
-        exec(
-            "CREATE FUNCTION pg_temp.record() RETURNS trigger LANGUAGE plpgsql AS $$
-             BEGIN
-                 INSERT INTO pg_temp.seen (task_id, state, payload, due)
-                 VALUES (NEW.task_id, NEW.state::text, NEW.payload, NEW.not_before - NEW.created_at);
-                 RETURN NEW;
-             END $$",
-        );
-        exec(
-            "CREATE TRIGGER record AFTER INSERT ON aedb_queue.task
-             FOR EACH ROW EXECUTE FUNCTION pg_temp.record()",
-        );
+        record_task_inserts();
         let before = writes();
         let ids = ints(
             r#"SELECT aedb_queue.queue_enqueue_batch('trig', ARRAY['{"a": 1}', NULL, '{"a": 3}']::jsonb[],
@@ -351,19 +362,7 @@ mod tests {
     /// INSERT, key and delay included.
     #[pg_test]
     fn enqueue_uses_insert_when_the_task_table_has_a_trigger() {
-        exec("CREATE TEMP TABLE seen (task_id bigint, state text, key text, due interval)");
-        exec(
-            "CREATE FUNCTION pg_temp.record() RETURNS trigger LANGUAGE plpgsql AS $$
-             BEGIN
-                 INSERT INTO pg_temp.seen VALUES (NEW.task_id, NEW.state::text, NEW.idempotency_key,
-                                                  NEW.not_before - NEW.created_at);
-                 RETURN NEW;
-             END $$",
-        );
-        exec(
-            "CREATE TRIGGER record AFTER INSERT ON aedb_queue.task
-             FOR EACH ROW EXECUTE FUNCTION pg_temp.record()",
-        );
+        record_task_inserts();
         let before = writes();
         let id = enqueued_id("'trig', NULL, delay => '1 minute', idempotency_key => 'k2'");
         assert_eq!(writes(), before);
