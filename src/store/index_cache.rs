@@ -93,23 +93,25 @@ impl OpenIndexes {
                     cached: None,
                 };
             }
-            let (indexes, infos) = SETS.with(|sets| {
+            // The oids are copied out: opening an index may run the
+            // invalidation callback, which borrows the sets.
+            let (indexes, info_array) = SETS.with(|sets| {
                 let mut sets = sets.borrow_mut();
                 let set = sets
                     .get_mut(&relid)
                     .expect("the set was just found or built");
                 set.in_use = true;
-                (set.indexes.clone(), set.infos.clone())
+                let array = pg_sys::palloc(
+                    set.infos.len().max(1) * std::mem::size_of::<*mut pg_sys::IndexInfo>(),
+                ) as *mut *mut pg_sys::IndexInfo;
+                for (i, &info) in set.infos.iter().enumerate() {
+                    *array.add(i) = info;
+                }
+                (set.indexes.clone(), array)
             });
             let count = indexes.len();
             let descs = pg_sys::palloc0(count.max(1) * std::mem::size_of::<pg_sys::Relation>())
                 as *mut pg_sys::Relation;
-            let info_array =
-                pg_sys::palloc(count.max(1) * std::mem::size_of::<*mut pg_sys::IndexInfo>())
-                    as *mut *mut pg_sys::IndexInfo;
-            for (i, &info) in infos.iter().enumerate() {
-                *info_array.add(i) = info;
-            }
             (*result_rel).ri_IndexRelationDescs = descs;
             (*result_rel).ri_IndexRelationInfo = info_array;
             (*result_rel).ri_NumIndices = count as i32;
