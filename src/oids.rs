@@ -6,7 +6,6 @@
 //! a tenth of a batch settle.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::ffi::CStr;
 
 use pgrx::pg_sys::Oid;
@@ -14,18 +13,26 @@ use pgrx::pg_sys::Oid;
 use crate::cache::{self, Topic};
 use crate::catalog;
 
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+/// What an oid is cached under: the kind and the address of its static
+/// name (two literals of one name at two call sites are two entries, which
+/// is harmless; comparing addresses is what makes a hit cheap).
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Key {
-    Relation(&'static CStr),
-    Type(&'static CStr),
-    Label(&'static CStr, &'static CStr),
+    Relation(usize),
+    Type(usize),
+    Label(usize, usize),
 }
 
-/// The catalog generation the oids were looked up at, and the oids.
-type Cached = ((u64, u64), HashMap<Key, Option<Oid>>);
+fn address(name: &'static CStr) -> usize {
+    name.as_ptr() as usize
+}
+
+/// The catalog generation the oids were looked up at, and the oids: a few
+/// dozen at most, searched in order.
+type Cached = ((u64, u64), Vec<(Key, Option<Oid>)>);
 
 thread_local! {
-    static OIDS: RefCell<Cached> = RefCell::new(((u64::MAX, u64::MAX), HashMap::new()));
+    static OIDS: RefCell<Cached> = const { RefCell::new(((u64::MAX, u64::MAX), Vec::new())) };
 }
 
 fn cached(key: Key, look_up: impl FnOnce() -> Option<Oid>) -> Option<Oid> {
@@ -33,7 +40,7 @@ fn cached(key: Key, look_up: impl FnOnce() -> Option<Oid>) -> Option<Oid> {
     let found = OIDS.with(|o| {
         let o = o.borrow();
         (o.0 == generation)
-            .then(|| o.1.get(&key).copied())
+            .then(|| o.1.iter().find(|(k, _)| *k == key).map(|(_, oid)| *oid))
             .flatten()
     });
     if let Some(oid) = found {
@@ -43,26 +50,26 @@ fn cached(key: Key, look_up: impl FnOnce() -> Option<Oid>) -> Option<Oid> {
     OIDS.with(|o| {
         let mut o = o.borrow_mut();
         if o.0 != generation {
-            *o = (generation, HashMap::new());
+            *o = (generation, Vec::new());
         }
-        o.1.insert(key, oid);
+        o.1.push((key, oid));
     });
     oid
 }
 
 /// The oid of relation `aedb_queue.<name>`, if it exists.
 pub(crate) fn relation_oid(name: &'static CStr) -> Option<Oid> {
-    cached(Key::Relation(name), || catalog::relation_oid(name))
+    cached(Key::Relation(address(name)), || catalog::relation_oid(name))
 }
 
 /// The oid of type `aedb_queue.<name>`.
 pub(crate) fn type_oid(name: &'static CStr) -> Oid {
-    cached(Key::Type(name), || Some(catalog::type_oid(name))).unwrap_or(Oid::INVALID)
+    cached(Key::Type(address(name)), || Some(catalog::type_oid(name))).unwrap_or(Oid::INVALID)
 }
 
 /// The value of `label` of the extension's enum type `type_name`.
 pub(crate) fn enum_label_oid(type_name: &'static CStr, label: &'static CStr) -> Oid {
-    cached(Key::Label(type_name, label), || {
+    cached(Key::Label(address(type_name), address(label)), || {
         Some(catalog::enum_label_oid(type_name, label))
     })
     .unwrap_or(Oid::INVALID)

@@ -192,12 +192,22 @@ pub struct RetryDefaults {
 /// option, else the queue's default, else the extension's. `prefix`
 /// qualifies argument names in errors (for follow-up specs, e.g.
 /// `follow_ups[2].`).
+/// `name` as an error names it: after `prefix` (where it came from, as
+/// `follow_ups[2].`), allocated only when there is one.
+pub fn argument_name<'a>(prefix: &str, name: &'a str) -> std::borrow::Cow<'a, str> {
+    if prefix.is_empty() {
+        std::borrow::Cow::Borrowed(name)
+    } else {
+        std::borrow::Cow::Owned(format!("{prefix}{name}"))
+    }
+}
+
 pub fn resolve_enqueue(
     options: EnqueueOptions,
     defaults: RetryDefaults,
     prefix: &str,
 ) -> Result<ResolvedEnqueue, QueueError> {
-    let arg = |name: &str| format!("{prefix}{name}");
+    let arg = |name| argument_name(prefix, name);
     non_negative_duration(&arg("delay"), options.delay_micros)?;
     let max_attempts = options
         .max_attempts

@@ -26,7 +26,7 @@ type SettingsRow = (
 );
 
 fn settings_row(queue: &str, s: QueueSettings) -> SettingsRow {
-    let interval = |m: Option<i64>| m.map(Interval::from_micros);
+    let interval = |m: Option<i64>| m.map(crate::duration::interval);
     (
         queue.to_string(),
         s.retry.max_attempts,

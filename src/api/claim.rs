@@ -99,7 +99,7 @@ impl<'a> Claim<'a> {
         let lease = self.lease.unwrap_or_else(|| {
             settings
                 .default_lease
-                .unwrap_or_else(|| Interval::from_micros(DEFAULT_LEASE_SECONDS * 1_000_000))
+                .unwrap_or_else(|| crate::duration::interval(DEFAULT_LEASE_SECONDS * 1_000_000))
         });
         let reap = guc::inline_reap().then_some(self.max.max(INLINE_REAP_MIN));
         store::claim(self.queue, self.owner_id, lease, self.max, reap)

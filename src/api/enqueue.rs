@@ -32,10 +32,14 @@ impl CheckedEnqueue {
         options: EnqueueOptions,
         prefix: &str,
     ) -> Result<Self> {
-        validate::name(&format!("{prefix}queue"), queue)?;
+        validate::name(&validate::argument_name(prefix, "queue"), queue)?;
         security::authorize(Action::Enqueue, queue)?;
         let settings = store::settings(queue)?;
-        let payload = checked_json(&format!("{prefix}payload"), payload, &settings)?;
+        let payload = checked_json(
+            &validate::argument_name(prefix, "payload"),
+            payload,
+            &settings,
+        )?;
         let options = validate::resolve_enqueue(options, settings.retry, prefix)?;
         Ok(CheckedEnqueue {
             queue: queue.to_string(),

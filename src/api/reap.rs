@@ -6,7 +6,6 @@ use std::panic::AssertUnwindSafe;
 
 use aedb_queue_core::grants::Action;
 use aedb_queue_core::{reaper, validate};
-use pgrx::datum::Interval;
 use pgrx::pg_sys::panic::CaughtError;
 use pgrx::pg_sys::{self, PgTryBuilder};
 use pgrx::prelude::*;
@@ -29,7 +28,9 @@ fn reap_queue(queue: &str, promote: i32, reclaim: i32) -> Result<Reaped> {
     }
     let limit = promote.max(reclaim).max(1);
     // A queue that stopped keeping completed tasks drops what it kept.
-    let keep = settings.keep_completed.unwrap_or(Interval::from_micros(0));
+    let keep = settings
+        .keep_completed
+        .unwrap_or(crate::duration::interval(0));
     store::expire_completed(queue, keep, limit)?;
     if let Some(keep) = settings.keep_idempotency_keys {
         store::expire_keys(queue, keep, limit)?;

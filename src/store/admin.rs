@@ -5,11 +5,9 @@ use std::cell::RefCell;
 
 use aedb_queue_core::validate::RetryDefaults;
 use pgrx::datum::Interval;
-use pgrx::spi::SpiHeapTupleData;
 
 use super::{
-    column, execute, first_i64, required_column, with_client, Statement, BOOL, INT4, INT8,
-    INTERVAL, JSONB, TEXT,
+    execute, first_i64, with_client, Row, Statement, BOOL, INT4, INT8, INTERVAL, JSONB, TEXT,
 };
 use crate::cache::{self, Copies, Topic};
 use crate::datum::{RawJsonb, RawTaskRow};
@@ -256,29 +254,27 @@ pub fn settings(queue: &str) -> Result<QueueSettings> {
     }
     let generation = cache::generation(Topic::Settings);
     let loaded = with_client(|client| {
-        let table = execute(client, &LOAD_SETTINGS, &[queue.into()])?;
-        match table.into_iter().next() {
-            Some(row) => settings_of(&row),
-            None => Ok(QueueSettings::default()),
-        }
+        Ok(execute(client, &LOAD_SETTINGS, &[queue.into()])?
+            .first(settings_of)?
+            .unwrap_or_default())
     })?;
     SETTINGS.with(|s| s.borrow_mut().put(key, loaded.clone(), generation));
     Ok(loaded)
 }
 
-fn settings_of(row: &SpiHeapTupleData<'_>) -> Result<QueueSettings> {
+fn settings_of(row: &Row<'_>) -> Result<QueueSettings> {
     Ok(QueueSettings {
         retry: RetryDefaults {
-            max_attempts: column(row, 1)?,
-            backoff_base_micros: column::<Interval>(row, 2)?.map(micros),
-            backoff_max_micros: column::<Interval>(row, 3)?.map(micros),
+            max_attempts: row.get(1)?,
+            backoff_base_micros: row.get::<Interval>(2)?.map(micros),
+            backoff_max_micros: row.get::<Interval>(3)?.map(micros),
         },
-        default_lease: column(row, 4)?,
-        max_payload_bytes: column(row, 5)?,
-        keep_completed: column(row, 6)?,
-        keep_idempotency_keys: column(row, 7)?,
-        notify: column(row, 8)?.unwrap_or(false),
-        paused: column(row, 9)?.unwrap_or(false),
+        default_lease: row.get(4)?,
+        max_payload_bytes: row.get(5)?,
+        keep_completed: row.get(6)?,
+        keep_idempotency_keys: row.get(7)?,
+        notify: row.get(8)?.unwrap_or(false),
+        paused: row.get(9)?.unwrap_or(false),
         registered: true,
     })
 }
@@ -312,10 +308,9 @@ pub fn configure(queue: &str, change: &SettingsChange) -> Result<QueueSettings> 
             change.notify.into(),
             change.reset.into(),
         ];
-        let row = execute(client, &CONFIGURE, &args)?
-            .next()
-            .ok_or_else(|| internal("CONFIGURE returned no row"))?;
-        settings_of(&row)
+        execute(client, &CONFIGURE, &args)?
+            .first(settings_of)?
+            .ok_or_else(|| internal("CONFIGURE returned no row"))
     })?;
     super::copies_stale_without_trigger(c"queue");
     Ok(settings)
@@ -324,8 +319,8 @@ pub fn configure(queue: &str, change: &SettingsChange) -> Result<QueueSettings> 
 /// Pauses or resumes the queue; true if that changed its state.
 pub fn set_paused(queue: &str, paused: bool) -> Result<bool> {
     let changed = with_client(|client| {
-        let table = execute(client, &SET_PAUSED, &[queue.into(), paused.into()])?;
-        table.first().get::<bool>(1).map_err(internal)
+        let rows = execute(client, &SET_PAUSED, &[queue.into(), paused.into()])?;
+        Ok(rows.first(|row| row.get::<bool>(1))?.flatten())
     })?;
     super::copies_stale_without_trigger(c"queue");
     Ok(changed == Some(true))
@@ -407,11 +402,8 @@ pub fn notify(queue: &str) -> Result<()> {
 /// The task (live, or kept after completion) as a task row.
 pub fn get_task(queue: &str, task_id: i64) -> Result<Option<RawTaskRow>> {
     with_client(|client| {
-        let table = execute(client, &GET_TASK, &[queue.into(), task_id.into()])?;
-        match table.into_iter().next() {
-            Some(row) => column(&row, 1),
-            None => Ok(None),
-        }
+        let rows = execute(client, &GET_TASK, &[queue.into(), task_id.into()])?;
+        Ok(rows.first(|row| row.get(1))?.flatten())
     })
 }
 
@@ -423,7 +415,6 @@ pub fn list_tasks(queue: &str, state: Option<&str>, limit: i32) -> Result<Vec<Ra
             &LIST_TASKS,
             &[queue.into(), state.into(), limit.into()],
         )?
-        .map(|row| required_column(&row, 1))
-        .collect()
+        .map(|row| row.required(1))
     })
 }

@@ -45,12 +45,15 @@ pub struct PgCronState {
 
 pub fn pg_cron_state() -> Result<PgCronState> {
     with_client(|client| {
-        let row = execute(client, &PG_CRON_STATE, &[])?.first();
-        Ok(PgCronState {
-            cron_database: row.get(1).map_err(internal)?,
-            database: row.get(2).map_err(internal)?.unwrap_or_default(),
-            extension: row.get(3).map_err(internal)?.unwrap_or(false),
-        })
+        execute(client, &PG_CRON_STATE, &[])?
+            .first(|row| {
+                Ok(PgCronState {
+                    cron_database: row.get(1)?,
+                    database: row.get(2)?.unwrap_or_default(),
+                    extension: row.get(3)?.unwrap_or(false),
+                })
+            })?
+            .ok_or_else(|| internal("PG_CRON_STATE returned no row"))
     })
 }
 
@@ -68,7 +71,7 @@ pub fn unschedule_reaper() -> Result<bool> {
         let Some(job) = first_i64(execute(client, &LOCK_JOB, &[])?)? else {
             return Ok(false);
         };
-        let table = execute(client, &UNSCHEDULE, &[job.into()])?;
-        Ok(table.first().get::<bool>(1).map_err(internal)? == Some(true))
+        let rows = execute(client, &UNSCHEDULE, &[job.into()])?;
+        Ok(rows.first(|row| row.get::<bool>(1))?.flatten() == Some(true))
     })
 }

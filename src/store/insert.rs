@@ -146,10 +146,7 @@ fn register(client: &mut SpiClient<'_>, task: &NewTask<'_>) -> Result<()> {
     // The registration drops every backend's settings copies (the table's
     // trigger; sent here on schemas older than 0.3.0, which have none), so
     // a later enqueue finds the row and skips this.
-    if execute(client, &REGISTER_QUEUE, &[task.queue.into()])?
-        .next()
-        .is_some()
-    {
+    if !execute(client, &REGISTER_QUEUE, &[task.queue.into()])?.is_empty() {
         super::copies_stale_without_trigger(c"queue");
     }
     Ok(())

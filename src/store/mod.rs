@@ -20,6 +20,7 @@ mod insert;
 mod owner;
 pub(crate) mod planner;
 mod rights;
+mod rows;
 mod tasks;
 
 pub use admin::*;
@@ -34,11 +35,12 @@ use std::rc::Rc;
 
 use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys::{PgBuiltInOids, PgOid};
-use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiHeapTupleData, SpiTupleTable};
+use pgrx::spi::{OwnedPreparedStatement, SpiClient};
 use pgrx::Spi;
 
 use crate::errors::{internal, Result};
 use owner::OwnerRights;
+pub(crate) use rows::{Row, Rows};
 
 pub(crate) struct Statement {
     pub(crate) sql: &'static str,
@@ -79,7 +81,7 @@ pub(crate) fn execute<'conn>(
     client: &mut SpiClient<'conn>,
     stmt: &'static Statement,
     args: &[DatumWithOid<'_>],
-) -> Result<SpiTupleTable<'conn>> {
+) -> Result<Rows<'conn>> {
     let key = stmt as *const Statement as usize;
     let cached = PLANS.with(|plans| plans.borrow().get(&key).cloned());
     let plan = match cached {
@@ -107,9 +109,15 @@ pub(crate) fn execute<'conn>(
             .map(|a| unsafe { DatumWithOid::new_from_datum(a.datum(), a.oid()) })
             .collect();
         with_clock.push(crate::clock::now().into());
-        return client.update(&*plan, None, &with_clock).map_err(internal);
+        return client
+            .update(&*plan, None, &with_clock)
+            .map(Rows::new)
+            .map_err(internal);
     }
-    client.update(&*plan, None, args).map_err(internal)
+    client
+        .update(&*plan, None, args)
+        .map(Rows::new)
+        .map_err(internal)
 }
 
 /// The plan `stmt` runs with, as EXPLAIN (FORMAT JSON) shows it: prepared
@@ -259,23 +267,6 @@ impl Drop for Scope {
     }
 }
 
-pub(crate) fn column<T: pgrx::FromDatum + pgrx::IntoDatum>(
-    row: &SpiHeapTupleData<'_>,
-    ordinal: usize,
-) -> Result<Option<T>> {
-    row.get::<T>(ordinal).map_err(internal)
-}
-
-pub(crate) fn required_column<T: pgrx::FromDatum + pgrx::IntoDatum>(
-    row: &SpiHeapTupleData<'_>,
-    ordinal: usize,
-) -> Result<T> {
-    column(row, ordinal)?.ok_or_else(|| internal(format!("column {ordinal} is unexpectedly NULL")))
-}
-
-pub(crate) fn first_i64(table: SpiTupleTable<'_>) -> Result<Option<i64>> {
-    match table.into_iter().next() {
-        Some(row) => column::<i64>(&row, 1),
-        None => Ok(None),
-    }
+pub(crate) fn first_i64(rows: Rows<'_>) -> Result<Option<i64>> {
+    Ok(rows.first(|row| row.get::<i64>(1))?.flatten())
 }

@@ -6,9 +6,7 @@ use std::cell::RefCell;
 use aedb_queue_core::grants::{Grant, Pattern, Privilege, Rights};
 use pgrx::pg_sys::Oid;
 
-use super::{
-    execute, required_column, schema_level, with_client, SchemaLevel, Statement, INT8, TEXT,
-};
+use super::{execute, schema_level, with_client, SchemaLevel, Statement, INT8, TEXT};
 use crate::cache::{self, Copies, Topic};
 use crate::errors::Result;
 
@@ -121,23 +119,20 @@ pub fn rights_of(role: Oid) -> Result<Rights> {
             &CONFINED
         };
         let confined = execute(client, confined_statement, &[oid_arg(role).into()])?
-            .first()
-            .get::<bool>(1)
-            .map_err(crate::errors::internal)?
+            .first(|row| row.get::<bool>(1))?
+            .flatten()
             == Some(true);
         if !confined {
             return Ok(Rights::Unconfined);
         }
-        let grants = execute(client, &GRANTS, &[oid_arg(role).into()])?
-            .map(|row| {
-                let pattern: String = required_column(&row, 1)?;
-                let privilege: String = required_column(&row, 2)?;
-                Ok(Grant {
-                    pattern: Pattern::parse("pattern", &pattern)?,
-                    privilege: Privilege::parse("privilege", &privilege)?,
-                })
+        let grants = execute(client, &GRANTS, &[oid_arg(role).into()])?.map(|row| {
+            let pattern: String = row.required(1)?;
+            let privilege: String = row.required(2)?;
+            Ok(Grant {
+                pattern: Pattern::parse("pattern", &pattern)?,
+                privilege: Privilege::parse("privilege", &privilege)?,
             })
-            .collect::<Result<Vec<_>>>()?;
+        })?;
         Ok(Rights::Confined(grants))
     })?;
     RIGHTS.with(|r| r.borrow_mut().put(role, rights.clone(), generation));

@@ -6,11 +6,11 @@ use std::time::Instant;
 
 use aedb_queue_core::scan_hint::ScanHints;
 use pgrx::datum::{Interval, TimestampWithTimeZone};
-use pgrx::spi::{SpiClient, SpiTupleTable};
+use pgrx::spi::SpiClient;
 
 use super::{
-    column, execute, required_column, with_client, Statement, INT4, INT8, INT8_ARRAY, INTERVAL,
-    JSONB, TEXT, TIMESTAMPTZ,
+    execute, with_client, Rows, Statement, INT4, INT8, INT8_ARRAY, INTERVAL, JSONB, TEXT,
+    TIMESTAMPTZ,
 };
 use crate::datum::RawJsonb;
 use crate::errors::{internal, Result};
@@ -326,13 +326,14 @@ fn reap_in(
         reclaim.into(),
         due_after.into(),
     ];
-    let table = execute(client, &REAP, &args)?;
-    let row = table.first();
-    Ok(Reaped {
-        promoted: row.get::<i64>(1).map_err(internal)?.unwrap_or(0),
-        reclaimed: row.get::<i64>(2).map_err(internal)?.unwrap_or(0),
-        dead_lettered: row.get::<i64>(3).map_err(internal)?.unwrap_or(0),
-    })
+    let reaped = execute(client, &REAP, &args)?.first(|row| {
+        Ok(Reaped {
+            promoted: row.get::<i64>(1)?.unwrap_or(0),
+            reclaimed: row.get::<i64>(2)?.unwrap_or(0),
+            dead_lettered: row.get::<i64>(3)?.unwrap_or(0),
+        })
+    })?;
+    Ok(reaped.unwrap_or_default())
 }
 
 pub struct ClaimedTask {
@@ -470,13 +471,10 @@ fn reap_if_due(
     let due_after = hints
         .due_after()
         .unwrap_or_else(TimestampWithTimeZone::negative_infinity);
-    let table = execute(client, &REAP_NEEDED, &[queue.into(), due_after.into()])?;
-    let row = table.first();
-    let needed = row.get::<bool>(1).map_err(internal)? == Some(true);
-    let checked_at: TimestampWithTimeZone = row
-        .get(2)
-        .map_err(internal)?
-        .ok_or_else(|| internal("REAP_NEEDED returned no time"))?;
+    let (needed, checked_at) = execute(client, &REAP_NEEDED, &[queue.into(), due_after.into()])?
+        .first(|row| Ok((row.get::<bool>(1)? == Some(true), row.required(2)?)))?
+        .ok_or_else(|| internal("REAP_NEEDED returned no row"))?;
+    let checked_at: TimestampWithTimeZone = checked_at;
     if !needed {
         hints.reaped(checked_at, true, false);
         return Ok(false);
@@ -490,21 +488,19 @@ fn reap_if_due(
 }
 
 /// The tasks a claim statement returned.
-fn claimed_tasks(table: SpiTupleTable<'_>) -> Result<Vec<ClaimedTask>> {
-    let mut tasks = Vec::new();
-    for row in table {
-        tasks.push(ClaimedTask {
-            task_id: required_column(&row, 1)?,
-            payload: column(&row, 2)?,
-            attempts: required_column(&row, 3)?,
-            fencing_token: required_column(&row, 4)?,
-            lease_deadline: required_column(&row, 5)?,
-            priority: required_column(&row, 6)?,
-            enqueued_at: required_column(&row, 7)?,
-            progress: column(&row, 8)?,
-        });
-    }
-    Ok(tasks)
+fn claimed_tasks(rows: Rows<'_>) -> Result<Vec<ClaimedTask>> {
+    rows.map(|row| {
+        Ok(ClaimedTask {
+            task_id: row.required(1)?,
+            payload: row.get(2)?,
+            attempts: row.required(3)?,
+            fencing_token: row.required(4)?,
+            lease_deadline: row.required(5)?,
+            priority: row.required(6)?,
+            enqueued_at: row.required(7)?,
+            progress: row.get(8)?,
+        })
+    })
 }
 
 /// Deletes the task if it is in flight under `fencing_token`; true if it was.
@@ -533,13 +529,7 @@ pub fn complete_many(
             fencing_tokens.to_vec().into(),
         ];
         execute(client, &COMPLETE_MANY, &args)?
-            .map(|row| {
-                Ok((
-                    required_column::<i64>(&row, 1)?,
-                    required_column::<i64>(&row, 2)?,
-                ))
-            })
-            .collect()
+            .map(|row| Ok((row.required::<i64>(1)?, row.required::<i64>(2)?)))
     })
 }
 
@@ -553,20 +543,15 @@ pub struct FailingTask {
 /// Locks the task if it is in flight under `fencing_token`.
 pub fn lock_for_fail(queue: &str, task_id: i64, fencing_token: i64) -> Result<Option<FailingTask>> {
     with_client(|client| {
-        let table = execute(
-            client,
-            &LOCK_FOR_FAIL,
-            &[task_id.into(), queue.into(), fencing_token.into()],
-        )?;
-        let Some(row) = table.into_iter().next() else {
-            return Ok(None);
-        };
-        Ok(Some(FailingTask {
-            attempts: required_column(&row, 1)?,
-            max_attempts: required_column(&row, 2)?,
-            backoff_base: required_column(&row, 3)?,
-            backoff_max: required_column(&row, 4)?,
-        }))
+        let args = [task_id.into(), queue.into(), fencing_token.into()];
+        execute(client, &LOCK_FOR_FAIL, &args)?.first(|row| {
+            Ok(FailingTask {
+                attempts: row.required(1)?,
+                max_attempts: row.required(2)?,
+                backoff_base: row.required(3)?,
+                backoff_max: row.required(4)?,
+            })
+        })
     })
 }
 
@@ -617,8 +602,6 @@ pub fn queues_with_work() -> Result<Vec<String>> {
         } else {
             &QUEUE_NAMES
         };
-        execute(client, statement, &[])?
-            .map(|row| required_column::<String>(&row, 1))
-            .collect()
+        execute(client, statement, &[])?.map(|row| row.required::<String>(1))
     })
 }
