@@ -103,3 +103,19 @@ AS 'MODULE_PATHNAME', 'queue_enqueue_row_wrapper';
 
 REVOKE ALL ON FUNCTION aedb_queue.queue_enqueue(text, jsonb, interval, bigint, integer, interval, interval, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION aedb_queue.queue_enqueue(text, jsonb, interval, bigint, integer, interval, interval, text) TO aedb_queue_producer, aedb_queue_admin;
+
+-- == 4. The batch settle's fence checked by a function (issue 10) ============
+-- queue_complete_batch's statement checked each task against the caller's
+-- (id, token) pairs with a hashed IN over unnest(), about 4,000 instructions
+-- per pair. This function checks the pairs the library holds for the
+-- statement running now; outside that statement it is false. Only the
+-- tables' owner, whose rights the statement runs with, may execute it.
+CREATE FUNCTION aedb_queue_internal."fence_holds"(
+	"task_id" bigint, /* i64 */
+	"fencing_token" bigint /* i64 */
+) RETURNS bool /* bool */
+STRICT PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'fence_holds_wrapper';
+
+REVOKE ALL ON FUNCTION aedb_queue_internal.fence_holds(bigint, bigint) FROM PUBLIC;

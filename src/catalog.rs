@@ -7,8 +7,12 @@ use std::ffi::CStr;
 use pgrx::pg_sys::{self, Oid, SysCacheIdentifier};
 
 fn schema_oid(missing_ok: bool) -> Oid {
+    named_schema_oid(c"aedb_queue", missing_ok)
+}
+
+fn named_schema_oid(schema: &CStr, missing_ok: bool) -> Oid {
     // SAFETY: a catalog lookup by name.
-    unsafe { pg_sys::get_namespace_oid(c"aedb_queue".as_ptr(), missing_ok) }
+    unsafe { pg_sys::get_namespace_oid(schema.as_ptr(), missing_ok) }
 }
 
 /// The oid of relation `aedb_queue.<name>`, if it exists.
@@ -78,7 +82,12 @@ pub(crate) fn enum_label_oid(type_name: &CStr, label: &CStr) -> Oid {
 
 /// The oid of function `aedb_queue.<name>` (the first overload found).
 pub(crate) fn function_oid(name: &CStr) -> Option<Oid> {
-    let schema = schema_oid(true);
+    function_oid_in(c"aedb_queue", name)
+}
+
+/// The oid of function `<schema>.<name>` (the first overload found).
+pub(crate) fn function_oid_in(schema: &CStr, name: &CStr) -> Option<Oid> {
+    let schema = named_schema_oid(schema, true);
     if schema == pg_sys::InvalidOid {
         return None;
     }

@@ -355,6 +355,84 @@ mod tests {
         );
     }
 
+    /// The function the batch settle's statement checks each task with says
+    /// yes only inside that statement, for the pairs it was given.
+    #[pg_test]
+    fn fence_holds_is_false_outside_a_batch_settle() {
+        let done = enqueue("fh", "");
+        let held = enqueue("fh", "");
+        let claimed = claim("fh", ", max => 2");
+        let token_of = |id: i64| claimed.iter().find(|c| c.0 == id).unwrap().1;
+        assert_eq!(
+            complete_batch("fh", &[done], &[token_of(done)], ""),
+            vec![(done, "applied".to_string())]
+        );
+        for (id, token) in [(done, token_of(done)), (held, token_of(held))] {
+            assert!(!one::<bool>(&format!(
+                "SELECT aedb_queue_internal.fence_holds({id}, {token})"
+            )));
+        }
+        assert_eq!(state_of("fh", held).as_deref(), Some("in_flight"));
+    }
+
+    /// A trigger that settles another batch while ours deletes (a BEFORE
+    /// DELETE row trigger runs between our rows) checks its own pairs, and
+    /// ours are back for the rest of our rows.
+    #[pg_test]
+    fn a_batch_settled_inside_a_batch_settle_keeps_each_fence() {
+        let inner = enqueue("fh_inner", "");
+        let (_, inner_token) = claim_one("fh_inner");
+        let outer: Vec<i64> = (0..3).map(|_| enqueue("fh_outer", "")).collect();
+        let claimed = claim("fh_outer", ", max => 3");
+        exec(&format!(
+            "CREATE TABLE public.inner_outcomes (outcome text);
+             CREATE FUNCTION public.settle_inner() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+                 IF OLD.queue = 'fh_outer' THEN
+                     INSERT INTO public.inner_outcomes
+                     SELECT outcome::text FROM aedb_queue.queue_complete_batch(
+                         'fh_inner', ARRAY[{inner}, {inner}]::bigint[], ARRAY[{inner_token}, {}]::bigint[]);
+                 END IF;
+                 RETURN OLD;
+             END $$;
+             CREATE TRIGGER settle_inner BEFORE DELETE ON aedb_queue.task
+                 FOR EACH ROW EXECUTE FUNCTION public.settle_inner()",
+            inner_token + 1
+        ));
+        let ids: Vec<i64> = claimed.iter().map(|c| c.0).collect();
+        let tokens: Vec<i64> = claimed.iter().map(|c| c.1).collect();
+        let rows = complete_batch("fh_outer", &ids, &tokens, "");
+        assert_eq!(
+            rows,
+            ids.iter()
+                .map(|&id| (id, "applied".to_string()))
+                .collect::<Vec<_>>()
+        );
+        for id in outer {
+            assert_eq!(state_of("fh_outer", id), None);
+        }
+        assert_eq!(state_of("fh_inner", inner), None);
+        // The first firing applies under the current token (the stale one
+        // next to it is fenced out); later firings find the task gone.
+        let outcomes: Vec<String> = Spi::connect(|c| {
+            c.select("SELECT outcome FROM public.inner_outcomes", None, &[])
+                .unwrap()
+                .map(|r| r.get::<String>(1).unwrap().unwrap())
+                .collect()
+        });
+        assert_eq!(
+            outcomes,
+            [
+                "applied",
+                "lease_lost",
+                "lease_lost",
+                "lease_lost",
+                "lease_lost",
+                "lease_lost"
+            ]
+        );
+    }
+
     // ------------------------------------------------------------------
     // aedb_queue.inline_reap: off leaves timers and leases to queue_reap.
     // ------------------------------------------------------------------

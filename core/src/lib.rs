@@ -10,6 +10,7 @@
 
 pub mod backoff;
 pub mod error;
+pub mod fence;
 pub mod grants;
 pub mod reaper;
 pub mod scan_hint;

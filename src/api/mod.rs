@@ -5,6 +5,7 @@ mod admin;
 mod claim;
 mod cron;
 mod enqueue;
+mod fence;
 mod inspect;
 mod reap;
 mod settle;

@@ -15,6 +15,7 @@
 mod admin;
 pub(crate) mod bulk;
 mod cron;
+mod fence;
 pub(crate) mod index_cache;
 mod insert;
 mod owner;
@@ -25,6 +26,7 @@ mod tasks;
 
 pub use admin::*;
 pub use cron::*;
+pub use fence::fence_holds;
 pub use insert::*;
 pub use rights::*;
 pub use tasks::*;
@@ -184,7 +186,9 @@ pub enum SchemaLevel {
     V010,
     /// No confinement rows: a role holding a grant is confined.
     V020,
+    /// No `aedb_queue_internal.fence_holds` (batch settles hash the pairs in SQL).
     V030,
+    V040,
 }
 
 pub fn schema_level() -> SchemaLevel {
@@ -195,7 +199,11 @@ pub fn schema_level() -> SchemaLevel {
     match LEVEL.with(|c| c.get()) {
         Some((seen, level)) if seen == generation => level,
         _ => {
-            let level = if crate::catalog::relation_oid(c"confined_role").is_some() {
+            let level = if crate::catalog::function_oid_in(c"aedb_queue_internal", c"fence_holds")
+                .is_some()
+            {
+                SchemaLevel::V040
+            } else if crate::catalog::relation_oid(c"confined_role").is_some() {
                 SchemaLevel::V030
             } else if crate::catalog::relation_oid(c"queue_grant").is_some() {
                 SchemaLevel::V020

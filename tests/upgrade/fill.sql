@@ -87,6 +87,24 @@ SELECT upgrade_check.expect('complete done',
                                                "delay": "1 hour", "priority": 2, "idempotency_key": "k-follow-up"}]'),
     'applied');
 
+-- 'batched': a batch settle on the old schema (the new library falls back to
+-- the statement older schemas can run), one pair first under a stale token.
+SELECT aedb_queue.queue_enqueue('batched', '{"label": "batch-done"}');
+SELECT aedb_queue.queue_enqueue('batched', '{"label": "batch-stale"}');
+SELECT upgrade_check.expect('claim batched',
+    (SELECT count(*) FROM aedb_queue.queue_claim('batched', 'worker-before', max => 2)), 2::bigint);
+SELECT upgrade_check.expect('batch settle, one token stale',
+    (SELECT array_agg(outcome::text ORDER BY task_id) FROM aedb_queue.queue_complete_batch('batched',
+        ARRAY[upgrade_check.id_of('batch-done'), upgrade_check.id_of('batch-stale')],
+        ARRAY[upgrade_check.token_of('batch-done'), upgrade_check.token_of('batch-stale') + 1])),
+    ARRAY['applied', 'lease_lost']);
+SELECT upgrade_check.expect('batch settle under the current token',
+    (SELECT array_agg(outcome::text) FROM aedb_queue.queue_complete_batch('batched',
+        ARRAY[upgrade_check.id_of('batch-stale')], ARRAY[upgrade_check.token_of('batch-stale')])),
+    ARRAY['applied']);
+SELECT upgrade_check.expect('batched queue empty',
+    (SELECT count(*) FROM aedb_queue.task WHERE queue = 'batched'), 0::bigint);
+
 SELECT upgrade_check.expect('every state is filled',
     (SELECT array_agg(DISTINCT state::text ORDER BY state::text) FROM aedb_queue.task),
     ARRAY['dead', 'in_flight', 'ready', 'scheduled']);

@@ -228,7 +228,10 @@ BEGIN
               (28, 'SELECT FROM aedb_queue.tasks',
                   format('SELECT CASE WHEN count(*) > 0 THEN ''rows'' ELSE ''no rows'' END FROM aedb_queue.tasks WHERE queue = %L', q)),
               (29, 'SELECT FROM aedb_queue.queue_stats',
-                  format('SELECT CASE WHEN count(*) > 0 THEN ''rows'' ELSE ''no rows'' END FROM aedb_queue.queue_stats WHERE queue = %L', q))
+                  format('SELECT CASE WHEN count(*) > 0 THEN ''rows'' ELSE ''no rows'' END FROM aedb_queue.queue_stats WHERE queue = %L', q)),
+              -- the batch settle's internal fence check: the tables' owner only
+              (30, 'aedb_queue_internal.fence_holds',
+                  format('SELECT aedb_queue_internal.fence_holds(%s, %s)', id->'heartbeat', tok->'heartbeat'))
             ) AS v(seq, entry, sql);
         END LOOP;
     END LOOP;

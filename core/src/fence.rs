@@ -1,0 +1,79 @@
+//! The fence of a batch settle: which (task id, fencing token) pairs the
+//! caller named, for the statement that deletes the tasks still in flight
+//! under one of them.
+
+/// The pairs, sorted, so a task is checked with a binary search: one probe
+/// per task the statement finds, instead of SQL hashing every pair.
+#[derive(Debug, Clone, Default)]
+pub struct FencePairs(Vec<(i64, i64)>);
+
+impl FencePairs {
+    /// The pairs `task_ids[i]`, `fencing_tokens[i]`; the longer slice's
+    /// extra elements are ignored (callers check the lengths first).
+    pub fn new(task_ids: &[i64], fencing_tokens: &[i64]) -> Self {
+        let mut pairs: Vec<(i64, i64)> = task_ids
+            .iter()
+            .copied()
+            .zip(fencing_tokens.iter().copied())
+            .collect();
+        pairs.sort_unstable();
+        pairs.dedup();
+        FencePairs(pairs)
+    }
+
+    /// Whether the caller named this task under this token.
+    pub fn contains(&self, task_id: i64, fencing_token: i64) -> bool {
+        self.0.binary_search(&(task_id, fencing_token)).is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_task_matches_only_under_the_token_it_was_named_with() {
+        let pairs = FencePairs::new(&[7, 3, 9], &[2, 5, 1]);
+        assert!(pairs.contains(7, 2));
+        assert!(pairs.contains(3, 5));
+        assert!(pairs.contains(9, 1));
+        assert!(!pairs.contains(7, 5), "another pair's token");
+        assert!(!pairs.contains(3, 2), "another pair's token");
+        assert!(!pairs.contains(8, 2), "a task not named");
+    }
+
+    #[test]
+    fn a_task_named_twice_matches_under_each_token() {
+        let pairs = FencePairs::new(&[4, 4, 4], &[1, 2, 1]);
+        assert!(pairs.contains(4, 1));
+        assert!(pairs.contains(4, 2));
+        assert!(!pairs.contains(4, 3));
+    }
+
+    #[test]
+    fn extremes_and_no_pairs() {
+        let pairs = FencePairs::new(&[i64::MIN, i64::MAX], &[i64::MAX, i64::MIN]);
+        assert!(pairs.contains(i64::MIN, i64::MAX));
+        assert!(pairs.contains(i64::MAX, i64::MIN));
+        assert!(!pairs.contains(i64::MIN, i64::MIN));
+        assert!(!FencePairs::default().contains(0, 0));
+        assert!(!FencePairs::new(&[1, 2], &[1]).contains(2, 1));
+    }
+
+    #[test]
+    fn matches_a_linear_search_of_the_pairs() {
+        // Every (id, token) over a small grid, against pairs with repeats.
+        let ids = [5, 1, 5, 3, 1, 0, -2];
+        let tokens = [0, 2, 1, 3, 2, -1, 4];
+        let pairs = FencePairs::new(&ids, &tokens);
+        for id in -3..7 {
+            for token in -2..6 {
+                let named = ids
+                    .iter()
+                    .zip(&tokens)
+                    .any(|(&i, &t)| (i, t) == (id, token));
+                assert_eq!(pairs.contains(id, token), named, "({id}, {token})");
+            }
+        }
+    }
+}
