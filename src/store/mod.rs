@@ -4,7 +4,8 @@
 //! parameter, so no queue name, key or payload is ever spliced into SQL.
 //! Every statement is shaped to have one good plan whatever its parameters
 //! (partial indexes with literal predicates; rows picked with `LIMIT $n ...
-//! FOR UPDATE SKIP LOCKED` fed to the write through `= ANY(ARRAY(...))`), and
+//! FOR UPDATE SKIP LOCKED` fed to the write through `= ANY(ARRAY(...))`, by
+//! ctid in claims, by task id in the reaper), and
 //! runs with a generic plan and no sequential scans (`PlannerSettings`).
 //! Statements use schema-qualified names. Statements that need the time
 //! take it as their last parameter (`clock: true`), which `execute` fills

@@ -77,6 +77,13 @@ static REAP: Statement = Statement {
 };
 
 /// One claim statement around the subquery that picks and locks the tasks.
+/// The write fetches each locked row by the ctid the lock returned (a Tid
+/// Scan), not by a second descent of the primary key: about 5,000
+/// instructions a task. The ctid is the locked version's; should that
+/// version be newer than the statement's snapshot (between the snapshot and
+/// the lock, other workers claimed the task and handed it back), the write
+/// does not see it: the task stays ready, untouched, for the next claim
+/// (which, resumed past it, reaches it at the next rescan from the head).
 /// `$now` names the clock parameter (the statement's last).
 macro_rules! claim_picked {
     ($pick:expr, $now:literal) => {
@@ -85,7 +92,7 @@ macro_rules! claim_picked {
              SET state = 'in_flight', attempts = attempts + 1, fencing_token = fencing_token + 1,
                  owner_id = $3, lease_deadline = ", $now, " + $4,
                  updated_at = ", $now, "
-             WHERE task_id = ANY(ARRAY(",
+             WHERE ctid = ANY(ARRAY(",
             $pick,
             "))
              RETURNING task_id, payload, attempts, fencing_token, lease_deadline, priority,
@@ -98,7 +105,7 @@ macro_rules! claim_picked {
 macro_rules! ready_head {
     ($order:literal) => {
         concat!(
-            "SELECT task_id FROM aedb_queue.task
+            "SELECT ctid FROM aedb_queue.task
              WHERE queue = $1 AND state = 'ready'
              ORDER BY ",
             $order,
@@ -129,12 +136,12 @@ static CLAIM_0_1_0: Statement = Statement {
 /// members, hence the subqueries.
 static CLAIM_AFTER: Statement = Statement {
     sql: claim_picked!(
-        "SELECT task_id FROM (
-             SELECT task_id FROM (SELECT task_id FROM aedb_queue.task
+        "SELECT ctid FROM (
+             SELECT ctid FROM (SELECT ctid FROM aedb_queue.task
                  WHERE queue = $1 AND state = 'ready' AND priority > $5
                  ORDER BY priority DESC, -task_id DESC LIMIT $2 FOR UPDATE SKIP LOCKED) AS higher
              UNION ALL
-             SELECT task_id FROM (SELECT task_id FROM aedb_queue.task
+             SELECT ctid FROM (SELECT ctid FROM aedb_queue.task
                  WHERE queue = $1 AND state = 'ready' AND (priority, -task_id) < ($5, -$6)
                  ORDER BY priority DESC, -task_id DESC LIMIT $2 FOR UPDATE SKIP LOCKED) AS after
          ) AS resumed
