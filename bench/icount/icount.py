@@ -148,6 +148,15 @@ def workloads(m):
              prepare="PREPARE s(text, bigint[], bigint[]) AS SELECT * FROM aedb_queue.queue_complete_batch($1, $2, $3)",
              execute=lambda i: f"EXECUTE s({q}, {lit(ids(i))}, {lit(ones())})",
              check=("SELECT count(*) FROM aedb_queue.task", lambda k: m * BATCH - k * BATCH)),
+        # The same settle reading back only the fenced-out tasks (none here).
+        dict(call=f"complete batch of {BATCH}, lease_lost rows only", system="aedb_queue", template="inflight-many",
+             per=BATCH,
+             simple=lambda i: f"SELECT task_id FROM aedb_queue.queue_complete_batch({q}, {lit(ids(i))}, {lit(ones())}) "
+             "WHERE outcome = 'lease_lost'",
+             prepare="PREPARE s(text, bigint[], bigint[]) AS SELECT task_id FROM aedb_queue.queue_complete_batch($1, $2, $3) "
+             "WHERE outcome = 'lease_lost'",
+             execute=lambda i: f"EXECUTE s({q}, {lit(ids(i))}, {lit(ones())})",
+             check=("SELECT count(*) FROM aedb_queue.task", lambda k: m * BATCH - k * BATCH)),
         dict(call=f"complete batch of {BATCH}", system="baseline", template="inflight-many", per=BATCH,
              simple=lambda i: f"DELETE FROM jobs WHERE id = ANY({lit(ids(i))}::bigint[])",
              prepare="PREPARE s(bigint[]) AS DELETE FROM jobs WHERE id = ANY($1)",

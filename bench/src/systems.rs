@@ -387,15 +387,16 @@ pub async fn complete(
         System::Aedb => {
             let ids: Vec<i64> = jobs.iter().map(|j| j.id).collect();
             let tokens: Vec<i64> = jobs.iter().map(|j| j.token).collect();
-            // Each task's outcome, read as a worker reads it; the bench
-            // never loses a lease, so any lease_lost is a fault.
+            // The tasks fenced out, as the README's worker reads them; the
+            // bench never loses a lease, so any row is a fault.
             let rows = conn
                 .query(
-                    "SELECT task_id, outcome::text FROM aedb_queue.queue_complete_batch($1, $2, $3)",
+                    "SELECT task_id FROM aedb_queue.queue_complete_batch($1, $2, $3) \
+                     WHERE outcome = 'lease_lost'",
                     &[&queue, &ids, &tokens],
                 )
                 .await?;
-            if let Some(lost) = rows.iter().find(|r| r.get::<_, &str>(1) != "applied") {
+            if let Some(lost) = rows.first() {
                 let task: i64 = lost.get(0);
                 return Err(format!("task {task} was fenced out of its batch completion").into());
             }
