@@ -548,6 +548,31 @@ fn expect_ok<T>(r: Result<T, postgres::Error>, what: &str) -> T {
     r.unwrap_or_else(|e| panic!("{what}: {}", describe(&e)))
 }
 
+/// The first column of every row `sql` returns (panics with the error).
+pub fn first_column<T: for<'a> postgres::types::FromSql<'a>>(
+    c: &mut impl GenericClient,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Vec<T> {
+    expect_ok(c.query(sql, params), sql)
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+/// A ledger table's rows per task (task id -> rows): the tests' proof that
+/// each task's side effect was committed exactly once.
+pub fn ledger_counts(
+    c: &mut impl GenericClient,
+    ledger: &str,
+) -> std::collections::HashMap<i64, i64> {
+    let sql = format!("SELECT task_id, count(*) FROM {ledger} GROUP BY task_id");
+    expect_ok(c.query(sql.as_str(), &[]), &sql)
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+}
+
 type Params = Vec<Box<dyn ToSql + Sync>>;
 
 fn refs(p: &Params) -> Vec<&(dyn ToSql + Sync)> {

@@ -130,34 +130,26 @@ fn heap_rows(su: &mut Client, queues: &[&str]) -> BTreeMap<i64, Row> {
 fn amcheck(su: &mut Client) -> Vec<String> {
     su.batch_execute("CREATE EXTENSION IF NOT EXISTS amcheck")
         .unwrap_or_else(|e| panic!("CREATE EXTENSION amcheck: {}", describe(&e)));
-    let indexes: Vec<String> = su
-        .query(
-            "SELECT c.oid::regclass::text FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid \
-             WHERE i.indrelid IN ('aedb_queue.task'::regclass, \
-                 (SELECT reltoastrelid FROM pg_class WHERE oid = 'aedb_queue.task'::regclass)) \
-             ORDER BY 1",
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let indexes: Vec<String> = first_column(
+        su,
+        "SELECT c.oid::regclass::text FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid \
+         WHERE i.indrelid IN ('aedb_queue.task'::regclass, \
+             (SELECT reltoastrelid FROM pg_class WHERE oid = 'aedb_queue.task'::regclass)) \
+         ORDER BY 1",
+        &[],
+    );
     for index in &indexes {
         su.execute("SELECT bt_index_check($1::text::regclass, true)", &[index])
             .unwrap_or_else(|e| {
                 panic!("bt_index_check({index}, heapallindexed): {}", describe(&e))
             });
     }
-    let corrupt: Vec<String> = su
-        .query(
-            "SELECT format('block %s offset %s attnum %s: %s', blkno, offnum, attnum, msg) \
-             FROM verify_heapam('aedb_queue.task', check_toast => true)",
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let corrupt: Vec<String> = first_column(
+        su,
+        "SELECT format('block %s offset %s attnum %s: %s', blkno, offnum, attnum, msg) \
+         FROM verify_heapam('aedb_queue.task', check_toast => true)",
+        &[],
+    );
     assert!(
         corrupt.is_empty(),
         "verify_heapam(aedb_queue.task): {corrupt:?}"

@@ -249,13 +249,7 @@ fn twenty_thousand_tasks_are_each_completed_exactly_once() {
     );
 
     // The ledger: every task exactly once.
-    let rows = c
-        .query(
-            &format!("SELECT task_id, count(*) FROM {ledger} GROUP BY task_id"),
-            &[],
-        )
-        .unwrap();
-    let ledger_counts: HashMap<i64, i64> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    let ledger_counts = ledger_counts(&mut c, &ledger);
     let dup: Vec<_> = ledger_counts
         .iter()
         .filter(|(_, &k)| k > 1)

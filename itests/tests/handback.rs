@@ -151,13 +151,7 @@ fn tasks_handed_back_while_others_claim_are_each_completed_exactly_once() {
     }
 
     // The ledger: every task completed exactly once; nothing left.
-    let rows = c
-        .query(
-            &format!("SELECT task_id, count(*) FROM {ledger} GROUP BY task_id"),
-            &[],
-        )
-        .unwrap();
-    let completed: HashMap<i64, i64> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    let completed = ledger_counts(&mut c, &ledger);
     let twice: Vec<_> = completed.iter().filter(|(_, &n)| n > 1).take(10).collect();
     assert!(twice.is_empty(), "completed more than once: {twice:?}");
     let done: HashSet<i64> = completed.keys().copied().collect();

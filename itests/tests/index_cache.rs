@@ -92,16 +92,12 @@ fn enqueues_fill_an_index_created_concurrently_while_their_sessions_stay_open() 
     admin
         .batch_execute("CREATE EXTENSION IF NOT EXISTS amcheck")
         .unwrap();
-    let indexes: Vec<String> = admin
-        .query(
-            "SELECT indexrelid::regclass::text FROM pg_catalog.pg_index
-             WHERE indrelid = 'aedb_queue.task'::regclass ORDER BY 1",
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let indexes: Vec<String> = first_column(
+        &mut admin,
+        "SELECT indexrelid::regclass::text FROM pg_catalog.pg_index
+         WHERE indrelid = 'aedb_queue.task'::regclass ORDER BY 1",
+        &[],
+    );
     assert!(
         indexes.iter().any(|i| i.ends_with("task_test_due_idx")),
         "{indexes:?}"

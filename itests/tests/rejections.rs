@@ -221,18 +221,14 @@ struct State {
 
 impl State {
     fn read(su: &mut Client) -> State {
-        let names: Vec<String> = su
-            .query(
-                "SELECT format('%I.%I', n.nspname, c.relname) FROM pg_catalog.pg_class c \
-                 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
-                 WHERE n.nspname IN ('aedb_queue', 'aedb_queue_internal') \
-                   AND c.relkind IN ('r', 'p') ORDER BY 1",
-                &[],
-            )
-            .unwrap()
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
+        let names: Vec<String> = first_column(
+            su,
+            "SELECT format('%I.%I', n.nspname, c.relname) FROM pg_catalog.pg_class c \
+             JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname IN ('aedb_queue', 'aedb_queue_internal') \
+               AND c.relkind IN ('r', 'p') ORDER BY 1",
+            &[],
+        );
         assert!(
             names.iter().any(|t| t == "aedb_queue.task"),
             "no aedb_queue.task among {names:?}"
