@@ -244,6 +244,34 @@ mod tests {
         );
     }
 
+    #[pg_test]
+    fn a_batch_settle_with_a_null_element_is_refused_and_settles_nothing() {
+        enqueue("nulls", "");
+        enqueue("nulls", "");
+        let (a, ta) = claim_one("nulls");
+        let (b, tb) = claim_one("nulls");
+        expect_error(
+            &format!("SELECT * FROM aedb_queue.queue_complete_batch('nulls', ARRAY[{a}, NULL, {b}], ARRAY[{ta}, 1, {tb}])"),
+            "22023",
+            "invalid argument \"task_ids\": must not contain NULL (element 2 is NULL)",
+        );
+        expect_error(
+            &format!("SELECT * FROM aedb_queue.queue_complete_batch('nulls', ARRAY[{a}, {b}], ARRAY[{ta}, NULL])"),
+            "22023",
+            "invalid argument \"fencing_tokens\": must not contain NULL (element 2 is NULL)",
+        );
+        // Observed after the failed calls: both tasks are still in flight
+        // and settle under their tokens.
+        assert_eq!(
+            count("aedb_queue.task WHERE queue = 'nulls' AND state = 'in_flight'"),
+            2
+        );
+        let settled = one::<i64>(&format!(
+            "SELECT count(*) FROM aedb_queue.queue_complete_batch('nulls', ARRAY[{a}, {b}], ARRAY[{ta}, {tb}]) WHERE outcome = 'applied'"
+        ));
+        assert_eq!(settled, 2);
+    }
+
     // ------------------------------------------------------------------
     // Every invalid argument: one test each, exact message naming it.
     // ------------------------------------------------------------------

@@ -211,13 +211,19 @@ impl Plan {
 }
 
 impl Bench {
-    /// The systems measured in this repetition.
+    /// The systems measured in this repetition, in reverse order every
+    /// second one, so no system is always measured first or last.
     fn systems_now(&self) -> Vec<System> {
-        self.systems
+        let mut systems: Vec<System> = self
+            .systems
             .iter()
             .copied()
             .filter(|s| self.plan.reps_for(*s) >= self.rep)
-            .collect()
+            .collect();
+        if self.rep % 2 == 0 {
+            systems.reverse();
+        }
+        systems
     }
 
     /// Records one measurement, or a note when the system could not run it.
@@ -230,7 +236,8 @@ impl Bench {
     ) -> Option<Measured> {
         match measured {
             Ok(m) => {
-                self.results.add(table, system.name(), col, m.rate());
+                self.results
+                    .add_in_rep(table, system.name(), col, self.rep, m.rate());
                 if let Some(p) = m.p50_us {
                     self.results
                         .add(&format!("{table}_p50"), system.name(), col, p as f64);
@@ -290,56 +297,66 @@ impl Bench {
         }
     }
 
+    /// Each case measures every system in turn, so the systems compared in
+    /// a cell run minutes apart at most (the machine's speed drifts).
     async fn enqueue(&mut self) {
-        for system in self.systems_now().into_iter().filter(|s| !s.is_loop()) {
-            let cases = [
-                (
-                    "single, 1 producer",
-                    EnqueueMode::Single {
-                        producers: 1,
-                        notify: false,
-                    },
-                    self.plan.enqueue_single,
-                    1,
-                    1,
-                ),
-                (
-                    "single, 8 producers",
-                    EnqueueMode::Single {
-                        producers: 8,
-                        notify: false,
-                    },
-                    self.plan.enqueue_single * 2,
-                    8,
-                    1,
-                ),
-                (
-                    "batch 100",
-                    EnqueueMode::Batch { size: 100 },
-                    self.plan.enqueue_batch,
-                    1,
-                    100,
-                ),
-                (
-                    "batch 1000",
-                    EnqueueMode::Batch { size: 1_000 },
-                    self.plan.enqueue_batch,
-                    1,
-                    1_000,
-                ),
-            ];
-            // NOTIFY's cost: the same 8 producers with wake-ups on (ours only).
-            let notify_case = (system == System::Aedb).then_some((
-                NOTIFY_COLUMN,
+        let systems: Vec<System> = self
+            .systems_now()
+            .into_iter()
+            .filter(|s| !s.is_loop())
+            .collect();
+        let cases = [
+            (
+                "single, 1 producer",
+                EnqueueMode::Single {
+                    producers: 1,
+                    notify: false,
+                },
+                self.plan.enqueue_single,
+                1,
+                1,
+            ),
+            (
+                "single, 8 producers",
                 EnqueueMode::Single {
                     producers: 8,
-                    notify: true,
+                    notify: false,
                 },
                 self.plan.enqueue_single * 2,
                 8,
                 1,
-            ));
-            for (col, mode, jobs, workers, batch) in cases.into_iter().chain(notify_case) {
+            ),
+            (
+                "batch 100",
+                EnqueueMode::Batch { size: 100 },
+                self.plan.enqueue_batch,
+                1,
+                100,
+            ),
+            (
+                "batch 1000",
+                EnqueueMode::Batch { size: 1_000 },
+                self.plan.enqueue_batch,
+                1,
+                1_000,
+            ),
+        ];
+        // NOTIFY's cost: the same 8 producers with wake-ups on (ours only).
+        let notify_case = (
+            NOTIFY_COLUMN,
+            EnqueueMode::Single {
+                producers: 8,
+                notify: true,
+            },
+            self.plan.enqueue_single * 2,
+            8,
+            1,
+        );
+        for (col, mode, jobs, workers, batch) in cases.into_iter().chain([notify_case]) {
+            for &system in &systems {
+                if col == NOTIFY_COLUMN && system != System::Aedb {
+                    continue;
+                }
                 let measured = if system.is_node() {
                     let req = node::Request {
                         jobs,
@@ -356,9 +373,11 @@ impl Bench {
         }
     }
 
+    /// Worker count by worker count, every system in turn (see `enqueue`).
     async fn drain(&mut self, table: &str, batch: i32, workers: Vec<usize>) {
-        for system in self.systems_now() {
-            for &w in &workers {
+        let systems = self.systems_now();
+        for &w in &workers {
+            for &system in &systems {
                 // PgQ consumes whole tick batches with one consumer: it
                 // appears once, among the batched drains.
                 if system == System::Pgq && (batch != 100 || w != 1) {
@@ -820,7 +839,7 @@ async fn render(bench: &Bench, elapsed: Duration) -> Result<String> {
     );
     let _ = writeln!(md, "Code: commit `{commit}`. Run finished {}.  ", now_utc());
     let _ = writeln!(md, "Machine: {cpus} CPUs, load average at the end `{}`. PostgreSQL {version} on 127.0.0.1, `{}`.  ", load.trim(), settings.join(" "));
-    let _ = writeln!(md, "Clients run on the same machine over TCP. Ratios in **bold** are against the hand-written baseline in the same run.\n");
+    let _ = writeln!(md, "Clients run on the same machine over TCP. Ratios in **bold** are against the hand-written baseline in the same run: the ratio of the medians, then (*paired*) the median of each repetition's own ratio. Within a repetition every system runs one cell after the other (the same column, adjacent in time; the order reversed in every second repetition), so a paired ratio compares measurements taken under the same machine conditions, which the machine's drift over a run does not.\n");
     let _ = writeln!(md, "![throughput](throughput.png)\n");
     let _ = writeln!(md, "{}", systems_section(&names));
     let _ = writeln!(md, "{COST_NOTE}\n");

@@ -10,6 +10,9 @@ use plotters::prelude::*;
 #[derive(Default)]
 pub struct Results {
     cells: BTreeMap<String, BTreeMap<String, BTreeMap<String, Vec<f64>>>>,
+    /// The repetition each value of `cells` was measured in (0 = not a
+    /// repetition of the throughput measurements), parallel to its values.
+    reps: BTreeMap<(String, String, String), Vec<usize>>,
     pub notes: Vec<String>,
 }
 
@@ -28,6 +31,15 @@ pub fn median(values: &[f64]) -> Option<f64> {
 
 impl Results {
     pub fn add(&mut self, table: &str, row: &str, col: &str, value: f64) {
+        self.add_in_rep(table, row, col, 0, value);
+    }
+
+    /// `add`, remembering the repetition so `paired_ratio` can pair values.
+    pub fn add_in_rep(&mut self, table: &str, row: &str, col: &str, rep: usize, value: f64) {
+        self.reps
+            .entry((table.into(), row.into(), col.into()))
+            .or_default()
+            .push(rep);
         self.cells
             .entry(table.into())
             .or_default()
@@ -48,6 +60,34 @@ impl Results {
 
     pub fn median(&self, table: &str, row: &str, col: &str) -> Option<f64> {
         median(self.values(table, row, col))
+    }
+
+    /// The median over repetitions of row / base measured in the same
+    /// repetition (the two measured one after the other); None unless at
+    /// least two repetitions hold both.
+    pub fn paired_ratio(&self, table: &str, row: &str, base: &str, col: &str) -> Option<f64> {
+        let of = |r: &str| {
+            let reps = self.reps.get(&(table.into(), r.into(), col.into()));
+            reps.map_or(Vec::new(), |reps| {
+                reps.iter()
+                    .copied()
+                    .zip(self.values(table, r, col).iter().copied())
+                    .collect()
+            })
+        };
+        let base_values = of(base);
+        let ratios: Vec<f64> = of(row)
+            .into_iter()
+            .filter(|(rep, _)| *rep > 0)
+            .filter_map(|(rep, v)| {
+                let (_, b) = base_values.iter().find(|(r, _)| *r == rep)?;
+                (*b > 0.0).then(|| v / b)
+            })
+            .collect();
+        if ratios.len() < 2 {
+            return None;
+        }
+        median(&ratios)
     }
 
     /// A markdown table; with `ratio_to`, each cell also shows its ratio to that row.
@@ -72,8 +112,13 @@ impl Results {
                     };
                     let mut cell = unit.format(m);
                     if let Some(base) = ratio_to.and_then(|b| self.median(table, b, col)) {
-                        if base > 0.0 && *row != ratio_to.unwrap() {
-                            let _ = write!(cell, " (**{:.2}×**)", m / base);
+                        let base_row = ratio_to.unwrap();
+                        if base > 0.0 && *row != base_row {
+                            let _ = write!(cell, " (**{:.2}×**", m / base);
+                            if let Some(p) = self.paired_ratio(table, row, base_row, col) {
+                                let _ = write!(cell, ", paired {p:.2}×");
+                            }
+                            cell.push(')');
                         }
                     }
                     if values.len() > 1 {
@@ -438,6 +483,32 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("| baseline | 100 [100, 90, 110] |"), "{md}");
+    }
+
+    #[test]
+    fn paired_ratio_pairs_values_of_the_same_repetition() {
+        let mut r = Results::default();
+        // The baseline missed repetition 2; aedb_queue's value there pairs with nothing.
+        for (rep, v) in [(1, 100.0), (3, 50.0)] {
+            r.add_in_rep("t", "baseline", "c", rep, v);
+        }
+        for (rep, v) in [(1, 90.0), (2, 1000.0), (3, 60.0)] {
+            r.add_in_rep("t", "aedb_queue", "c", rep, v);
+        }
+        // Pairs 0.9 and 1.2: their median, not the ratio of the medians.
+        let p = r.paired_ratio("t", "aedb_queue", "baseline", "c").unwrap();
+        assert!((p - 1.05).abs() < 1e-9, "{p}");
+        let md = r.table(
+            "t",
+            &["aedb_queue"],
+            &["c"],
+            Unit::PerSecond,
+            Some("baseline"),
+        );
+        assert!(md.contains("(**1.20×**, paired 1.05×)"), "{md}");
+        // One pair is no estimate.
+        r.add_in_rep("t", "pgmq", "c", 1, 80.0);
+        assert_eq!(r.paired_ratio("t", "pgmq", "baseline", "c"), None);
     }
 
     #[test]

@@ -173,6 +173,7 @@ pub async fn settle_storage(conn: &Conn) -> Result<()> {
     conn.batch("ANALYZE; CHECKPOINT;").await
 }
 
+#[derive(Clone, Copy)]
 pub enum EnqueueMode {
     /// `producers` connections, one job per call (one transaction each);
     /// with `notify`, the queue sends NOTIFY on every commit (aedb_queue only).

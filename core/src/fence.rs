@@ -27,6 +27,31 @@ impl FencePairs {
     }
 }
 
+/// Which entries of a batch settle report their settlement applied, given
+/// the pairs the statement settled: each settlement once, on the first entry
+/// naming it; a repeat of it, or the same task under another token, is
+/// fenced out. Sorted pairs and a binary search per entry, no hashing.
+pub fn report_once(
+    task_ids: &[i64],
+    fencing_tokens: &[i64],
+    mut settled: Vec<(i64, i64)>,
+) -> Vec<bool> {
+    settled.sort_unstable();
+    settled.dedup();
+    let mut reported = vec![false; settled.len()];
+    task_ids
+        .iter()
+        .zip(fencing_tokens)
+        .map(|(&id, &token)| match settled.binary_search(&(id, token)) {
+            Ok(i) if !reported[i] => {
+                reported[i] = true;
+                true
+            }
+            _ => false,
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -75,5 +100,32 @@ mod tests {
                 assert_eq!(pairs.contains(id, token), named, "({id}, {token})");
             }
         }
+    }
+
+    #[test]
+    fn each_settlement_is_reported_once_on_its_first_entry() {
+        // 4 settled under 1 and named twice; 4 under 2 was not settled; 9 not at all.
+        let applied = report_once(
+            &[4, 9, 4, 4, 6],
+            &[1, 1, 2, 1, 3],
+            vec![(6, 3), (4, 1), (4, 1)],
+        );
+        assert_eq!(applied, [true, false, false, false, true]);
+        assert_eq!(report_once(&[1], &[1], Vec::new()), [false]);
+        assert!(report_once(&[], &[], vec![(1, 1)]).is_empty());
+    }
+
+    #[test]
+    fn report_once_matches_a_set_taken_from_in_order() {
+        let ids = [5, 1, 5, 3, 1, 0, 5, 3];
+        let tokens = [0, 2, 1, 3, 2, -1, 0, 4];
+        let settled = vec![(5, 0), (1, 2), (3, 4), (7, 7)];
+        let mut left: std::collections::HashSet<(i64, i64)> = settled.iter().copied().collect();
+        let expected: Vec<bool> = ids
+            .iter()
+            .zip(&tokens)
+            .map(|(&i, &t)| left.remove(&(i, t)))
+            .collect();
+        assert_eq!(report_once(&ids, &tokens, settled), expected);
     }
 }

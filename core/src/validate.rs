@@ -24,6 +24,18 @@ pub fn required<T>(arg: &'static str, value: Option<T>) -> Result<T, QueueError>
     value.ok_or(QueueError::NullArgument { arg })
 }
 
+/// An array argument whose elements must all be present: `first_null` is
+/// the index of its first NULL element, if any.
+pub fn no_null_elements(arg: &str, first_null: Option<usize>) -> Result<(), QueueError> {
+    match first_null {
+        Some(i) => Err(QueueError::invalid(
+            arg,
+            format!("must not contain NULL (element {} is NULL)", i + 1),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Queue names and owner ids: non-empty, at most 128 bytes.
 pub fn name(arg: &str, value: &str) -> Result<(), QueueError> {
     if value.is_empty() {
@@ -262,6 +274,17 @@ pub fn resolve_enqueue(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_array_with_a_null_element_names_the_argument_and_the_element() {
+        assert_eq!(no_null_elements("task_ids", None), Ok(()));
+        let e = no_null_elements("task_ids", Some(1)).unwrap_err();
+        assert_eq!(e.sqlstate(), "22023");
+        assert_eq!(
+            e.to_string(),
+            "invalid argument \"task_ids\": must not contain NULL (element 2 is NULL)"
+        );
+    }
+
     use super::*;
     use crate::MICROS_PER_SECOND as S;
 

@@ -12,9 +12,9 @@ mod settle;
 mod settle_and_claim;
 mod triggers;
 
-use aedb_queue_core::validate;
 pub(crate) use aedb_queue_core::validate::required;
-use pgrx::datum::Interval;
+use aedb_queue_core::{validate, QueueError};
+use pgrx::datum::{Array, Interval};
 
 use crate::datum::RawJsonb;
 use crate::errors::Result;
@@ -22,6 +22,24 @@ use crate::guc;
 use crate::store::QueueSettings;
 
 pub(crate) use crate::duration::{interval, micros};
+
+/// The elements of a `bigint[]` argument, read in place: the argument must
+/// not be NULL nor hold a NULL element.
+pub(crate) fn int8_elements<'a>(
+    arg: &'static str,
+    array: &'a Option<Array<'_, i64>>,
+) -> Result<&'a [i64]> {
+    let array = array.as_ref().ok_or(QueueError::NullArgument { arg })?;
+    match array.as_slice() {
+        Ok(elements) => Ok(elements),
+        Err(_) => {
+            validate::no_null_elements(arg, array.iter().position(|e| e.is_none()))?;
+            Err(QueueError::Internal(format!(
+                "{arg}: the array's elements cannot be read in place"
+            )))
+        }
+    }
+}
 
 pub(crate) fn checked_name<'a>(arg: &'static str, value: Option<&'a str>) -> Result<&'a str> {
     let value = validate::required(arg, value)?;

@@ -1,5 +1,6 @@
 //! Fenced settlements (`queue_complete`, `queue_fail`, `queue_heartbeat`) and `queue_cancel`.
 
+use aedb_queue_core::fence;
 use aedb_queue_core::grants::Action;
 use aedb_queue_core::spec::parse_spec;
 use aedb_queue_core::transition::{on_failure, FailOutcome, FailRequest, RetryPolicy};
@@ -9,7 +10,9 @@ use pgrx::prelude::*;
 use std::collections::HashSet;
 
 use super::enqueue::CheckedEnqueue;
-use super::{checked_json, checked_name, interval, micros, positive_interval, required};
+use super::{
+    checked_json, checked_name, int8_elements, interval, micros, positive_interval, required,
+};
 use crate::datum::{follow_up_specs, RawJsonb};
 use crate::errors::{run, Result};
 use crate::guc;
@@ -150,14 +153,14 @@ fn checked_follow_ups(value: RawJsonb) -> Result<Vec<CheckedEnqueue>> {
 #[pg_extern]
 fn queue_complete_batch(
     queue: Option<&str>,
-    task_ids: Option<Vec<i64>>,
-    fencing_tokens: Option<Vec<i64>>,
+    task_ids: Option<Array<'_, i64>>,
+    fencing_tokens: Option<Array<'_, i64>>,
     strict: default!(Option<bool>, false),
 ) -> TableIterator<'static, (name!(task_id, i64), name!(outcome, Outcome))> {
     run(|| {
         let queue = checked_name("queue", queue)?;
-        let task_ids = required("task_ids", task_ids)?;
-        let fencing_tokens = required("fencing_tokens", fencing_tokens)?;
+        let task_ids = int8_elements("task_ids", &task_ids)?;
+        let fencing_tokens = int8_elements("fencing_tokens", &fencing_tokens)?;
         let strict = required("strict", strict)?;
         validate::same_length(
             "fencing_tokens",
@@ -167,27 +170,23 @@ fn queue_complete_batch(
         )?;
         validate::batch_length("task_ids", task_ids.len())?;
         security::authorize(Action::Work, queue)?;
-        let mut applied: HashSet<(i64, i64)> = if store::settings(queue)?.keep_completed.is_some() {
+        let settled = if store::settings(queue)?.keep_completed.is_some() {
             let mut applied = HashSet::new();
-            for (&id, &token) in task_ids.iter().zip(&fencing_tokens) {
+            for (&id, &token) in task_ids.iter().zip(fencing_tokens) {
                 if !applied.contains(&(id, token))
                     && store::complete_keeping(queue, id, token, None)?
                 {
                     applied.insert((id, token));
                 }
             }
-            applied
+            applied.into_iter().collect()
         } else {
-            store::complete_many(queue, &task_ids, &fencing_tokens)?
-                .into_iter()
-                .collect()
+            store::complete_many(queue, task_ids, fencing_tokens)?
         };
-        // Each settlement is reported once, on the first entry naming it;
-        // a repeat of it, or the same task under another token, is fenced out.
         let rows: Vec<_> = task_ids
             .iter()
-            .zip(&fencing_tokens)
-            .map(|(&id, &token)| (id, Outcome::from_applied(applied.remove(&(id, token)))))
+            .zip(fence::report_once(task_ids, fencing_tokens, settled))
+            .map(|(&id, applied)| (id, Outcome::from_applied(applied)))
             .collect();
         if strict {
             if let Some(i) = rows.iter().position(|(_, o)| *o == Outcome::LeaseLost) {

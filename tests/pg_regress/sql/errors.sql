@@ -36,6 +36,13 @@ SELECT aedb_queue.queue_complete('q', 1, 1, follow_ups => '[{"queue": "x", "dela
 :sqlstate
 SELECT * FROM aedb_queue.queue_list('q', state => 'done');
 :sqlstate
+-- A batch settle names the element of an array that is NULL.
+SELECT * FROM aedb_queue.queue_complete_batch('q', '{1,NULL,3}', '{1,1,1}');
+:sqlstate
+SELECT * FROM aedb_queue.queue_complete_batch('q', '{1}', ARRAY[NULL]::bigint[]);
+:sqlstate
+SELECT * FROM aedb_queue.queue_complete_batch('q', NULL, '{1}');
+:sqlstate
 
 -- Payloads over aedb_queue.max_payload_bytes (default 1 MB) are refused.
 SET aedb_queue.max_payload_bytes = 64;
