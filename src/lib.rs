@@ -25,6 +25,7 @@ mod horizon;
 mod oids;
 mod outcome;
 mod security;
+mod srf;
 mod store;
 #[cfg(any(test, feature = "pg_test"))]
 mod tests;

@@ -485,12 +485,14 @@ impl Bench {
                 },
             ),
         ];
-        for system in self
+        // Case by case, the two systems one after the other (see `enqueue`).
+        let systems: Vec<System> = self
             .systems
             .clone()
             .into_iter()
             .filter(|s| matches!(s, System::Aedb | System::Baseline))
-        {
+            .collect();
+        for &system in &systems {
             let clean = scenarios::drain(
                 &self.ctx(system),
                 self.plan.drain_jobs,
@@ -500,7 +502,9 @@ impl Bench {
             )
             .await;
             self.record("clutter", system, "clean", clean);
-            for (col, clutter) in &cases {
+        }
+        for (col, clutter) in &cases {
+            for &system in &systems {
                 let m = scenarios::clutter(
                     &self.ctx(system),
                     clutter,

@@ -10,6 +10,7 @@ use pgrx::prelude::*;
 use super::{checked_name, interval, micros, required};
 use crate::errors::{run, Result};
 use crate::security;
+use crate::srf::TableIterator;
 use crate::store::{self, QueueSettings, SettingsChange};
 
 type SettingsRow = (

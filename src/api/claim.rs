@@ -10,6 +10,7 @@ use crate::datum::RawJsonb;
 use crate::errors::{run, Result};
 use crate::guc;
 use crate::security;
+use crate::srf::TableIterator;
 use crate::store;
 
 /// Timers promoted and leases reclaimed inline per claim, at least. Due timers

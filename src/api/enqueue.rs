@@ -11,6 +11,7 @@ use crate::datum::{RawJsonb, RawJsonbArray};
 use crate::enqueued::Enqueued;
 use crate::errors::{internal, run, Result};
 use crate::security;
+use crate::srf::TableIterator;
 use crate::store::{self, NewTask, QueueSettings};
 
 /// An enqueue whose every argument has been checked: inserting it can only

@@ -13,6 +13,7 @@ use pgrx::prelude::*;
 use super::{checked_name, required};
 use crate::errors::{run, Result};
 use crate::security;
+use crate::srf::TableIterator;
 use crate::store::{self, Reaped};
 
 /// Reaps one queue: up to `promote` due timers and `reclaim` expired

@@ -18,6 +18,7 @@ use crate::errors::{run, Result};
 use crate::guc;
 use crate::outcome::Outcome;
 use crate::security;
+use crate::srf::TableIterator;
 use crate::store;
 
 /// Removes the task and, in the same transaction, enqueues its follow-ups.

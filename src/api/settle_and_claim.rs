@@ -16,6 +16,7 @@ use crate::datum::RawJsonb;
 use crate::errors::{run, Result};
 use crate::outcome::Outcome;
 use crate::security;
+use crate::srf::TableIterator;
 use crate::store::{self, ClaimedTask};
 
 /// One row of a settle-and-claim: the held task's outcome, and one claimed
