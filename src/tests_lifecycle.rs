@@ -15,6 +15,37 @@ mod tests {
     // Claim: order of service, lease fields, isolation.
     // ------------------------------------------------------------------
 
+    /// Results are written in one call (src/srf.rs): the rows arrive
+    /// wherever the call is written, and a rescanned call claims anew.
+    #[pg_test]
+    fn claimed_rows_arrive_in_from_in_the_select_list_and_per_lateral_rescan() {
+        for _ in 0..5 {
+            enqueue("srf", "");
+        }
+        let ids = |sql: &str| {
+            one::<Vec<i64>>(&format!(
+                "SELECT array_agg(task_id ORDER BY task_id) FROM ({sql}) c"
+            ))
+        };
+        let from = ids("SELECT task_id FROM aedb_queue.queue_claim('srf', 'w', max => 2)");
+        let select_list = ids("SELECT (aedb_queue.queue_claim('srf', 'w')).task_id");
+        let lateral = ids("SELECT c.task_id FROM generate_series(1, 2) g, \
+             LATERAL aedb_queue.queue_claim('srf', 'w' || g) c");
+        assert_eq!(from.len(), 2, "{from:?}");
+        assert_eq!(select_list.len(), 1, "{select_list:?}");
+        assert_eq!(lateral.len(), 2, "one claim per rescan: {lateral:?}");
+        let mut all: Vec<i64> = [from, select_list, lateral].concat();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), 5, "each task claimed once: {all:?}");
+        assert_eq!(
+            count("aedb_queue.task WHERE queue = 'srf' AND state = 'in_flight'"),
+            5
+        );
+        // An empty result is no row, also in the select list.
+        assert_eq!(count("(SELECT aedb_queue.queue_claim('srf', 'w')) s"), 0);
+    }
+
     #[pg_test]
     fn claim_serves_higher_priority_first_then_fifo() {
         let a = enqueue("q", ", priority => 0");
