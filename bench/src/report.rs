@@ -66,17 +66,22 @@ impl Results {
     /// repetition (the two measured one after the other); None unless at
     /// least two repetitions hold both.
     pub fn paired_ratio(&self, table: &str, row: &str, base: &str, col: &str) -> Option<f64> {
-        let of = |r: &str| {
-            let reps = self.reps.get(&(table.into(), r.into(), col.into()));
+        self.paired_cells((table, row, col), (table, base, col))
+    }
+
+    /// `paired_ratio` of any two cells, (table, row, column) each.
+    pub fn paired_cells(&self, cell: (&str, &str, &str), base: (&str, &str, &str)) -> Option<f64> {
+        let of = |(t, r, c): (&str, &str, &str)| -> Vec<(usize, f64)> {
+            let reps = self.reps.get(&(t.into(), r.into(), c.into()));
             reps.map_or(Vec::new(), |reps| {
                 reps.iter()
                     .copied()
-                    .zip(self.values(table, r, col).iter().copied())
+                    .zip(self.values(t, r, c).iter().copied())
                     .collect()
             })
         };
         let base_values = of(base);
-        let ratios: Vec<f64> = of(row)
+        let ratios: Vec<f64> = of(cell)
             .into_iter()
             .filter(|(rep, _)| *rep > 0)
             .filter_map(|(rep, v)| {
