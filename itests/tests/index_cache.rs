@@ -126,3 +126,48 @@ fn enqueues_fill_an_index_created_concurrently_while_their_sessions_stay_open() 
         .batch_execute("DROP INDEX aedb_queue.task_test_due_idx")
         .unwrap();
 }
+
+/// An enqueue opens and locks only the indexes its rows can enter: the
+/// partial indexes of other states are refuted by the rows' constant state
+/// (and NULL lease), so they are neither read nor locked. Seen from the
+/// producer's own transaction in `pg_locks`.
+#[test]
+fn an_enqueue_locks_only_the_indexes_its_rows_can_enter() {
+    let cluster = Cluster::shared();
+    let queue = unique_queue("locks");
+    let mut c = cluster.connect_as(PRODUCER);
+    // The first write of a session reads every index's definition.
+    enqueue_with(&mut c, &queue, None, &EnqueueOpts::default());
+    let locked = |c: &mut postgres::Client, call: &str| -> Vec<String> {
+        let mut tx = c.transaction().unwrap();
+        tx.batch_execute(call).unwrap();
+        let rows = tx
+            .query(
+                "SELECT c.relname::text FROM pg_catalog.pg_locks l
+                 JOIN pg_catalog.pg_class c ON c.oid = l.relation
+                 WHERE l.pid = pg_catalog.pg_backend_pid() AND l.locktype = 'relation'
+                   AND c.relnamespace = 'aedb_queue'::regnamespace AND c.relkind = 'i'
+                   AND c.relname::text LIKE 'task%'
+                 ORDER BY 1",
+                &[],
+            )
+            .unwrap();
+        tx.commit().unwrap();
+        rows.iter().map(|r| r.get(0)).collect()
+    };
+    let ready = locked(
+        &mut c,
+        &format!("SELECT aedb_queue.queue_enqueue('{queue}', '{{}}')"),
+    );
+    assert_eq!(ready, ["task_pkey", "task_ready_idx"]);
+    let later = locked(
+        &mut c,
+        &format!("SELECT aedb_queue.queue_enqueue('{queue}', '{{}}', delay => '1 hour')"),
+    );
+    assert_eq!(later, ["task_pkey", "task_scheduled_idx"]);
+    let batch = locked(
+        &mut c,
+        &format!("SELECT count(*) FROM aedb_queue.queue_enqueue_batch('{queue}', ARRAY['{{}}'::jsonb, '{{}}'])"),
+    );
+    assert_eq!(batch, ["task_pkey", "task_ready_idx"]);
+}

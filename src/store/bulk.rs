@@ -17,6 +17,7 @@ use std::ffi::CStr;
 use pgrx::pg_sys::{self, Datum};
 
 use super::index_cache::OpenIndexes;
+use super::refute::Constant;
 
 /// What one column holds in every row written.
 pub enum Values<'a> {
@@ -122,7 +123,7 @@ unsafe fn insert_rows(rel: pg_sys::Relation, layout: &[Option<&Values<'_>>], row
         let result_rel = pg_sys::palloc0(std::mem::size_of::<pg_sys::ResultRelInfo>())
             as *mut pg_sys::ResultRelInfo;
         pg_sys::InitResultRelInfo(result_rel, rel, 0, std::ptr::null_mut(), 0);
-        let indexes = OpenIndexes::open(result_rel, rel, estate);
+        let indexes = OpenIndexes::open(result_rel, rel, estate, &constants(rel, layout));
         let has_constraints = !(*(*rel).rd_att).constr.is_null();
         let command = pg_sys::GetCurrentCommandId(true);
         // Slots over an unpinned copy of the descriptor: slots over the
@@ -171,6 +172,32 @@ unsafe fn insert_rows(rel: pg_sys::Relation, layout: &[Option<&Values<'_>>], row
         }
         drop(indexes);
         pg_sys::FreeExecutorState(estate);
+    }
+}
+
+/// The columns every row gets alike that partial indexes can be judged by:
+/// NULL ones, and by-value ones with the same value in every row.
+unsafe fn constants(rel: pg_sys::Relation, layout: &[Option<&Values<'_>>]) -> Vec<Constant> {
+    unsafe {
+        let desc = (*rel).rd_att;
+        let attrs = (*desc).attrs.as_slice((*desc).natts as usize);
+        layout
+            .iter()
+            .zip(attrs)
+            .enumerate()
+            .filter(|(_, (_, attr))| !attr.attisdropped)
+            .filter_map(|(i, (column, attr))| {
+                let value = match column {
+                    None => None,
+                    Some(Values::Same(datum)) if attr.attbyval => Some(datum.value()),
+                    Some(_) => return None,
+                };
+                Some(Constant {
+                    attno: (i + 1) as i16,
+                    value,
+                })
+            })
+            .collect()
     }
 }
 

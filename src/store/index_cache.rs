@@ -19,14 +19,24 @@ use std::collections::HashMap;
 
 use pgrx::pg_sys::{self, Oid};
 
+use super::refute::{self, Constant};
+
 struct IndexSet {
     context: pg_sys::MemoryContext,
     indexes: Vec<Oid>,
     infos: Vec<*mut pg_sys::IndexInfo>,
+    /// The attributes the indexes' predicates read.
+    predicate_attrs: Vec<i16>,
+    /// Per set of constant columns (of those attributes) seen in a write,
+    /// which indexes their values refute (`refute`); a few per table.
+    refuted: Vec<(Vec<Constant>, Vec<bool>)>,
     /// Being used by a write: an invalidation only marks it stale.
     in_use: bool,
     stale: bool,
 }
+
+/// Refutation results kept per set before they are recomputed.
+const REFUTED_KEPT: usize = 8;
 
 thread_local! {
     static SETS: RefCell<HashMap<Oid, IndexSet>> = RefCell::new(HashMap::new());
@@ -68,13 +78,18 @@ pub(crate) struct OpenIndexes {
 }
 
 impl OpenIndexes {
+    /// Of a cached set, only the indexes whose predicates `constants` (the
+    /// columns every row of the write holds alike) do not refute.
+    ///
     /// # Safety
     /// `rel` is open and locked with at least RowExclusiveLock, and
-    /// `result_rel` was initialised for it and outlives the returned value.
+    /// `result_rel` was initialised for it and outlives the returned value;
+    /// `constants` name by-value attributes of `rel`, or NULL ones.
     pub(crate) unsafe fn open(
         result_rel: *mut pg_sys::ResultRelInfo,
         rel: pg_sys::Relation,
         estate: *mut pg_sys::EState,
+        constants: &[Constant],
     ) -> OpenIndexes {
         unsafe {
             let relid = (*rel).rd_id;
@@ -93,32 +108,63 @@ impl OpenIndexes {
                     cached: None,
                 };
             }
-            // The oids are copied out: opening an index may run the
-            // invalidation callback, which borrows the sets.
-            let (indexes, info_array) = SETS.with(|sets| {
+            // The oids are copied out: opening an index (or proving what a
+            // write refutes) may run the invalidation callback, which
+            // borrows the sets; a set in use is only marked stale by it.
+            let (mut indexes, mut infos, key, known) = SETS.with(|sets| {
                 let mut sets = sets.borrow_mut();
                 let set = sets
                     .get_mut(&relid)
                     .expect("the set was just found or built");
                 set.in_use = true;
-                let array = pg_sys::palloc(
-                    set.infos.len().max(1) * std::mem::size_of::<*mut pg_sys::IndexInfo>(),
-                ) as *mut *mut pg_sys::IndexInfo;
-                for (i, &info) in set.infos.iter().enumerate() {
-                    *array.add(i) = info;
-                }
-                (set.indexes.clone(), array)
+                let key: Vec<Constant> = constants
+                    .iter()
+                    .copied()
+                    .filter(|c| set.predicate_attrs.binary_search(&c.attno).is_ok())
+                    .collect();
+                let known = set
+                    .refuted
+                    .iter()
+                    .find(|(k, _)| *k == key)
+                    .map(|(_, r)| r.clone());
+                (set.indexes.clone(), set.infos.clone(), key, known)
             });
+            // From here on a failure leaves the set to the guard, not in use.
+            let opened = OpenIndexes {
+                result_rel,
+                cached: Some(relid),
+            };
+            let refuted = match known {
+                Some(refuted) => refuted,
+                None => {
+                    let refuted = refute::refuted(rel, &infos, &key);
+                    SETS.with(|sets| {
+                        if let Some(set) = sets.borrow_mut().get_mut(&relid) {
+                            if set.refuted.len() >= REFUTED_KEPT {
+                                set.refuted.clear();
+                            }
+                            set.refuted.push((key, refuted.clone()));
+                        }
+                    });
+                    refuted
+                }
+            };
+            let mut skip = refuted.iter();
+            indexes.retain(|_| !skip.next().copied().unwrap_or(false));
+            let mut skip = refuted.iter();
+            infos.retain(|_| !skip.next().copied().unwrap_or(false));
+            let info_array =
+                pg_sys::palloc(infos.len().max(1) * std::mem::size_of::<*mut pg_sys::IndexInfo>())
+                    as *mut *mut pg_sys::IndexInfo;
+            for (i, &info) in infos.iter().enumerate() {
+                *info_array.add(i) = info;
+            }
             let count = indexes.len();
             let descs = pg_sys::palloc0(count.max(1) * std::mem::size_of::<pg_sys::Relation>())
                 as *mut pg_sys::Relation;
             (*result_rel).ri_IndexRelationDescs = descs;
             (*result_rel).ri_IndexRelationInfo = info_array;
             (*result_rel).ri_NumIndices = count as i32;
-            let opened = OpenIndexes {
-                result_rel,
-                cached: Some(relid),
-            };
             for (i, &oid) in indexes.iter().enumerate() {
                 *descs.add(i) =
                     pg_sys::index_open(oid, pg_sys::RowExclusiveLock as pg_sys::LOCKMODE);
@@ -197,6 +243,8 @@ unsafe fn build(rel: pg_sys::Relation) -> bool {
         let set = IndexSet {
             context,
             indexes: oids,
+            predicate_attrs: refute::predicate_attributes(&infos),
+            refuted: Vec::new(),
             infos,
             in_use: false,
             stale: false,

@@ -21,6 +21,7 @@ pub(crate) mod index_cache;
 mod insert;
 mod owner;
 pub(crate) mod planner;
+mod refute;
 mod rights;
 mod rows;
 mod tasks;
