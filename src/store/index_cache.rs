@@ -19,6 +19,7 @@ use std::collections::HashMap;
 
 use pgrx::pg_sys::{self, Oid};
 
+use super::memory::small_context;
 use super::refute::{self, Constant};
 
 struct IndexSet {
@@ -217,13 +218,7 @@ unsafe fn build(rel: pg_sys::Relation) -> bool {
                 .collect()
         };
         pg_sys::list_free(list);
-        let context = pg_sys::AllocSetContextCreateInternal(
-            pg_sys::CacheMemoryContext,
-            c"aedb_queue bulk indexes".as_ptr(),
-            0,
-            1024,
-            8 * 1024,
-        );
+        let context = small_context(pg_sys::CacheMemoryContext, c"aedb_queue bulk indexes");
         let caller = pg_sys::MemoryContextSwitchTo(context);
         let mut infos = Vec::with_capacity(oids.len());
         let mut all_btree = true;

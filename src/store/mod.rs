@@ -19,6 +19,7 @@ mod cron;
 mod fence;
 pub(crate) mod index_cache;
 mod insert;
+mod memory;
 mod owner;
 pub(crate) mod planner;
 mod refute;

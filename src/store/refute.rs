@@ -7,6 +7,8 @@
 
 use pgrx::pg_sys::{self, Datum, Oid};
 
+use super::memory::small_context;
+
 /// A column every row of a write holds the same value in: its attribute
 /// number and value (None = NULL). Only NULL and by-value types are used, so
 /// the value can be compared and kept as it is.
@@ -65,13 +67,7 @@ pub(crate) unsafe fn refuted(
         if constants.is_empty() {
             return vec![false; infos.len()];
         }
-        let context = pg_sys::AllocSetContextCreateInternal(
-            pg_sys::CurrentMemoryContext,
-            c"aedb_queue index refutation".as_ptr(),
-            0,
-            1024,
-            8 * 1024,
-        );
+        let context = small_context(pg_sys::CurrentMemoryContext, c"aedb_queue index refutation");
         let caller = pg_sys::MemoryContextSwitchTo(context);
         let mut clauses: *mut pg_sys::List = std::ptr::null_mut();
         for constant in constants {
