@@ -150,8 +150,9 @@ impl Plan {
             peer_reps: 2,
             slow_reps: 1,
             slow_drain_jobs: 20_000,
-            enqueue_single: 3_000,
-            enqueue_batch: 50_000,
+            // Enough calls for cells of seconds, not fractions of one.
+            enqueue_single: 8_000,
+            enqueue_batch: 100_000,
             drain_jobs: 50_000,
             workers: vec![1, 4, 8, 16],
             window: Duration::from_secs(8),
@@ -225,7 +226,7 @@ impl Bench {
             .copied()
             .filter(|s| self.plan.reps_for(*s) >= self.rep)
             .collect();
-        if self.rep % 2 == 0 {
+        if self.rep.is_multiple_of(2) {
             systems.reverse();
         }
         systems
@@ -497,7 +498,7 @@ impl Bench {
             .into_iter()
             .filter(|s| matches!(s, System::Aedb | System::Baseline))
             .collect();
-        if self.rep % 2 == 0 {
+        if self.rep.is_multiple_of(2) {
             systems.reverse();
         }
         for &system in &systems {
@@ -894,7 +895,11 @@ async fn render(bench: &Bench, elapsed: Duration) -> Result<String> {
     );
     let _ = writeln!(md, "{}", cost_block(r, "floor", &[FLOOR_ROW], &floor_cols));
 
-    let _ = writeln!(md, "## Enqueue (jobs/s; single = one job per call and transaction; batch = one call per N jobs)\n");
+    let _ = writeln!(
+        md,
+        "## Enqueue (jobs/s; single = one job per call and transaction; batch = one call per N jobs; {} jobs per single cell at 1 producer and twice that at 8, {} per batched cell; the clock starts once every producer is connected and has made one call, rolled back)\n",
+        bench.plan.enqueue_single, bench.plan.enqueue_batch
+    );
     let enqueue_cols = [
         "single, 1 producer",
         "single, 8 producers",
@@ -1079,7 +1084,7 @@ async fn render(bench: &Bench, elapsed: Duration) -> Result<String> {
     Ok(md)
 }
 
-const COST_NOTE: &str = "Commits per job and WAL bytes per job (the tables after each jobs/s table) are the differences of `pg_stat_database.xact_commit` (the bench database; read-only transactions count too) and of `pg_current_wal_lsn()` (`pg_wal_lsn_diff`, the whole cluster) across the measured window, divided by the jobs settled in it. Statistics reach the shared counters lazily, but every backend flushes its own when it exits, so each window is opened and closed with no client connected to the bench database and the counters are read from another database. The window covers the timed part only: not the install or the preload, but the workers' connecting and stopping (and for pg-boss and graphile-worker the client's start-up: pg-boss's `start()` and its maintenance; the driver's own counting queries are subtracted). WAL includes full-page images after the CHECKPOINT that ends every preload.";
+const COST_NOTE: &str = "Commits per job and WAL bytes per job (the tables after each jobs/s table) are the differences of `pg_stat_database.xact_commit` (the bench database; read-only transactions count too) and of `pg_current_wal_lsn()` (`pg_wal_lsn_diff`, the whole cluster) across the measured window, divided by the jobs settled in it. Statistics reach the shared counters lazily, but every backend flushes its own when it exits, so each window is opened and closed with no client connected to the bench database and the counters are read from another database. The window covers the timed part only: not the install or the preload, but the workers' connecting and stopping (the enqueue cells' producers connect and make their rolled-back first call inside the window, before their clock starts; and for pg-boss and graphile-worker the client's start-up: pg-boss's `start()` and its maintenance; the driver's own counting queries are subtracted). WAL includes full-page images after the CHECKPOINT that ends every preload.";
 
 /// How each system was driven: the rows of every table.
 fn systems_section(names: &[&str]) -> String {
