@@ -7,6 +7,7 @@
 //! - [`grants`]: per-queue grants, patterns and what each privilege allows.
 //! - [`spec`]: parsing of follow-up enqueue specs (JSON).
 //! - [`scan_hint`]: where a backend's next claim may resume its index scans.
+//! - [`schedule`]: cron schedules in time zones and the fire times they owe.
 
 pub mod backoff;
 pub mod error;
@@ -14,6 +15,7 @@ pub mod fence;
 pub mod grants;
 pub mod reaper;
 pub mod scan_hint;
+pub mod schedule;
 pub mod spec;
 pub mod transition;
 pub mod validate;
