@@ -178,6 +178,67 @@ CREATE TABLE aedb_queue.confined_role (
     confined_at timestamptz NOT NULL
 );
 
+-- Periodic schedules (queue_schedule_upsert): each fire time between
+-- fired_up_to and now makes one task in the schedule's queue. A firer locks
+-- the row, enqueues the tasks and moves fired_up_to past them in one
+-- transaction, so two firers never both own a fire time (docs/schedules.md).
+-- Names are per queue: a tenant cannot learn or block another's names.
+CREATE TABLE aedb_queue.schedule (
+    queue          text NOT NULL,
+    name           text NOT NULL,
+    cron           text NOT NULL,
+    time_zone      text NOT NULL,
+    payload        jsonb,
+    priority       bigint NOT NULL,
+    max_attempts   integer,
+    backoff_base   interval,
+    backoff_max    interval,
+    -- 'skip' (only the latest missed fire time gets a task) or 'catch_up'
+    -- (the latest catch_up_limit of them do).
+    missed         text NOT NULL,
+    catch_up_limit integer,
+    -- The payload key that receives the fire time; NULL: none.
+    fire_time_key  text,
+    paused         boolean NOT NULL DEFAULT false,
+    -- The last fire time dealt with (or when the pattern was set or the
+    -- schedule resumed): only later ones are owed.
+    fired_up_to    timestamptz NOT NULL,
+    next_fire_at   timestamptz NOT NULL,
+    -- Why the last fire made no task (the fire time is then given up).
+    last_error     text,
+    created_at     timestamptz NOT NULL,
+    updated_at     timestamptz NOT NULL,
+    PRIMARY KEY (queue, name)
+);
+-- What a reap of every queue, or of one, fires next.
+CREATE INDEX schedule_due_idx       ON aedb_queue.schedule (next_fire_at)        WHERE NOT paused;
+CREATE INDEX schedule_queue_due_idx ON aedb_queue.schedule (queue, next_fire_at) WHERE NOT paused;
+
+-- A schedule as queue_schedule_list and queue_schedule_upsert return it:
+-- the one definition of its columns (src/store/schedule.rs builds them).
+CREATE TYPE aedb_queue.schedule_row AS (
+    queue          text,
+    name           text,
+    cron           text,
+    time_zone      text,
+    payload        jsonb,
+    priority       bigint,
+    max_attempts   integer,
+    backoff_base   interval,
+    backoff_max    interval,
+    missed         text,
+    catch_up_limit integer,
+    fire_time_key  text,
+    paused         boolean,
+    fired_up_to    timestamptz,
+    next_fire_at   timestamptz,
+    -- The next five fire times from next_fire_at (queue_cron_preview).
+    upcoming       timestamptz[],
+    last_error     text,
+    created_at     timestamptz,
+    updated_at     timestamptz
+);
+
 -- queue_reap() finds the queues that keep idempotency keys for a limited
 -- time without reading every registered queue.
 CREATE INDEX queue_keeps_keys_idx ON aedb_queue.queue (name) WHERE keep_idempotency_keys IS NOT NULL;
@@ -190,3 +251,4 @@ SELECT pg_catalog.pg_extension_config_dump('aedb_queue.idempotency_key', '');
 SELECT pg_catalog.pg_extension_config_dump('aedb_queue.completed_task', '');
 SELECT pg_catalog.pg_extension_config_dump('aedb_queue.queue_grant', '');
 SELECT pg_catalog.pg_extension_config_dump('aedb_queue.confined_role', '');
+SELECT pg_catalog.pg_extension_config_dump('aedb_queue.schedule', '');

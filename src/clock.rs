@@ -31,3 +31,21 @@ pub(crate) fn now() -> TimestampWithTimeZone {
     unsafe { TimestampWithTimeZone::from_datum(now_datum(), false) }
         .expect("a timestamptz datum is never NULL")
 }
+
+/// Microseconds from the Unix epoch to PostgreSQL's (2000-01-01 UTC).
+const POSTGRES_EPOCH_UNIX_MICROS: i64 = 946_684_800_000_000;
+
+/// A timestamp as microseconds since the Unix epoch (the core's unit).
+pub(crate) fn unix_micros(at: TimestampWithTimeZone) -> i64 {
+    let datum: pg_sys::Datum =
+        pgrx::IntoDatum::into_datum(at).expect("a timestamptz is never NULL");
+    (datum.value() as i64).saturating_add(POSTGRES_EPOCH_UNIX_MICROS)
+}
+
+/// The timestamp `micros` after the Unix epoch.
+pub(crate) fn from_unix_micros(micros: i64) -> TimestampWithTimeZone {
+    let at = micros.saturating_sub(POSTGRES_EPOCH_UNIX_MICROS);
+    // SAFETY: a timestamptz datum is a plain integer.
+    unsafe { TimestampWithTimeZone::from_datum(pg_sys::Datum::from(at), false) }
+        .expect("a timestamptz datum is never NULL")
+}

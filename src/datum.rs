@@ -83,6 +83,9 @@ raw_datum_type!(RawJsonbArray, pg_sys::JSONBARRAYOID, "jsonb[]");
 // function declared to return task_row (or 0.2.0's TABLE of the same
 // columns) may return.
 raw_datum_type!(RawTaskRow, pg_sys::RECORDOID, "aedb_queue.task_row");
+// A schedule as the schedule functions return it (aedb_queue.schedule_row),
+// built by the statement (`store::schedule`) in the same way.
+raw_datum_type!(RawScheduleRow, pg_sys::RECORDOID, "aedb_queue.schedule_row");
 
 impl RawJsonb {
     /// Bytes of the uncompressed jsonb value (what `aedb_queue.max_payload_bytes` limits).

@@ -22,7 +22,21 @@ pub static CLAIM_RESCAN_INTERVAL_MS: GucSetting<i32> = GucSetting::<i32>::new(10
 /// cannot skip and the plain claim is cheaper. 0: resume whenever possible.
 pub static CLAIM_RESUME_LAG: GucSetting<i32> = GucSetting::<i32>::new(128);
 
+/// How often the background-worker reaper runs `queue_reap()` in each
+/// database, in ms; 0 stops it (only with `shared_preload_libraries`).
+pub static REAPER_INTERVAL_MS: GucSetting<i32> = GucSetting::<i32>::new(1000);
+
 pub fn register() {
+    GucRegistry::define_int_guc(
+        c"aedb_queue.reaper_interval",
+        c"How often the background-worker reaper fires schedules, promotes timers, reclaims leases and applies retention in each database.",
+        c"Runs only when aedb_queue is in shared_preload_libraries. Sub-second values are accepted (250ms). 0 stops the reaper; pg_cron or queue_reap() calls can reap instead.",
+        &REAPER_INTERVAL_MS,
+        0,
+        3_600_000,
+        GucContext::Sighup,
+        GucFlags::UNIT_MS,
+    );
     GucRegistry::define_int_guc(
         c"aedb_queue.claim_resume_lag",
         c"Claims resume where this session's last claim stopped only while the oldest snapshot lags this many transactions behind.",
@@ -77,4 +91,10 @@ pub fn claim_rescan_interval() -> std::time::Duration {
 
 pub fn claim_resume_lag() -> u32 {
     CLAIM_RESUME_LAG.get().max(0) as u32
+}
+
+/// None when the reaper is off.
+pub fn reaper_interval() -> Option<std::time::Duration> {
+    let ms = REAPER_INTERVAL_MS.get();
+    (ms > 0).then(|| std::time::Duration::from_millis(ms as u64))
 }

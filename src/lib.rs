@@ -13,6 +13,7 @@
 use pgrx::prelude::*;
 
 mod api;
+mod bgworker;
 mod cache;
 mod catalog;
 mod clock;
@@ -27,6 +28,7 @@ mod outcome;
 mod security;
 mod srf;
 mod store;
+mod subtransaction;
 #[cfg(any(test, feature = "pg_test"))]
 mod tests;
 #[cfg(any(test, feature = "pg_test"))]
@@ -57,6 +59,7 @@ pub extern "C-unwind" fn _PG_init() {
     cache::register();
     store::planner::register();
     store::index_cache::register();
+    bgworker::register();
 }
 
 /// Hooks for `cargo pgrx test`.

@@ -102,13 +102,31 @@ impl Schedule {
         Some(next.with_timezone(&Utc).timestamp_micros())
     }
 
+    /// Up to `n` fire times strictly after `after`, in order.
+    pub fn upcoming(&self, after: i64, n: usize) -> Vec<i64> {
+        let mut times = Vec::with_capacity(n.min(MAX_CATCH_UP as usize));
+        let mut at = after;
+        while times.len() < n {
+            match self.next_after(at) {
+                Some(next) => times.push(next),
+                None => break,
+            }
+            at = times[times.len() - 1];
+        }
+        times
+    }
+
     /// The fire times a firer at `now` owes, oldest first: those after
     /// `fired_up_to` (the last fire time that got a task, or the schedule's
     /// creation) and at or before `now`, of which `missed` keeps the latest.
     pub fn due(&self, fired_up_to: i64, now: i64, missed: Missed) -> Vec<i64> {
         let keep = missed.limit();
         let mut due = std::collections::VecDeque::with_capacity(keep);
-        let mut at = fired_up_to;
+        // Walk forward only over the last `keep` fire times: a per-second
+        // schedule left unfired for a year owes 31 million otherwise.
+        let mut at = self
+            .back_from(now, keep)
+            .map_or(fired_up_to, |t| t.max(fired_up_to));
         while let Some(next) = self.next_after(at).filter(|&t| t <= now) {
             if due.len() == keep {
                 due.pop_front();
@@ -118,6 +136,30 @@ impl Schedule {
         }
         due.into()
     }
+}
+
+impl Schedule {
+    /// Just before the `n`th fire time at or before `now`, counting back;
+    /// None when there are fewer. Only a starting point for the forward
+    /// walk, whose daylight-saving rules decide what fires.
+    fn back_from(&self, now: i64, n: usize) -> Option<i64> {
+        let mut at = self.zone.from_utc_datetime(&utc(now)?.naive_utc());
+        let mut inclusive = true;
+        for _ in 0..n {
+            at = self.cron.find_previous_occurrence(&at, inclusive).ok()?;
+            inclusive = false;
+        }
+        Some(at.with_timezone(&Utc).timestamp_micros() - 1)
+    }
+}
+
+/// A fire time as a task's payload carries it: RFC 3339 in UTC, with a
+/// fraction only when the time has one (`2026-03-29T01:00:00Z`).
+pub fn fire_time_text(micros: i64) -> String {
+    utc(micros).map_or_else(
+        || micros.to_string(),
+        |t| t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true),
+    )
 }
 
 fn utc(micros: i64) -> Option<DateTime<Utc>> {
@@ -257,6 +299,56 @@ mod tests {
             ]
         );
         assert_eq!(minutely.due(from, now, Missed::CatchUp(100)).len(), 5);
+    }
+
+    #[test]
+    fn a_long_gap_costs_only_the_fire_times_kept() {
+        // Ten years of a per-second schedule: 315 million fire times.
+        let secondly = Schedule::parse("* * * * * *", "UTC").unwrap();
+        let now = at(2036, 1, 1, 0, 0, 0);
+        assert_eq!(
+            secondly.due(at(2026, 1, 1, 0, 0, 0), now, Missed::Skip),
+            vec![now]
+        );
+        let owed = secondly.due(at(2026, 1, 1, 0, 0, 0), now, Missed::CatchUp(3));
+        assert_eq!(owed, vec![now - 2 * MICROS, now - MICROS, now]);
+        // Fewer fire times than kept since `fired_up_to`: all of them.
+        let daily = Schedule::parse("0 12 * * *", "UTC").unwrap();
+        assert_eq!(
+            daily.due(
+                at(2026, 1, 1, 0, 0, 0),
+                at(2026, 1, 3, 0, 0, 0),
+                Missed::CatchUp(10)
+            ),
+            vec![at(2026, 1, 1, 12, 0, 0), at(2026, 1, 2, 12, 0, 0)]
+        );
+    }
+
+    #[test]
+    fn upcoming_lists_the_next_fire_times_in_order() {
+        let daily = Schedule::parse("30 2 * * *", "Europe/Berlin").unwrap();
+        assert_eq!(
+            daily.upcoming(at(2026, 3, 28, 12, 0, 0), 3),
+            vec![
+                at(2026, 3, 29, 1, 0, 0),
+                at(2026, 3, 30, 0, 30, 0),
+                at(2026, 3, 31, 0, 30, 0)
+            ]
+        );
+        let never = Schedule::parse("0 0 30 2 *", "UTC").unwrap();
+        assert!(never.upcoming(at(2026, 1, 1, 0, 0, 0), 3).is_empty());
+    }
+
+    #[test]
+    fn fire_times_print_as_rfc_3339_utc() {
+        assert_eq!(
+            fire_time_text(at(2026, 3, 29, 1, 0, 0)),
+            "2026-03-29T01:00:00Z"
+        );
+        assert_eq!(
+            fire_time_text(at(2026, 3, 29, 1, 0, 0) + 250_000),
+            "2026-03-29T01:00:00.250Z"
+        );
     }
 
     #[test]

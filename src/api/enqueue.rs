@@ -27,7 +27,7 @@ pub(crate) struct CheckedEnqueue {
 impl CheckedEnqueue {
     /// `prefix` names where the arguments came from in errors: empty for
     /// `queue_enqueue`'s own, `follow_ups[2].` for a follow-up spec.
-    fn new(
+    pub(crate) fn new(
         queue: &str,
         payload: Option<RawJsonb>,
         options: EnqueueOptions,

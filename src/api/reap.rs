@@ -2,19 +2,17 @@
 //! kept completed tasks and old idempotency keys, for one queue or all of
 //! them (what pg_cron runs).
 
-use std::panic::AssertUnwindSafe;
-
 use aedb_queue_core::grants::Action;
 use aedb_queue_core::{reaper, validate};
-use pgrx::pg_sys::panic::CaughtError;
-use pgrx::pg_sys::{self, PgTryBuilder};
 use pgrx::prelude::*;
 
+use super::fire::fire_due;
 use super::{checked_name, required};
 use crate::errors::{run, Result};
 use crate::security;
 use crate::srf::TableIterator;
 use crate::store::{self, Reaped};
+use crate::subtransaction::in_subtransaction;
 
 /// Reaps one queue: up to `promote` due timers and `reclaim` expired
 /// leases, then expires kept completed tasks and idempotency keys.
@@ -45,7 +43,6 @@ fn reap_queue(queue: &str, promote: i32, reclaim: i32) -> Result<Reaped> {
 /// others (its error is logged as a WARNING naming it, and its part of the
 /// work is undone). Only unconfined admins may: it spans every tenant.
 fn reap_all(max: i32) -> Result<Reaped> {
-    security::require_unconfined("reap every queue")?;
     let mut pending = store::queues_with_work()?;
     let mut total = Reaped::default();
     // A second round gives what queues with little work left over to
@@ -82,39 +79,55 @@ fn reap_all(max: i32) -> Result<Reaped> {
     Ok(total)
 }
 
-/// Runs `body` in a subtransaction, as a PL/pgSQL EXCEPTION block does:
-/// committed into the caller's transaction if it succeeds, rolled back
-/// (with the user, search path and settings it changed) if it fails,
-/// returning the error's message.
-fn in_subtransaction<T>(body: impl FnOnce() -> Result<T>) -> std::result::Result<T, String> {
-    // SAFETY: the sequence plpgsql's exec_stmt_block uses around a block
-    // with an exception handler.
-    unsafe {
-        let context = pg_sys::CurrentMemoryContext;
-        let owner = pg_sys::CurrentResourceOwner;
-        pg_sys::BeginInternalSubTransaction(std::ptr::null());
-        pg_sys::MemoryContextSwitchTo(context);
-        let outcome = PgTryBuilder::new(AssertUnwindSafe(|| body().map_err(|e| e.to_string())))
-            .catch_others(|caught| match caught {
-                CaughtError::PostgresError(report)
-                | CaughtError::ErrorReport(report)
-                | CaughtError::RustPanic {
-                    ereport: report, ..
-                } => Err(report.message().to_string()),
-            })
-            .execute();
-        if outcome.is_ok() {
-            pg_sys::ReleaseCurrentSubTransaction();
-        } else {
-            pg_sys::RollbackAndReleaseCurrentSubTransaction();
+/// Fires due schedules, then reaps: one queue (admin on it), or every
+/// queue (unconfined admins: what the reapers run).
+fn reap_and_fire(queue: Option<&str>, max: Option<i32>) -> Result<(Reaped, i64)> {
+    let max = validate::reap_max(required("max", max)?)?;
+    match queue {
+        Some(_) => {
+            let queue = checked_name("queue", queue)?;
+            security::authorize(Action::Administer, queue)?;
+            let fired = fire_due(Some(queue), max)?;
+            Ok((reap_queue(queue, max, max)?, fired))
         }
-        pg_sys::MemoryContextSwitchTo(context);
-        pg_sys::CurrentResourceOwner = owner;
-        outcome
+        None => {
+            security::require_unconfined("reap every queue")?;
+            let fired = fire_due(None, max)?;
+            Ok((reap_all(max)?, fired))
+        }
     }
 }
 
-#[pg_extern]
+/// Fires due schedules (up to `max`), promotes due timers and reclaims
+/// expired leases (up to `max` of each), and expires what retention says.
+#[pg_extern(name = "queue_reap")]
+fn reap(
+    queue: default!(Option<&str>, "NULL"),
+    max: default!(Option<i32>, 1000),
+) -> TableIterator<
+    'static,
+    (
+        name!(promoted, i64),
+        name!(reclaimed, i64),
+        name!(dead_lettered, i64),
+        name!(fired, i64),
+    ),
+> {
+    run(|| {
+        let (reaped, fired) = reap_and_fire(queue, max)?;
+        Ok(TableIterator::once((
+            reaped.promoted,
+            reaped.reclaimed,
+            reaped.dead_lettered,
+            fired,
+        )))
+    })
+}
+
+/// `queue_reap` as versions before 0.5.0 declare it (no `fired` column):
+/// their SQL calls this symbol until `ALTER EXTENSION aedb_queue UPDATE`
+/// (docs/upgrades.md, the ABI rule).
+#[pg_extern(sql = false)]
 fn queue_reap(
     queue: default!(Option<&str>, "NULL"),
     max: default!(Option<i32>, 1000),
@@ -127,15 +140,7 @@ fn queue_reap(
     ),
 > {
     run(|| {
-        let max = validate::reap_max(required("max", max)?)?;
-        let reaped = match queue {
-            Some(_) => {
-                let queue = checked_name("queue", queue)?;
-                security::authorize(Action::Administer, queue)?;
-                reap_queue(queue, max, max)?
-            }
-            None => reap_all(max)?,
-        };
+        let (reaped, _) = reap_and_fire(queue, max)?;
         Ok(TableIterator::once((
             reaped.promoted,
             reaped.reclaimed,

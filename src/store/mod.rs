@@ -25,6 +25,7 @@ pub(crate) mod planner;
 mod refute;
 mod rights;
 mod rows;
+mod schedule;
 mod tasks;
 
 pub use admin::*;
@@ -32,6 +33,7 @@ pub use cron::*;
 pub use fence::fence_holds;
 pub use insert::*;
 pub use rights::*;
+pub use schedule::*;
 pub use tasks::*;
 
 use std::cell::RefCell;
@@ -191,7 +193,9 @@ pub enum SchemaLevel {
     V020,
     /// No `aedb_queue_internal.fence_holds` (batch settles hash the pairs in SQL).
     V030,
+    /// No schedule table.
     V040,
+    V050,
 }
 
 pub fn schema_level() -> SchemaLevel {
@@ -202,7 +206,9 @@ pub fn schema_level() -> SchemaLevel {
     match LEVEL.with(|c| c.get()) {
         Some((seen, level)) if seen == generation => level,
         _ => {
-            let level = if crate::catalog::function_oid_in(c"aedb_queue_internal", c"fence_holds")
+            let level = if crate::catalog::relation_oid(c"schedule").is_some() {
+                SchemaLevel::V050
+            } else if crate::catalog::function_oid_in(c"aedb_queue_internal", c"fence_holds")
                 .is_some()
             {
                 SchemaLevel::V040

@@ -1,0 +1,99 @@
+//! The reaper of one database: `queue_reap()` every
+//! `aedb_queue.reaper_interval`, in a transaction of its own, as the
+//! bootstrap superuser (the function itself runs its statements as the
+//! extension's owner).
+
+use std::time::Duration;
+
+use pgrx::bgworkers::{BackgroundWorker, SignalWakeFlags};
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use pgrx::Spi;
+
+use super::{in_transaction, reload_if_asked, REAPER_TYPE};
+use crate::guc;
+
+/// Passes in a row without sleeping while each used a whole budget.
+const MAX_PASSES_IN_A_ROW: usize = 10;
+/// The budget of one pass, queue_reap's default.
+const MAX_PER_PASS: i32 = 1000;
+
+/// What a pass found.
+enum Pass {
+    /// Work done; `more` when a budget was used up.
+    Reaped { more: bool },
+    /// The extension is not installed here, or someone waits to have the
+    /// database alone: the reaper leaves (the launcher looks again later).
+    Leave,
+}
+
+#[pg_guard]
+#[no_mangle]
+pub extern "C-unwind" fn aedb_queue_reaper_main(arg: pg_sys::Datum) {
+    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    let db = pg_sys::Oid::from(arg.value() as u32);
+    BackgroundWorker::connect_worker_to_spi_by_oid(Some(db), None);
+    in_transaction("setting up the reaper", || {
+        Spi::run(&format!(
+            "SELECT pg_catalog.set_config('application_name', '{REAPER_TYPE}', false),
+                    pg_catalog.set_config('search_path', 'pg_catalog', false)"
+        ))
+    });
+    let mut interval = Duration::ZERO;
+    while BackgroundWorker::wait_latch(Some(interval)) {
+        reload_if_asked();
+        let Some(every) = guc::reaper_interval() else {
+            return;
+        };
+        interval = every;
+        for _ in 0..MAX_PASSES_IN_A_ROW {
+            match in_transaction("reaping", pass) {
+                Some(Pass::Leave) => return,
+                Some(Pass::Reaped { more: true }) => continue,
+                Some(Pass::Reaped { more: false }) | None => break,
+            }
+        }
+    }
+}
+
+fn pass() -> Pass {
+    if wanted_alone() || !installed() {
+        return Pass::Leave;
+    }
+    let budget_used = Spi::get_one_with_args::<bool>(
+        "SELECT r.promoted >= $1 OR r.reclaimed + r.dead_lettered >= $1
+                OR coalesce((pg_catalog.to_jsonb(r) ->> 'fired')::bigint, 0) >= $1
+         FROM aedb_queue.queue_reap(NULL, $1::integer) r",
+        &[(MAX_PER_PASS as i64).into()],
+    );
+    Pass::Reaped {
+        more: budget_used.ok().flatten() == Some(true),
+    }
+}
+
+fn installed() -> bool {
+    Spi::get_one::<bool>(
+        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'aedb_queue')",
+    )
+    .ok()
+    .flatten()
+        == Some(true)
+}
+
+/// Whether a session holds or awaits the exclusive lock on this database
+/// (DROP DATABASE, ALTER DATABASE RENAME or SET TABLESPACE): they wait
+/// only a few seconds for other sessions to leave, then fail.
+fn wanted_alone() -> bool {
+    Spi::get_one::<bool>(
+        "SELECT EXISTS (
+             SELECT 1 FROM pg_catalog.pg_locks l
+             WHERE l.locktype = 'object' AND l.database = 0
+               AND l.classid = 'pg_catalog.pg_database'::pg_catalog.regclass
+               AND l.objid = (SELECT d.oid FROM pg_catalog.pg_database d
+                              WHERE d.datname = pg_catalog.current_database())
+               AND l.mode = 'AccessExclusiveLock')",
+    )
+    .ok()
+    .flatten()
+        == Some(true)
+}
