@@ -152,8 +152,10 @@ REVOKE ALL ON FUNCTION
     "queue_cron_preview", "queue_schedule_upsert", "queue_schedule_pause",
     "queue_schedule_resume", "queue_schedule_delete", "queue_schedule_list", "queue_reap"
 FROM PUBLIC;
+REVOKE ALL ON aedb_queue.schedule FROM PUBLIC;
+-- In security.sql's order, so the ACLs read as a fresh install's.
+GRANT EXECUTE ON FUNCTION "queue_cron_preview", "queue_schedule_list" TO aedb_queue_worker;
 GRANT EXECUTE ON FUNCTION
     "queue_cron_preview", "queue_schedule_upsert", "queue_schedule_pause",
     "queue_schedule_resume", "queue_schedule_delete", "queue_schedule_list", "queue_reap"
 TO aedb_queue_admin;
-GRANT EXECUTE ON FUNCTION "queue_cron_preview", "queue_schedule_list" TO aedb_queue_worker;

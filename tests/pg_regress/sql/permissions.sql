@@ -231,7 +231,20 @@ BEGIN
                   format('SELECT CASE WHEN count(*) > 0 THEN ''rows'' ELSE ''no rows'' END FROM aedb_queue.queue_stats WHERE queue = %L', q)),
               -- the batch settle's internal fence check: the tables' owner only
               (30, 'aedb_queue_internal.fence_holds',
-                  format('SELECT aedb_queue_internal.fence_holds(%s, %s)', id->'heartbeat', tok->'heartbeat'))
+                  format('SELECT aedb_queue_internal.fence_holds(%s, %s)', id->'heartbeat', tok->'heartbeat')),
+              -- schedules: each caller its own, named after the session user
+              (31, 'queue_schedule_upsert',
+                  format('SELECT (aedb_queue.queue_schedule_upsert(%L, ''s_'' || session_user, ''0 0 1 1 *'')).name IS NOT NULL', q)),
+              (32, 'queue_schedule_pause',
+                  format('SELECT aedb_queue.queue_schedule_pause(%L, ''s_'' || session_user)', q)),
+              (33, 'queue_schedule_resume',
+                  format('SELECT aedb_queue.queue_schedule_resume(%L, ''s_'' || session_user)', q)),
+              (34, 'queue_schedule_list',
+                  format('SELECT count(*) = 1 FROM aedb_queue.queue_schedule_list(%L) WHERE name = ''listed''', q)),
+              (35, 'queue_schedule_delete',
+                  format('SELECT aedb_queue.queue_schedule_delete(%L, ''s_'' || session_user)', q)),
+              (36, 'queue_cron_preview',
+                  'SELECT count(*) = 2 FROM aedb_queue.queue_cron_preview(''0 0 1 1 *'', count => 2)')
             ) AS v(seq, entry, sql);
         END LOOP;
     END LOOP;
@@ -256,6 +269,10 @@ $$;
 
 -- For the hostile-tenant checks below: a task with an idempotency key in perm_b.jobs.
 SELECT task_id AS keyed FROM aedb_queue.queue_enqueue('perm_b.jobs', '{"keyed": true}', idempotency_key => 'perm-key') \gset
+
+-- For queue_schedule_list: a schedule in each queue, made by the superuser.
+SELECT (aedb_queue.queue_schedule_upsert(q, 'listed', '0 0 1 1 *')).queue
+FROM unnest(ARRAY['perm_a.jobs', 'perm_b.jobs']) q;
 
 -- The callers, one after the other.
 SET SESSION AUTHORIZATION perm_producer;
@@ -308,10 +325,29 @@ WHERE role::text LIKE 'perm\_%' ORDER BY role::text, pattern;
 SELECT role FROM aedb_queue.confined_role WHERE role::text LIKE 'perm\_%' ORDER BY role::text;
 SELECT name, paused FROM aedb_queue.queue WHERE name LIKE 'perm\_%' ORDER BY name;
 SELECT queue, count(*) FROM aedb_queue.task WHERE queue LIKE 'perm\__.next' GROUP BY queue ORDER BY queue;
+SELECT queue, name FROM aedb_queue.schedule WHERE queue LIKE 'perm\_%' ORDER BY queue, name;
 
 -- Hostile tenants, with the errors they get.
 \set VERBOSITY default
 \set sqlstate '\\echo SQLSTATE :LAST_ERROR_SQLSTATE'
+
+-- A confined admin (admin on perm_a.*) sees and changes only its own
+-- tenant's schedules: another tenant's cannot be listed, made, replaced,
+-- paused or deleted, and listing every queue shows its own alone.
+SET SESSION AUTHORIZATION perm_cadmin;
+SELECT queue, name FROM aedb_queue.queue_schedule_list() ORDER BY queue;
+SELECT queue, name FROM aedb_queue.queue_schedule_list('perm_b.jobs');
+:sqlstate
+SELECT aedb_queue.queue_schedule_upsert('perm_b.jobs', 'listed', '* * * * * *');
+:sqlstate
+SELECT aedb_queue.queue_schedule_pause('perm_b.jobs', 'listed');
+:sqlstate
+SELECT aedb_queue.queue_schedule_delete('perm_b.jobs', 'listed');
+:sqlstate
+SELECT fired FROM aedb_queue.queue_reap('perm_b.jobs');
+:sqlstate
+RESET SESSION AUTHORIZATION;
+SELECT queue, name, cron, paused FROM aedb_queue.queue_schedule_list() WHERE queue LIKE 'perm\_%' ORDER BY queue;
 
 -- A confined admin (admin on perm_a.*) cannot hand perm_a queues to a role
 -- it does not administer: an unconfined role (that would confine it), or a
