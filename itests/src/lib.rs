@@ -116,6 +116,12 @@ impl Cluster {
 
     /// initdb + start + create the database and the extension.
     pub fn start() -> Cluster {
+        Cluster::start_with("")
+    }
+
+    /// As [`Cluster::start`], with `conf` appended to postgresql.conf (such
+    /// as `shared_preload_libraries` for the background-worker reaper).
+    pub fn start_with(conf: &str) -> Cluster {
         let root = make_root_dir();
         let data = root.join("data");
         let log = root.join("server.log");
@@ -139,7 +145,7 @@ impl Cluster {
         let mut last_err = String::new();
         for _ in 0..8 {
             let port = pick_free_port();
-            write_conf(&data, port);
+            write_conf(&data, port, conf);
             let cluster = Cluster {
                 root: root.clone(),
                 data: data.clone(),
@@ -409,7 +415,7 @@ fn pick_free_port() -> u16 {
     panic!("no free port in {PORT_RANGE:?}");
 }
 
-fn write_conf(data: &Path, port: u16) {
+fn write_conf(data: &Path, port: u16, extra: &str) {
     use std::io::Write;
     // Later settings override earlier ones, so appending on a retry is fine.
     let mut f = fs::OpenOptions::new()
@@ -421,7 +427,7 @@ fn write_conf(data: &Path, port: u16) {
         "\n# aedb_itests\nport = {port}\nlisten_addresses = '127.0.0.1'\n\
          unix_socket_directories = '{}'\nmax_connections = 100\nfsync = on\n\
          synchronous_commit = on\nlog_min_messages = warning\n\
-         shared_preload_libraries = 'pg_cron'\ncron.database_name = '{DB_NAME}'\n",
+         shared_preload_libraries = 'pg_cron'\ncron.database_name = '{DB_NAME}'\n{extra}\n",
         data.display()
     )
     .expect("write postgresql.conf");
@@ -697,6 +703,8 @@ pub struct Reaped {
     pub promoted: i64,
     pub reclaimed: i64,
     pub dead_lettered: i64,
+    /// Tasks made by schedules.
+    pub fired: i64,
 }
 
 /// `queue_enqueue(queue, payload)` with all defaults.
@@ -1051,7 +1059,7 @@ pub fn all_tasks(c: &mut impl GenericClient, queue: &str) -> Vec<Task> {
 pub fn reap(c: &mut impl GenericClient, queue: Option<&str>) -> Reaped {
     let row = expect_ok(
         c.query_one(
-            "SELECT promoted::int8, reclaimed::int8, dead_lettered::int8 \
+            "SELECT promoted::int8, reclaimed::int8, dead_lettered::int8, fired::int8 \
              FROM aedb_queue.queue_reap($1::text)",
             &[&queue],
         ),
@@ -1061,5 +1069,6 @@ pub fn reap(c: &mut impl GenericClient, queue: Option<&str>) -> Reaped {
         promoted: row.get(0),
         reclaimed: row.get(1),
         dead_lettered: row.get(2),
+        fired: row.get(3),
     }
 }

@@ -310,7 +310,8 @@ fn reap_promotes_due_timers_and_reclaims_expired_leases() {
         Reaped {
             promoted: 1,
             reclaimed: 1,
-            dead_lettered: 1
+            dead_lettered: 1,
+            fired: 0
         }
     );
     let t = get(&mut c, &queue, timer).unwrap();
@@ -558,7 +559,8 @@ fn a_claim_promotes_at_most_max_or_1000_due_timers() {
         Reaped {
             promoted: 500,
             reclaimed: 0,
-            dead_lettered: 0
+            dead_lettered: 0,
+            fired: 0
         }
     );
     assert_eq!(

@@ -22,9 +22,12 @@ const MAX_PER_PASS: i32 = 1000;
 enum Pass {
     /// Work done; `more` when a budget was used up.
     Reaped { more: bool },
-    /// The extension is not installed here, or someone waits to have the
-    /// database alone: the reaper leaves (the launcher looks again later).
+    /// Someone waits to have the database alone: the reaper leaves (the
+    /// launcher starts another on its next look, if the database is left).
     Leave,
+    /// The extension is not installed here: the reaper leaves, and the
+    /// launcher looks again only after a while.
+    NotInstalled,
 }
 
 #[pg_guard]
@@ -49,6 +52,7 @@ pub extern "C-unwind" fn aedb_queue_reaper_main(arg: pg_sys::Datum) {
         for _ in 0..MAX_PASSES_IN_A_ROW {
             match in_transaction("reaping", pass) {
                 Some(Pass::Leave) => return,
+                Some(Pass::NotInstalled) => return super::note_left_uninstalled(db),
                 Some(Pass::Reaped { more: true }) => continue,
                 Some(Pass::Reaped { more: false }) | None => break,
             }
@@ -57,8 +61,11 @@ pub extern "C-unwind" fn aedb_queue_reaper_main(arg: pg_sys::Datum) {
 }
 
 fn pass() -> Pass {
-    if wanted_alone() || !installed() {
+    if wanted_alone() {
         return Pass::Leave;
+    }
+    if !installed() {
+        return Pass::NotInstalled;
     }
     let budget_used = Spi::get_one_with_args::<bool>(
         "SELECT r.promoted >= $1 OR r.reclaimed + r.dead_lettered >= $1

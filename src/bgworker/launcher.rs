@@ -15,16 +15,14 @@ use crate::guc;
 /// How long the launcher sleeps between looks.
 const TICK: Duration = Duration::from_secs(1);
 
-/// A reaper that stopped sooner than this after its start most likely
-/// found no extension in its database: look again only after `BACKOFF`.
-/// One that ran longer (killed, or its database was busy) restarts at once.
-const SHORT_RUN: Duration = Duration::from_secs(5);
-const BACKOFF: Duration = Duration::from_secs(15);
+/// How long the launcher waits before it looks again at a database whose
+/// reaper found no extension there (CREATE EXTENSION is seen this late at
+/// most). A reaper that stopped for any other reason restarts at once.
+const BACKOFF: Duration = Duration::from_secs(10);
 
 /// The reaper the launcher started for one database.
 struct Reaper {
     handle: *mut pg_sys::BackgroundWorkerHandle,
-    started: Instant,
 }
 
 impl Reaper {
@@ -70,7 +68,7 @@ pub extern "C-unwind" fn aedb_queue_launcher_main(_arg: pg_sys::Datum) {
                 if reaper.running() {
                     continue;
                 }
-                if reaper.started.elapsed() < SHORT_RUN {
+                if super::take_left_uninstalled(db) {
                     not_before.insert(db, now + BACKOFF);
                 }
                 reapers.remove(&db);
@@ -140,10 +138,7 @@ fn start(db: pg_sys::Oid) -> Option<Reaper> {
         let mut handle = std::ptr::null_mut();
         let registered = pg_sys::RegisterDynamicBackgroundWorker(&mut worker, &mut handle);
         pg_sys::MemoryContextSwitchTo(old);
-        (registered && !handle.is_null()).then(|| Reaper {
-            handle,
-            started: Instant::now(),
-        })
+        (registered && !handle.is_null()).then_some(Reaper { handle })
     }
 }
 

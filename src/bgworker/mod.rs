@@ -15,10 +15,42 @@ use std::time::Duration;
 use pgrx::bgworkers::{BackgroundWorkerBuilder, BgWorkerStartTime};
 use pgrx::pg_sys::panic::CaughtError;
 use pgrx::pg_sys::{self, PgTryBuilder};
+use pgrx::{pg_shmem_init, PgLwLock};
 
 /// What `pg_stat_activity.backend_type` shows for each process.
 const LAUNCHER_TYPE: &str = "aedb_queue launcher";
 const REAPER_TYPE: &str = "aedb_queue reaper";
+
+/// Databases whose reaper left because the extension is not installed
+/// there (0: a free slot): the launcher then waits before it looks again,
+/// where a reaper that was killed or failed is restarted at once.
+static LEFT_UNINSTALLED: PgLwLock<[u32; 64]> =
+    unsafe { PgLwLock::new(c"aedb_queue reapers left uninstalled") };
+
+/// Notes that the reaper of `db` leaves: no extension there.
+fn note_left_uninstalled(db: pg_sys::Oid) {
+    let mut left = LEFT_UNINSTALLED.exclusive();
+    let db = db.to_u32();
+    if !left.contains(&db) {
+        let slot = left
+            .iter()
+            .position(|&d| d == 0)
+            .unwrap_or(db as usize % 64);
+        left[slot] = db;
+    }
+}
+
+/// Whether the reaper of `db` left for want of the extension (and forgets it).
+fn take_left_uninstalled(db: pg_sys::Oid) -> bool {
+    let mut left = LEFT_UNINSTALLED.exclusive();
+    match left.iter().position(|&d| d == db.to_u32()) {
+        Some(slot) => {
+            left[slot] = 0;
+            true
+        }
+        None => false,
+    }
+}
 
 /// Registers the launcher; called by `_PG_init` only while
 /// `shared_preload_libraries` is being loaded (a later LOAD cannot start
@@ -29,6 +61,7 @@ pub(crate) fn register() {
     if !unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
         return;
     }
+    init_shared_memory();
     BackgroundWorkerBuilder::new(LAUNCHER_TYPE)
         .set_type(LAUNCHER_TYPE)
         .set_library("aedb_queue")
@@ -37,6 +70,14 @@ pub(crate) fn register() {
         .set_start_time(BgWorkerStartTime::RecoveryFinished)
         .set_restart_time(Some(Duration::from_secs(5)))
         .load();
+}
+
+/// pgrx's macro names every PostgreSQL major it supports; this crate
+/// builds for 15 only.
+#[allow(unexpected_cfgs)]
+fn init_shared_memory() {
+    use pgrx::pg_guard;
+    pg_shmem_init!(LEFT_UNINSTALLED = [0u32; 64]);
 }
 
 /// Runs `body` in a transaction of its own: committed if it returns,

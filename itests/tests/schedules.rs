@@ -1,0 +1,96 @@
+//! Schedules under concurrent firers: eight admin sessions over TCP reap
+//! one queue and every queue as fast as they can while per-second
+//! schedules come due; some firers roll back. The ledger (each task's
+//! schedule and fire time, from its payload) must hold every fire time
+//! exactly once: none twice, none missing between the first and the last.
+
+use aedb_queue_itests::*;
+use std::thread;
+use std::time::{Duration, Instant};
+
+const SCHEDULES: usize = 10;
+const FIRERS: usize = 8;
+const RUN: Duration = Duration::from_secs(6);
+
+#[test]
+fn concurrent_firers_make_exactly_one_task_per_fire_time() {
+    let cluster = Cluster::shared();
+    let queue = unique_queue("sched");
+    let mut admin = cluster.connect_as(ADMIN);
+    for i in 0..SCHEDULES {
+        let name = format!("s{i}");
+        admin
+            .execute(
+                "SELECT 1 FROM aedb_queue.queue_schedule_upsert($1, $2, '* * * * * *',
+                     payload => jsonb_build_object('schedule', $2::text),
+                     missed => 'catch_up', catch_up_limit => 1000, fire_time_key => 'at')",
+                &[&queue, &name],
+            )
+            .unwrap_or_else(|e| panic!("upsert {name}: {}", describe(&e)));
+    }
+
+    let deadline = Instant::now() + RUN;
+    let committed_fires: i64 = thread::scope(|s| {
+        let firers: Vec<_> = (0..FIRERS)
+            .map(|firer| {
+                let queue = &queue;
+                s.spawn(move || {
+                    let mut c = cluster.connect_as(ADMIN);
+                    let mut committed = 0;
+                    let mut round = 0;
+                    while Instant::now() < deadline {
+                        round += 1;
+                        let mut tx = c.transaction().unwrap();
+                        // Half reap the queue, half every queue.
+                        let one_queue = (firer % 2 == 0).then_some(queue.as_str());
+                        let fired = reap(&mut tx, one_queue).fired;
+                        // Every seventh round rolls back: its fire times stay owed.
+                        if round % 7 == 0 {
+                            tx.rollback().unwrap();
+                        } else {
+                            tx.commit().unwrap();
+                            committed += fired;
+                        }
+                    }
+                    committed
+                })
+            })
+            .collect();
+        firers.into_iter().map(|f| f.join().unwrap()).sum()
+    });
+
+    let mut su = cluster.connect();
+    let made: i64 = first_column(
+        &mut su,
+        "SELECT count(*) FROM aedb_queue.task WHERE queue = $1",
+        &[&queue],
+    )[0];
+    assert_eq!(
+        made, committed_fires,
+        "tasks in the table vs fires the committed reaps reported"
+    );
+    let per_schedule = su
+        .query(
+            "SELECT payload->>'schedule', count(*), count(DISTINCT payload->>'at'),
+                    extract(epoch FROM max((payload->>'at')::timestamptz)
+                                       - min((payload->>'at')::timestamptz))::int8
+             FROM aedb_queue.task WHERE queue = $1 GROUP BY 1 ORDER BY 1",
+            &[&queue],
+        )
+        .unwrap();
+    assert_eq!(per_schedule.len(), SCHEDULES, "every schedule fired");
+    for row in per_schedule {
+        let (name, tasks, distinct, span): (String, i64, i64, i64) =
+            (row.get(0), row.get(1), row.get(2), row.get(3));
+        assert_eq!(tasks, distinct, "{name}: a fire time made two tasks");
+        assert_eq!(
+            tasks,
+            span + 1,
+            "{name}: a fire time between the first and the last made no task"
+        );
+        assert!(
+            tasks >= RUN.as_secs() as i64 - 2,
+            "{name}: only {tasks} fires in {RUN:?}"
+        );
+    }
+}
