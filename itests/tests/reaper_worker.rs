@@ -1,0 +1,210 @@
+//! The background-worker reaper, in a cluster that preloads aedb_queue with
+//! `aedb_queue.reaper_interval = 500ms`: timers and schedules in a queue no
+//! worker polls are promoted and fired within 2 × the interval; the reaper
+//! shows in pg_stat_activity, goes on after an error of its own, comes back
+//! when its backend is killed and after a crash of the server, and neither
+//! blocks nor dies of a DROP DATABASE.
+
+use aedb_queue_itests::*;
+use std::time::{Duration, Instant};
+
+const INTERVAL: Duration = Duration::from_millis(500);
+const CONF: &str =
+    "shared_preload_libraries = 'pg_cron,aedb_queue'\naedb_queue.reaper_interval = '500ms'";
+
+/// The pid of the reaper serving `db`, waiting up to `within` for one.
+fn reaper_pid(su: &mut Client, db: &str, within: Duration) -> Option<i32> {
+    let until = Instant::now() + within;
+    loop {
+        let pids: Vec<i32> = first_column(
+            su,
+            "SELECT pid FROM pg_stat_activity
+             WHERE backend_type = 'aedb_queue reaper' AND application_name = 'aedb_queue reaper'
+               AND datname = $1",
+            &[&db],
+        );
+        if let Some(&pid) = pids.first() {
+            assert_eq!(pids.len(), 1, "one reaper per database");
+            return Some(pid);
+        }
+        if Instant::now() > until {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Timers due in 1-2 s and a per-second schedule, in a queue nobody
+/// claims from: after 3 s every timer is ready and every fire time that
+/// passed has its task, each at most 2 × the interval late (the reaper's
+/// own clock: a promoted timer's updated_at, a fired task's created_at).
+fn assert_reaped_in_time(cluster: &Cluster, what: &str) {
+    let queue = unique_queue("unpolled");
+    let mut producer = cluster.connect_as(PRODUCER);
+    let mut admin = cluster.connect_as(ADMIN);
+    let mut su = cluster.connect();
+    for delay in ["1 second", "1.3 seconds", "1.6 seconds", "2 seconds"] {
+        enqueue_with(
+            &mut producer,
+            &queue,
+            Some(&json!({ "timer": delay })),
+            &EnqueueOpts::default().delay(delay),
+        );
+    }
+    admin
+        .execute(
+            "SELECT 1 FROM aedb_queue.queue_schedule_upsert($1, 'tick', '* * * * * *',
+                 fire_time_key => 'at', missed => 'catch_up', catch_up_limit => 100)",
+            &[&queue],
+        )
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    admin
+        .execute(
+            "SELECT aedb_queue.queue_schedule_delete($1, 'tick')",
+            &[&queue],
+        )
+        .unwrap();
+    let limit = 2.0 * INTERVAL.as_secs_f64();
+    let timers = su
+        .query(
+            "SELECT state::text, extract(epoch FROM updated_at - not_before)::float8
+             FROM aedb_queue.task WHERE queue = $1 AND payload ? 'timer'",
+            &[&queue],
+        )
+        .unwrap();
+    assert_eq!(timers.len(), 4);
+    for t in &timers {
+        let (state, late): (String, f64) = (t.get(0), t.get(1));
+        assert_eq!(state, "ready", "{what}: a due timer not promoted");
+        assert!(
+            (0.0..=limit).contains(&late),
+            "{what}: a timer promoted {late:.3} s late"
+        );
+    }
+    let fires = su
+        .query(
+            "SELECT extract(epoch FROM created_at - (payload->>'at')::timestamptz)::float8
+             FROM aedb_queue.task WHERE queue = $1 AND payload ? 'at'",
+            &[&queue],
+        )
+        .unwrap();
+    assert!(fires.len() >= 2, "{what}: {} fires in 3 s", fires.len());
+    for f in &fires {
+        let late: f64 = f.get(0);
+        assert!(
+            (0.0..=limit).contains(&late),
+            "{what}: a schedule fired {late:.3} s late"
+        );
+    }
+}
+
+#[test]
+fn the_background_reaper_serves_every_database_and_survives() {
+    let cluster = Cluster::start_with(CONF);
+    let mut su = cluster.connect();
+    let first =
+        reaper_pid(&mut su, "aedb_itests", Duration::from_secs(10)).expect("a reaper starts");
+    let launchers: Vec<i64> = first_column(
+        &mut su,
+        "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'aedb_queue launcher'",
+        &[],
+    );
+    assert_eq!(launchers, vec![1]);
+    assert_reaped_in_time(&cluster, "at start");
+
+    // An error of a pass (here a trigger that refuses the schedule's
+    // update) is logged; the reaper goes on once it is gone.
+    su.batch_execute(
+        "CREATE FUNCTION public.refuse() RETURNS trigger LANGUAGE plpgsql
+             AS $$ BEGIN RAISE EXCEPTION 'refused by the test'; END $$;
+         CREATE TRIGGER refuse BEFORE UPDATE ON aedb_queue.schedule
+             FOR EACH ROW EXECUTE FUNCTION public.refuse();",
+    )
+    .unwrap();
+    let mut admin = cluster.connect_as(ADMIN);
+    admin
+        .execute(
+            "SELECT 1 FROM aedb_queue.queue_schedule_upsert('refused', 'tick', '* * * * * *')",
+            &[],
+        )
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        cluster.server_log().contains("refused by the test"),
+        "the pass's error is logged"
+    );
+    su.batch_execute("DROP TRIGGER refuse ON aedb_queue.schedule; DROP FUNCTION public.refuse();")
+        .unwrap();
+    admin
+        .execute(
+            "SELECT aedb_queue.queue_schedule_delete('refused', 'tick')",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(
+        reaper_pid(&mut su, "aedb_itests", Duration::ZERO),
+        Some(first),
+        "the same reaper went on"
+    );
+    assert_reaped_in_time(&cluster, "after an error");
+
+    // Killed, it is started again at once.
+    su.execute("SELECT pg_terminate_backend($1)", &[&first])
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let second = reaper_pid(&mut su, "aedb_itests", Duration::from_secs(5)).expect("restarted");
+    assert_ne!(second, first);
+    assert_reaped_in_time(&cluster, "after pg_terminate_backend");
+
+    // A second database gets its own reaper once it has the extension, and
+    // DROP DATABASE neither waits on it nor stops the first one.
+    let mut postgres_db = cluster.connect_to("postgres", SUPERUSER);
+    postgres_db.batch_execute("CREATE DATABASE other").unwrap();
+    cluster
+        .connect_to("other", SUPERUSER)
+        .batch_execute("CREATE EXTENSION aedb_queue")
+        .unwrap();
+    assert!(
+        reaper_pid(&mut su, "other", Duration::from_secs(20)).is_some(),
+        "database other got a reaper"
+    );
+    let started = Instant::now();
+    postgres_db
+        .batch_execute("DROP DATABASE other")
+        .unwrap_or_else(|e| panic!("DROP DATABASE: {}", describe(&e)));
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "DROP DATABASE waited {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        reaper_pid(&mut su, "aedb_itests", Duration::ZERO),
+        Some(second)
+    );
+    assert_reaped_in_time(&cluster, "after DROP DATABASE");
+
+    // A crash (SIGKILL: the postmaster resets every backend) brings it back.
+    drop((su, admin, postgres_db));
+    std::process::Command::new("kill")
+        .args(["-9", &second.to_string()])
+        .status()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(30);
+    let mut su = loop {
+        std::thread::sleep(Duration::from_millis(500));
+        if let Ok(mut c) = std::panic::catch_unwind(|| cluster.connect()) {
+            if c.simple_query("SELECT 1").is_ok() {
+                break c;
+            }
+        }
+        assert!(
+            Instant::now() < until,
+            "the server did not come back after the crash"
+        );
+    };
+    let third =
+        reaper_pid(&mut su, "aedb_itests", Duration::from_secs(20)).expect("back after a crash");
+    assert_ne!(third, second);
+    assert_reaped_in_time(&cluster, "after a crash");
+}
