@@ -8,6 +8,6 @@ cd "$ROOT"
 bash scripts/setup.sh
 log "building and installing aedb_queue (release)"
 bash scripts/install.sh --release
-bash scripts/cluster.sh start
+bash scripts/cluster.sh restart
 log "demo"
 psql -h 127.0.0.1 -p "${AEDB_PORT:-54329}" -U postgres -X -v ON_ERROR_STOP=1 -f scripts/demo.sql

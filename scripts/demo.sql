@@ -78,8 +78,24 @@ SELECT task_id, state, attempts, last_error, not_before - updated_at AS retry_af
   FROM aedb_queue.queue_get('newsletter', :news_id);
 \echo '--- Due work is promoted and expired leases reclaimed by queue_reap'
 SELECT * FROM aedb_queue.queue_reap();
-\echo '... which pg_cron runs every minute once the reaper is scheduled'
+\echo '... which, where aedb_queue cannot be preloaded, pg_cron runs every minute once scheduled'
 SELECT aedb_queue.schedule_reaper('1 minute') AS reaper_job;
 SELECT jobid, jobname, schedule, command, database, active FROM cron.job;
+\echo '--- Periodic schedules: a nightly report at 02:30 Berlin time, and its next fire times'
+SELECT name, cron, time_zone, upcoming[1:3] AS next_three
+  FROM aedb_queue.queue_schedule_upsert('reports', 'nightly', '30 2 * * *',
+         time_zone => 'Europe/Berlin', payload => '{"report": "sales"}', fire_time_key => 'fired_at');
+\echo '... the daylight-saving days of 2026 in Berlin: 02:30 is missing on 29 March (fires right after the gap), twice on 25 October (fires once)'
+SELECT * FROM aedb_queue.queue_cron_preview('30 2 * * *', 'Europe/Berlin', '2026-03-28 12:00+00', 2)
+UNION ALL
+SELECT * FROM aedb_queue.queue_cron_preview('30 2 * * *', 'Europe/Berlin', '2026-10-24 12:00+00', 2);
+\echo '--- A schedule every 2 seconds, fired by the background-worker reaper (aedb_queue in shared_preload_libraries): no pg_cron, no worker polling'
+SELECT name FROM aedb_queue.queue_schedule_upsert('reports', 'pulse', '*/2 * * * * *', fire_time_key => 'fired_at');
+SELECT pg_sleep(4.5);
+SELECT count(*) >= 2 AS pulses_fired, min(payload->>'fired_at') IS NOT NULL AS each_knows_its_fire_time
+  FROM aedb_queue.queue_list('reports');
+SELECT aedb_queue.queue_schedule_delete('reports', 'pulse');
+SELECT backend_type, datname, application_name FROM pg_stat_activity
+ WHERE backend_type LIKE 'aedb_queue%' ORDER BY backend_type, datname;
 \echo '--- What the application recorded'
 SELECT o.id, o.email, s.sent_at IS NOT NULL AS receipt_sent FROM orders o LEFT JOIN sent_emails s ON s.order_id = o.id;
