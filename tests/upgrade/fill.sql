@@ -108,3 +108,9 @@ SELECT upgrade_check.expect('batched queue empty',
 SELECT upgrade_check.expect('every state is filled',
     (SELECT array_agg(DISTINCT state::text ORDER BY state::text) FROM aedb_queue.task),
     ARRAY['dead', 'in_flight', 'ready', 'scheduled']);
+
+-- The old version's queue_reap (three columns) calls the new library's
+-- symbol for it; nothing is due yet.
+SELECT upgrade_check.expect('the old queue_reap on the new library',
+    (SELECT (promoted, reclaimed, dead_lettered) FROM aedb_queue.queue_reap('nothing.due')),
+    (0::bigint, 0::bigint, 0::bigint));
