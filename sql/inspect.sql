@@ -8,6 +8,12 @@ CREATE VIEW aedb_queue.tasks WITH (security_barrier) AS
 SELECT t.task_id,
        t.queue,
        t.state,
+       -- The parents a waiting task still waits for (those not completed).
+       CASE WHEN t.waiting_on > 0 THEN ARRAY(
+           SELECT d.parent_id FROM aedb_queue.task_dependency d
+            WHERE d.child_id = t.task_id
+              AND EXISTS (SELECT 1 FROM aedb_queue.task p WHERE p.task_id = d.parent_id)
+            ORDER BY d.parent_id) END AS waits_for,
        t.priority,
        t.attempts || '/' || t.max_attempts AS attempts,
        date_trunc('second', now() - t.created_at) AS age,
@@ -27,6 +33,8 @@ WHERE aedb_queue_internal.can_read(t.queue);
 -- head of the ready index are single index probes.
 CREATE VIEW aedb_queue.queue_stats WITH (security_barrier) AS
 SELECT q.name AS queue,
+       (SELECT count(*) FROM aedb_queue.task t
+         WHERE t.queue = q.name AND t.waiting_on > 0) AS waiting,
        (SELECT count(*) FROM aedb_queue.task t
          WHERE t.queue = q.name AND t.state = 'scheduled') AS scheduled,
        (SELECT count(*) FROM aedb_queue.task t

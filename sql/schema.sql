@@ -27,7 +27,9 @@ BEGIN
 END
 $$;
 
-CREATE TYPE aedb_queue.task_state AS ENUM ('scheduled', 'ready', 'in_flight', 'dead');
+-- 'waiting': for parent tasks to complete (task_dependency), appended in
+-- 0.5.0 (an upgrade adds enum values at the end).
+CREATE TYPE aedb_queue.task_state AS ENUM ('scheduled', 'ready', 'in_flight', 'dead', 'waiting');
 
 -- What a fenced call (complete, fail, heartbeat) did.
 CREATE TYPE aedb_queue.outcome AS ENUM ('applied', 'lease_lost');
@@ -87,7 +89,15 @@ CREATE TABLE aedb_queue.task (
     updated_at      timestamptz NOT NULL,
     owner_id        text,
     progress        jsonb,
-    last_error      text
+    last_error      text,
+    -- Parents not yet completed (task_dependency); NULL for a task that
+    -- never waited. Counted on the child's row so that parents completing
+    -- at once in different sessions serialize on it: the last one sees 0.
+    waiting_on      integer,
+    -- Some task waits for this one: its completion keeps it (with its
+    -- result) and releases them. NULL or false for nearly every task, so
+    -- their completions take the plain path.
+    has_dependents  boolean
 ) WITH (fillfactor = 50);
 ALTER SEQUENCE aedb_queue.task_id_seq OWNED BY aedb_queue.task.task_id;
 
@@ -106,6 +116,25 @@ CREATE INDEX task_scheduled_idx ON aedb_queue.task (queue, not_before)          
 -- lease_deadline implies it, so reclaims still use the index.
 CREATE INDEX task_in_flight_idx ON aedb_queue.task (queue, lease_deadline)        WHERE state = 'in_flight' AND lease_deadline IS NOT NULL;
 CREATE INDEX task_dead_idx      ON aedb_queue.task (queue, task_id)               WHERE state = 'dead';
+-- Waiting tasks by queue (queue_list, queue_stats). waiting_on > 0 exactly
+-- while a task is waiting; the predicate names no enum label, which an
+-- upgrade could not use in the transaction that adds it.
+CREATE INDEX task_waiting_idx   ON aedb_queue.task (queue, task_id)               WHERE waiting_on > 0;
+
+-- Which tasks wait for which (queue_enqueue's wait_for). A row lives
+-- until its parent fails (then the child's policy is applied and the row
+-- goes) or, for a completed parent, until the parent's kept row expires,
+-- which it does only once no child of it is left: so children can read
+-- their parents' results whatever the parent queue's retention.
+CREATE TABLE aedb_queue.task_dependency (
+    parent_id      bigint NOT NULL,
+    child_id       bigint NOT NULL,
+    -- The child's policy when this parent is dead-lettered or cancelled:
+    -- true runs it anyway, false dead-letters it naming the parent.
+    run_on_failure boolean NOT NULL,
+    PRIMARY KEY (parent_id, child_id)
+);
+CREATE INDEX task_dependency_child_idx ON aedb_queue.task_dependency (child_id);
 
 -- Keys outlive their tasks, so a retried enqueue after completion still dedups.
 CREATE TABLE aedb_queue.idempotency_key (
@@ -252,3 +281,4 @@ SELECT pg_catalog.pg_extension_config_dump('aedb_queue.completed_task', '');
 SELECT pg_catalog.pg_extension_config_dump('aedb_queue.queue_grant', '');
 SELECT pg_catalog.pg_extension_config_dump('aedb_queue.confined_role', '');
 SELECT pg_catalog.pg_extension_config_dump('aedb_queue.schedule', '');
+SELECT pg_catalog.pg_extension_config_dump('aedb_queue.task_dependency', '');

@@ -106,7 +106,8 @@ enum Scalar {
     Bool(bool),
     Number(String),
     String(String),
-    Array,
+    /// The texts of its elements if all are numbers (read for `wait_for` only).
+    Array(Option<Vec<String>>),
     Object,
 }
 
@@ -121,7 +122,7 @@ impl SpecFields {
                     Scalar::Bool(b) => Json::Bool(*b),
                     Scalar::Number(text) => Json::Number(text),
                     Scalar::String(text) => Json::String(text),
-                    Scalar::Array => Json::Array,
+                    Scalar::Array(numbers) => Json::Array(numbers.as_deref()),
                     Scalar::Object => Json::Object,
                 };
                 (key.as_str(), json)
@@ -187,7 +188,10 @@ unsafe fn object_fields(container: *mut pg_sys::JsonbContainer) -> SpecFields {
         match pg_sys::JsonbIteratorNext(&mut iterator, &mut value, true) {
             pg_sys::JsonbIteratorToken::WJB_KEY => key = text_of(&value),
             pg_sys::JsonbIteratorToken::WJB_VALUE => {
-                let scalar = scalar_of(&value);
+                let mut scalar = scalar_of(&value);
+                if key == "wait_for" && matches!(scalar, Scalar::Array(_)) {
+                    scalar = Scalar::Array(numbers_of(value.val.binary.data));
+                }
                 if key == "payload" && !matches!(scalar, Scalar::Null) {
                     let copy = pg_sys::JsonbValueToJsonb(&mut value);
                     payload = Some(RawJsonb(pg_sys::Datum::from(copy)));
@@ -199,6 +203,20 @@ unsafe fn object_fields(container: *mut pg_sys::JsonbContainer) -> SpecFields {
         }
     }
     SpecFields { fields, payload }
+}
+
+/// The elements of an array container as number texts; None if one is not
+/// a number. The element count was bounded with the whole argument's size.
+unsafe fn numbers_of(array: *mut pg_sys::JsonbContainer) -> Option<Vec<String>> {
+    let count = (*array).header & pg_sys::JB_CMASK;
+    (0..count)
+        .map(
+            |i| match scalar_of(&*pg_sys::getIthJsonbValueFromContainer(array, i)) {
+                Scalar::Number(text) => Some(text),
+                _ => None,
+            },
+        )
+        .collect()
 }
 
 unsafe fn text_of(value: &pg_sys::JsonbValue) -> String {
@@ -221,7 +239,7 @@ unsafe fn scalar_of(value: &pg_sys::JsonbValue) -> Scalar {
             )
         }
         pg_sys::jbvType::jbvBinary if (*value.val.binary.data).header & pg_sys::JB_FARRAY != 0 => {
-            Scalar::Array
+            Scalar::Array(None)
         }
         _ => Scalar::Object,
     }

@@ -16,15 +16,19 @@ mod tests {
         ));
     }
 
-    /// Moves the schedule back as if nothing had fired it for `hours` hours
-    /// (the test's stand-in for waiting).
-    fn unfired_for(queue: &str, name: &str, hours: i32) {
+    /// Every New Year's midnight: a fire time the tests can count on
+    /// whenever they run (an hourly one could pass an hour mid-test).
+    const YEARLY: &str = "0 0 1 1 *";
+
+    /// Moves a YEARLY schedule back as if nothing had fired it for `years`
+    /// years (the test's stand-in for waiting): `years` fire times owed.
+    fn unfired_for(queue: &str, name: &str, years: i32) {
         exec(&format!(
             "UPDATE aedb_queue.schedule
-             SET fired_up_to = date_trunc('hour', clock_timestamp()) - interval '{hours} hours' + interval '1 second',
-                 next_fire_at = date_trunc('hour', clock_timestamp()) - interval '{} hours'
+             SET fired_up_to = date_trunc('year', clock_timestamp(), 'UTC') - interval '{years} years' + interval '1 second',
+                 next_fire_at = date_trunc('year', clock_timestamp(), 'UTC') - interval '{} years'
              WHERE queue = '{queue}' AND name = '{name}'",
-            hours - 1
+            years - 1
         ));
     }
 
@@ -38,11 +42,11 @@ mod tests {
     fn a_fire_is_an_enqueue_with_the_schedules_options() {
         upsert(
             "s",
-            "hourly",
-            "0 * * * *",
+            "yearly",
+            YEARLY,
             ", payload => '{\"k\": 1}', priority => 7, max_attempts => 2, backoff_base => '3 seconds'",
         );
-        unfired_for("s", "hourly", 1);
+        unfired_for("s", "yearly", 1);
         assert_eq!(fire("s"), 1);
         let id: i64 = one("SELECT task_id FROM aedb_queue.task WHERE queue = 's'");
         assert_eq!(state_of("s", id).as_deref(), Some("ready"));
@@ -67,7 +71,7 @@ mod tests {
             upsert(
                 queue,
                 "h",
-                "0 * * * *",
+                YEARLY,
                 ", missed => 'catch_up', catch_up_limit => 10",
             );
             unfired_for(queue, "h", 3);
@@ -91,7 +95,7 @@ mod tests {
 
     #[pg_test]
     fn a_rejected_upsert_changes_nothing() {
-        upsert("s", "n", "0 * * * *", ", payload => '{\"v\": 1}'");
+        upsert("s", "n", YEARLY, ", payload => '{\"v\": 1}'");
         let before: String = one("SELECT row(s.*)::text FROM aedb_queue.schedule s");
         for bad in [
             "'61 * * * *'",
@@ -115,10 +119,10 @@ mod tests {
 
     #[pg_test]
     fn an_unchanged_pattern_keeps_its_place_and_a_paused_schedule_stays_paused() {
-        upsert("s", "n", "0 * * * *", "");
+        upsert("s", "n", YEARLY, "");
         unfired_for("s", "n", 2);
         exec("SELECT aedb_queue.queue_schedule_pause('s', 'n')");
-        upsert("s", "n", "0 * * * *", ", payload => '{\"new\": true}'");
+        upsert("s", "n", YEARLY, ", payload => '{\"new\": true}'");
         assert!(one::<bool>("SELECT paused FROM aedb_queue.schedule"));
         assert!(one::<bool>(
             "SELECT next_fire_at < now() FROM aedb_queue.schedule"

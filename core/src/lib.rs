@@ -8,8 +8,10 @@
 //! - [`spec`]: parsing of follow-up enqueue specs (JSON).
 //! - [`scan_hint`]: where a backend's next claim may resume its index scans.
 //! - [`schedule`]: cron schedules in time zones and the fire times they owe.
+//! - [`dependency`]: which parents a task waits for and how it starts.
 
 pub mod backoff;
+pub mod dependency;
 pub mod error;
 pub mod fence;
 pub mod grants;

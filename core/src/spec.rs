@@ -24,6 +24,8 @@ const KNOWN_KEYS: &[&str] = &[
     "backoff_base",
     "backoff_max",
     "idempotency_key",
+    "wait_for",
+    "on_parent_failure",
 ];
 
 /// One value of a spec's key, as the jsonb holds it: scalars with their
@@ -34,7 +36,9 @@ pub enum Json<'a> {
     Bool(bool),
     Number(&'a str),
     String(&'a str),
-    Array,
+    /// An array: the texts of its elements when every one is a number
+    /// (what `wait_for` takes), None otherwise.
+    Array(Option<&'a [String]>),
     Object,
 }
 
@@ -51,6 +55,9 @@ pub struct EnqueueSpec {
     pub backoff_base: Option<i64>,
     pub backoff_max: Option<i64>,
     pub idempotency_key: Option<String>,
+    /// Ids of the tasks this one waits for (unchecked: see `dependency`).
+    pub wait_for: Vec<i64>,
+    pub on_parent_failure: Option<String>,
 }
 
 /// Checks the size of the whole `follow_ups` argument, before it is read.
@@ -155,6 +162,30 @@ pub fn parse_spec(path: &str, fields: &[(&str, Json<'_>)]) -> Result<EnqueueSpec
                 ))
             }
         },
+        wait_for: match field("wait_for") {
+            None => Vec::new(),
+            Some(Json::Array(Some(ids))) => ids
+                .iter()
+                .map(|id| id.parse::<i64>())
+                .collect::<Result<_, _>>()
+                .map_err(|_| QueueError::invalid(at("wait_for"), "must be an array of task ids"))?,
+            Some(_) => {
+                return Err(QueueError::invalid(
+                    at("wait_for"),
+                    "must be an array of task ids",
+                ))
+            }
+        },
+        on_parent_failure: match field("on_parent_failure") {
+            None => None,
+            Some(Json::String(policy)) => Some(policy.to_string()),
+            Some(_) => {
+                return Err(QueueError::invalid(
+                    at("on_parent_failure"),
+                    "must be a string",
+                ))
+            }
+        },
     })
 }
 
@@ -221,19 +252,27 @@ mod tests {
                 let Value::Object(object) = item else {
                     return Err(not_an_object(&path));
                 };
-                let texts: Vec<(String, Value, String)> = object
+                let texts: Vec<(String, Value, String, Option<Vec<String>>)> = object
                     .iter()
-                    .map(|(k, v)| (k.clone(), v.clone(), v.to_string()))
+                    .map(|(k, v)| {
+                        let numbers = match v {
+                            Value::Array(items) if items.iter().all(Value::is_number) => {
+                                Some(items.iter().map(Value::to_string).collect())
+                            }
+                            _ => None,
+                        };
+                        (k.clone(), v.clone(), v.to_string(), numbers)
+                    })
                     .collect();
                 let fields: Vec<(&str, Json<'_>)> = texts
                     .iter()
-                    .map(|(k, v, text)| {
+                    .map(|(k, v, text, numbers)| {
                         let json = match v {
                             Value::Null => Json::Null,
                             Value::Bool(b) => Json::Bool(*b),
                             Value::Number(_) => Json::Number(text),
                             Value::String(s) => Json::String(s),
-                            Value::Array(_) => Json::Array,
+                            Value::Array(_) => Json::Array(numbers.as_deref()),
                             Value::Object(_) => Json::Object,
                         };
                         (k.as_str(), json)
@@ -367,5 +406,28 @@ mod tests {
         assert!(big.to_string().contains("\"follow_ups\""));
         // A payload limit raised above the default raises the total with it.
         assert!(check_follow_ups_size("follow_ups", MAX_FOLLOW_UPS_BYTES + 1, usize::MAX).is_ok());
+    }
+
+    #[test]
+    fn wait_for_takes_an_array_of_task_ids() {
+        let specs = parse_follow_ups(
+            "follow_ups",
+            &json!([{"queue": "q", "wait_for": [3, 1], "on_parent_failure": "run"}]),
+        )
+        .unwrap();
+        assert_eq!(specs[0].wait_for, vec![3, 1]);
+        assert_eq!(specs[0].on_parent_failure.as_deref(), Some("run"));
+        for bad in [json!("1"), json!([1, "2"]), json!([1.5]), json!({"a": 1})] {
+            let e = err(json!([{"queue": "q", "wait_for": bad}]));
+            assert!(
+                e.contains("\"follow_ups[0].wait_for\": must be an array of task ids"),
+                "{e}"
+            );
+        }
+        let e = err(json!([{"queue": "q", "on_parent_failure": 1}]));
+        assert!(
+            e.contains("\"follow_ups[0].on_parent_failure\": must be a string"),
+            "{e}"
+        );
     }
 }

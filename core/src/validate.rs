@@ -140,12 +140,12 @@ pub fn payload_size(arg: &str, bytes: usize, limit: usize) -> Result<(), QueueEr
 /// `completed` for the tasks a queue keeps after completion.
 pub fn listed_state(value: &str) -> Result<(), QueueError> {
     match value {
-        "completed" => Ok(()),
+        "completed" | "waiting" => Ok(()),
         _ => state(value).map_err(|_| {
             QueueError::invalid(
                 "state",
                 format!(
-                    "must be one of scheduled, ready, in_flight, dead, completed; got {value:?}"
+                    "must be one of waiting, scheduled, ready, in_flight, dead, completed; got {value:?}"
                 ),
             )
         }),

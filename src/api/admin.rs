@@ -174,7 +174,9 @@ fn queue_purge(
             ));
         }
         security::authorize(Action::Administer, queue)?;
-        store::purge(queue, state)
+        let (purged, woken) = store::purge(queue, state)?;
+        super::wake(woken)?;
+        Ok(purged)
     })
 }
 

@@ -41,6 +41,30 @@ fn queue_list(
     })
 }
 
+/// The tasks a task of `queue` waits or waited for: live (with their
+/// state) or kept after completion (with their results, kept until every
+/// child has run). Parents in queues the caller may not read are left out.
+#[pg_extern(stable)]
+fn queue_parents(queue: Option<&str>, task_id: Option<i64>) -> SetOfIterator<'static, RawTaskRow> {
+    run(|| {
+        let queue = checked_name("queue", queue)?;
+        let task_id = required("task_id", task_id)?;
+        security::authorize(Action::Read, queue)?;
+        if store::schema_level() < store::SchemaLevel::V050
+            || !store::task_in_queue(queue, task_id)?
+        {
+            return Ok(SetOfIterator::new(Vec::new()));
+        }
+        let mut visible = Vec::new();
+        for (parent_queue, row) in store::parents_of(task_id)? {
+            if security::may(Action::Read, &Pattern::Exact(parent_queue))? {
+                visible.push(row);
+            }
+        }
+        Ok(SetOfIterator::new(visible))
+    })
+}
+
 /// Whether the session may read `queue`: the filter of the views. Not
 /// API, so it lives in schema aedb_queue_internal. Parallel restricted: it
 /// switches user to read the grants, which only the leader of a parallel

@@ -75,3 +75,14 @@ pub(crate) fn positive_interval(arg: &'static str, value: Option<Interval>) -> R
     let value = validate::required(arg, value)?;
     Ok(interval(validate::positive_duration(arg, micros(value))?))
 }
+
+/// Wakes the listeners of each of `queues` that notifies (children that
+/// became ready when a parent completed or failed).
+pub(crate) fn wake(queues: Vec<String>) -> Result<()> {
+    for queue in queues {
+        if crate::store::settings(&queue)?.notify {
+            crate::store::notify(&queue)?;
+        }
+    }
+    Ok(())
+}

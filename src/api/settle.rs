@@ -10,6 +10,7 @@ use pgrx::prelude::*;
 use std::collections::HashSet;
 
 use super::enqueue::CheckedEnqueue;
+use super::wake;
 use super::{
     checked_json, checked_name, int8_elements, interval, micros, positive_interval, required,
 };
@@ -116,14 +117,15 @@ impl<'a> Completion<'a> {
             task_id,
             fencing_token,
         } = self.held;
-        let applied = if self.keeping {
+        let completed = if self.keeping {
             store::complete_keeping(queue, task_id, fencing_token, self.result)?
         } else {
-            store::complete(queue, task_id, fencing_token)?
+            store::complete(queue, task_id, fencing_token, self.result)?
         };
-        if !applied {
+        let Some(woken) = completed else {
             return self.held.fenced_out(strict);
-        }
+        };
+        wake(woken)?;
         for follow_up in &self.follow_ups {
             follow_up.insert()?;
         }
@@ -174,15 +176,29 @@ fn queue_complete_batch(
         let settled = if store::settings(queue)?.keep_completed.is_some() {
             let mut applied = HashSet::new();
             for (&id, &token) in task_ids.iter().zip(fencing_tokens) {
-                if !applied.contains(&(id, token))
-                    && store::complete_keeping(queue, id, token, None)?
-                {
+                if applied.contains(&(id, token)) {
+                    continue;
+                }
+                if let Some(woken) = store::complete_keeping(queue, id, token, None)? {
                     applied.insert((id, token));
+                    wake(woken)?;
                 }
             }
             applied.into_iter().collect()
         } else {
-            store::complete_many(queue, task_ids, fencing_tokens)?
+            let mut settled = store::complete_many(queue, task_ids, fencing_tokens)?;
+            // What the plain path left may be parents: they take their own.
+            let done: HashSet<(i64, i64)> = settled.iter().copied().collect();
+            let left: HashSet<(i64, i64)> = task_ids
+                .iter()
+                .copied()
+                .zip(fencing_tokens.iter().copied())
+                .filter(|pair| !done.contains(pair))
+                .collect();
+            let (parents, woken) = store::complete_parents(queue, left.into_iter())?;
+            settled.extend(parents);
+            wake(woken)?;
+            settled
         };
         let rows: Vec<_> = task_ids
             .iter()
@@ -270,13 +286,14 @@ impl<'a> Failure<'a> {
             backoff_base_micros: micros(task.backoff_base),
             backoff_max_micros: micros(task.backoff_max),
         };
-        match on_failure(policy, self.request) {
+        let woken = match on_failure(policy, self.request) {
             FailOutcome::RetryAfter(delay) => {
                 let state = if delay > 0 { "scheduled" } else { "ready" };
                 store::settle_failure(task_id, state, Some(interval(delay)), self.error)?
             }
             FailOutcome::DeadLetter => store::settle_failure(task_id, "dead", None, self.error)?,
-        }
+        };
+        wake(woken)?;
         Ok(Outcome::Applied)
     }
 }
@@ -315,6 +332,10 @@ fn queue_cancel(queue: Option<&str>, task_id: Option<i64>) -> bool {
         let queue = checked_name("queue", queue)?;
         let task_id = required("task_id", task_id)?;
         security::authorize(Action::Administer, queue)?;
-        store::cancel(queue, task_id)
+        let Some(woken) = store::cancel(queue, task_id)? else {
+            return Ok(false);
+        };
+        wake(woken)?;
+        Ok(true)
     })
 }

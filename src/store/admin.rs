@@ -7,7 +7,8 @@ use aedb_queue_core::validate::RetryDefaults;
 use pgrx::datum::Interval;
 
 use super::{
-    execute, first_i64, with_client, Row, Statement, BOOL, INT4, INT8, INTERVAL, JSONB, TEXT,
+    execute, first_i64, with_client, Row, Statement, Versioned, BOOL, INT4, INT8, INTERVAL, JSONB,
+    TEXT,
 };
 use crate::cache::{self, Copies, Topic};
 use crate::datum::{RawJsonb, RawTaskRow};
@@ -87,13 +88,31 @@ static RETRY_DEAD: Statement = Statement {
     clock: true,
 };
 
-static PURGE: Statement = Statement {
-    sql: "WITH purged AS (
+/// Returns the count, and the purged tasks that had dependents.
+macro_rules! purge {
+    ($deps:literal) => {
+        concat!(
+            "WITH purged AS (
               DELETE FROM aedb_queue.task WHERE queue = $1 AND state = $2::aedb_queue.task_state
-              RETURNING 1)
-          SELECT count(*) FROM purged",
-    args: &[TEXT, TEXT],
-    clock: false,
+              RETURNING task_id, ",
+            $deps,
+            " IS TRUE AS has_dependents)
+          SELECT count(*), ARRAY(SELECT task_id FROM purged WHERE has_dependents) FROM purged"
+        )
+    };
+}
+
+static PURGE: Versioned = Versioned {
+    current: Statement {
+        sql: purge!("has_dependents"),
+        args: &[TEXT, TEXT],
+        clock: false,
+    },
+    before_0_5_0: Statement {
+        sql: purge!("NULL::boolean"),
+        args: &[TEXT, TEXT],
+        clock: false,
+    },
 };
 
 static PURGE_COMPLETED: Statement = Statement {
@@ -103,11 +122,15 @@ static PURGE_COMPLETED: Statement = Statement {
     clock: false,
 };
 
-/// COMPLETE that keeps the task, with its result, in the archive.
-static COMPLETE_KEEPING: Statement = Statement {
-    sql: "WITH done AS (
+/// COMPLETE that keeps the task, with its result, in the archive. A
+/// parent is left to `complete_parent`.
+macro_rules! complete_keeping {
+    ($deps:literal) => {
+        concat!(
+            "WITH done AS (
               DELETE FROM aedb_queue.task
               WHERE task_id = $1 AND queue = $2 AND state = 'in_flight' AND fencing_token = $3
+                AND ", $deps, " IS NOT TRUE
               RETURNING *)
           INSERT INTO aedb_queue.completed_task
               (task_id, queue, priority, attempts, max_attempts, fencing_token, owner_id, payload,
@@ -115,15 +138,49 @@ static COMPLETE_KEEPING: Statement = Statement {
           SELECT task_id, queue, priority, attempts, max_attempts, fencing_token, owner_id, payload,
                  progress, $4, idempotency_key, created_at, $5
           FROM done
-          RETURNING task_id",
-    args: &[INT8, TEXT, INT8, JSONB],
-    clock: true,
+          RETURNING task_id"
+        )
+    };
+}
+
+static COMPLETE_KEEPING: Versioned = Versioned {
+    current: Statement {
+        sql: complete_keeping!("has_dependents"),
+        args: &[INT8, TEXT, INT8, JSONB],
+        clock: true,
+    },
+    before_0_5_0: Statement {
+        sql: complete_keeping!("NULL::boolean"),
+        args: &[INT8, TEXT, INT8, JSONB],
+        clock: true,
+    },
 };
 
 /// Archived tasks completed longer than $2 ago, up to $3; rows someone
-/// holds locked are left for the next run rather than waited for.
-static EXPIRE_COMPLETED: Statement = Statement {
-    sql: "WITH expired AS (
+/// holds locked are left for the next run rather than waited for. A
+/// parent stays while a child of it is left (its children read its
+/// result); its links go with it.
+static EXPIRE_COMPLETED: Versioned = Versioned {
+    current: Statement {
+        sql: "WITH expired AS (
+              DELETE FROM aedb_queue.completed_task
+              WHERE task_id = ANY(ARRAY(
+                  SELECT c.task_id FROM aedb_queue.completed_task c
+                  WHERE c.queue = $1 AND c.completed_at < $4 - $2
+                    AND NOT EXISTS (SELECT 1 FROM aedb_queue.task_dependency d
+                                    JOIN aedb_queue.task t ON t.task_id = d.child_id
+                                    WHERE d.parent_id = c.task_id)
+                  ORDER BY c.completed_at LIMIT $3 FOR UPDATE OF c SKIP LOCKED))
+              RETURNING task_id),
+          unlinked AS (
+              DELETE FROM aedb_queue.task_dependency
+              WHERE parent_id IN (SELECT task_id FROM expired))
+          SELECT count(*) FROM expired",
+        args: &[TEXT, INTERVAL, INT4],
+        clock: true,
+    },
+    before_0_5_0: Statement {
+        sql: "WITH expired AS (
               DELETE FROM aedb_queue.completed_task
               WHERE task_id = ANY(ARRAY(
                   SELECT task_id FROM aedb_queue.completed_task
@@ -131,8 +188,9 @@ static EXPIRE_COMPLETED: Statement = Statement {
                   ORDER BY completed_at LIMIT $3 FOR UPDATE SKIP LOCKED))
               RETURNING 1)
           SELECT count(*) FROM expired",
-    args: &[TEXT, INTERVAL, INT4],
-    clock: true,
+        args: &[TEXT, INTERVAL, INT4],
+        clock: true,
+    },
 };
 
 /// Idempotency keys taken longer than $2 ago whose task is gone, up to $3
@@ -193,6 +251,16 @@ static GET_TASK: Statement = Statement {
         completed_record_select!("WHERE t.queue = $1 AND t.task_id = $2")
     ),
     args: &[TEXT, INT8],
+    clock: false,
+};
+
+/// Waiting tasks oldest first (schemas from 0.5.0 on; `list_tasks` adds
+/// them after the others).
+static LIST_WAITING: Statement = Statement {
+    sql: task_record_select!(
+        "WHERE t.queue = $1 AND t.waiting_on > 0 ORDER BY t.queue, t.task_id LIMIT $2"
+    ),
+    args: &[TEXT, INT4],
     clock: false,
 };
 
@@ -339,33 +407,53 @@ pub fn retry_dead(queue: &str, task_id: Option<i64>, max: i32) -> Result<i64> {
 }
 
 /// Deletes the queue's tasks in `state` ("completed": its archived tasks).
-pub fn purge(queue: &str, state: &str) -> Result<i64> {
+/// Deletes the queue's tasks of `state` (purged parents count as
+/// cancelled for their children); returns how many, and the queues where
+/// children became ready.
+pub fn purge(queue: &str, state: &str) -> Result<(i64, Vec<String>)> {
     with_client(|client| {
-        let table = if state == "completed" {
-            execute(client, &PURGE_COMPLETED, &[queue.into()])?
+        if state == "completed" {
+            let table = execute(client, &PURGE_COMPLETED, &[queue.into()])?;
+            return Ok((first_i64(table)?.unwrap_or(0), Vec::new()));
+        }
+        let table = execute(client, PURGE.get(), &[queue.into(), state.into()])?;
+        let (count, parents) = table
+            .first(|row| {
+                Ok((
+                    row.get::<i64>(1)?.unwrap_or(0),
+                    row.get::<Vec<i64>>(2)?.unwrap_or_default(),
+                ))
+            })?
+            .unwrap_or_default();
+        let woken = if parents.is_empty() {
+            Vec::new()
         } else {
-            execute(client, &PURGE, &[queue.into(), state.into()])?
+            super::dependency::parents_failed_in(client, parents, "was purged")?
         };
-        Ok(first_i64(table)?.unwrap_or(0))
+        Ok((count, woken))
     })
 }
 
-/// COMPLETE, keeping the task and `result` in the archive; true if the fence held.
+/// `complete`, keeping the task and `result` in the archive.
 pub fn complete_keeping(
     queue: &str,
     task_id: i64,
     fencing_token: i64,
     result: Option<RawJsonb>,
-) -> Result<bool> {
-    with_client(|client| {
+) -> Result<Option<Vec<String>>> {
+    let done = with_client(|client| {
         let args = [
             task_id.into(),
             queue.into(),
             fencing_token.into(),
             result.into(),
         ];
-        Ok(!execute(client, &COMPLETE_KEEPING, &args)?.is_empty())
-    })
+        Ok(!execute(client, COMPLETE_KEEPING.get(), &args)?.is_empty())
+    })?;
+    if done {
+        return Ok(Some(Vec::new()));
+    }
+    super::tasks::complete_if_parent(queue, task_id, fencing_token, result)
 }
 
 /// Deletes up to `max` archived tasks completed longer than `keep` ago.
@@ -373,7 +461,7 @@ pub fn expire_completed(queue: &str, keep: Interval, max: i32) -> Result<i64> {
     with_client(|client| {
         let table = execute(
             client,
-            &EXPIRE_COMPLETED,
+            EXPIRE_COMPLETED.get(),
             &[queue.into(), keep.into(), max.into()],
         )?;
         Ok(first_i64(table)?.unwrap_or(0))
@@ -410,11 +498,24 @@ pub fn get_task(queue: &str, task_id: i64) -> Result<Option<RawTaskRow>> {
 /// Up to `limit` tasks of the queue, of one state or of all.
 pub fn list_tasks(queue: &str, state: Option<&str>, limit: i32) -> Result<Vec<RawTaskRow>> {
     with_client(|client| {
-        execute(
-            client,
-            &LIST_TASKS,
-            &[queue.into(), state.into(), limit.into()],
-        )?
-        .map(|row| row.required(1))
+        let mut rows = if state == Some("waiting") {
+            Vec::new()
+        } else {
+            execute(
+                client,
+                &LIST_TASKS,
+                &[queue.into(), state.into(), limit.into()],
+            )?
+            .map(|row| row.required(1))?
+        };
+        let room = limit - rows.len() as i32;
+        if matches!(state, None | Some("waiting"))
+            && room > 0
+            && super::schema_level() >= super::SchemaLevel::V050
+        {
+            let waiting = execute(client, &LIST_WAITING, &[queue.into(), room.into()])?;
+            rows.extend(waiting.map(|row| row.required::<RawTaskRow>(1))?);
+        }
+        Ok(rows)
     })
 }

@@ -13,8 +13,8 @@ use pgrx::{pg_sys, FromDatum, IntoDatum};
 use super::bulk::{self, Values};
 use super::owner::OwnerRights;
 use super::{
-    execute, first_i64, with_client, Statement, INT4, INT8, INT8_ARRAY, INTERVAL, JSONB_ARRAY,
-    TEXT, TIMESTAMPTZ,
+    execute, first_i64, with_client, Statement, Versioned, INT4, INT8, INT8_ARRAY, INTERVAL,
+    JSONB_ARRAY, TEXT, TIMESTAMPTZ,
 };
 use crate::datum::RawJsonb;
 use crate::errors::{internal, Result};
@@ -28,27 +28,48 @@ static REGISTER_QUEUE: Statement = Statement {
     clock: false,
 };
 
-/// The rows through the executor, when `bulk::write` declines.
-pub(super) static INSERT_TASKS: Statement = Statement {
-    sql: "INSERT INTO aedb_queue.task (task_id, queue, state, not_before, priority, max_attempts,
+/// The rows through the executor, when `bulk::write` declines. `$deps`
+/// lists the dependency columns, which schemas before 0.5.0 lack.
+macro_rules! insert_tasks {
+    ($deps:literal, $values:literal) => {
+        concat!(
+            "INSERT INTO aedb_queue.task (task_id, queue, state, not_before, priority, max_attempts,
                                        backoff_base, backoff_max, payload, idempotency_key,
-                                       created_at, updated_at)
-          SELECT b.task_id, $1, $2::aedb_queue.task_state, $3, $4, $5, $6, $7, b.payload, $11, $8, $8
-          FROM unnest($9::bigint[], $10::jsonb[]) AS b(task_id, payload)",
-    args: &[
-        TEXT,
-        TEXT,
-        TIMESTAMPTZ,
-        INT8,
-        INT4,
-        INTERVAL,
-        INTERVAL,
-        TIMESTAMPTZ,
-        INT8_ARRAY,
-        JSONB_ARRAY,
-        TEXT,
-    ],
-    clock: false,
+                                       created_at, updated_at, last_error", $deps, ")
+          SELECT b.task_id, $1, $2::aedb_queue.task_state, $3, $4, $5, $6, $7, b.payload, $11, $8, $8,
+                 $12", $values, "
+          FROM unnest($9::bigint[], $10::jsonb[]) AS b(task_id, payload)"
+        )
+    };
+}
+
+const INSERT_TASKS_ARGS: &[pgrx::pg_sys::PgBuiltInOids] = &[
+    TEXT,
+    TEXT,
+    TIMESTAMPTZ,
+    INT8,
+    INT4,
+    INTERVAL,
+    INTERVAL,
+    TIMESTAMPTZ,
+    INT8_ARRAY,
+    JSONB_ARRAY,
+    TEXT,
+    TEXT,
+    INT4,
+];
+
+pub(super) static INSERT_TASKS: Versioned = Versioned {
+    current: Statement {
+        sql: insert_tasks!(", waiting_on", ", $13"),
+        args: INSERT_TASKS_ARGS,
+        clock: false,
+    },
+    before_0_5_0: Statement {
+        sql: insert_tasks!("", ""),
+        args: INSERT_TASKS_ARGS,
+        clock: false,
+    },
 };
 
 /// Takes the key, waiting for a concurrent holder to commit or roll back;
@@ -68,12 +89,24 @@ pub(super) static LOOKUP_KEY: Statement = Statement {
     clock: false,
 };
 
+/// How a new task starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NewState<'a> {
+    Ready,
+    /// Until its delay has passed.
+    Scheduled,
+    /// For this many parents to complete.
+    Waiting(i32),
+    /// Dead-lettered at once, with this error (a parent is dead).
+    Dead(&'a str),
+}
+
 /// A new task's stored fields.
 pub struct NewTask<'a> {
     pub queue: &'a str,
     /// The queue's registry row existed when its settings were read.
     pub registered: bool,
-    pub scheduled: bool,
+    pub state: NewState<'a>,
     pub delay: Interval,
     pub priority: i64,
     pub max_attempts: i32,
@@ -192,10 +225,11 @@ impl Shared {
             .delay
             .into_datum()
             .ok_or_else(|| internal("the task's delay is NULL"))?;
-        let (state_label, label) = if task.scheduled {
-            ("scheduled", c"scheduled")
-        } else {
-            ("ready", c"ready")
+        let (state_label, label) = match task.state {
+            NewState::Ready => ("ready", c"ready"),
+            NewState::Scheduled => ("scheduled", c"scheduled"),
+            NewState::Waiting(_) => ("waiting", c"waiting"),
+            NewState::Dead(_) => ("dead", c"dead"),
         };
         let now = crate::clock::now_datum();
         // SAFETY: a built-in function called with arguments of its types.
@@ -259,6 +293,15 @@ fn write(task: &NewTask<'_>, rows: &Rows<'_>, shared: &Shared) -> Result<bool> {
     if let Some(key) = rows.key {
         columns.push((c"idempotency_key", Values::Same(datum(key.into_datum())?)));
     }
+    match task.state {
+        NewState::Waiting(parents) => {
+            columns.push((c"waiting_on", Values::Same(datum(parents.into_datum())?)))
+        }
+        NewState::Dead(error) => {
+            columns.push((c"last_error", Values::Same(datum(error.into_datum())?)))
+        }
+        NewState::Ready | NewState::Scheduled => {}
+    }
     Ok(bulk::write(relid, &columns, ids.len()))
 }
 
@@ -287,8 +330,18 @@ fn insert_through_executor(
         rows.ids.as_slice().into(),
         rows.payloads.into(),
         rows.key.into(),
+        match task.state {
+            NewState::Dead(error) => Some(error),
+            _ => None,
+        }
+        .into(),
+        match task.state {
+            NewState::Waiting(parents) => Some(parents),
+            _ => None,
+        }
+        .into(),
     ];
-    execute(client, &INSERT_TASKS, &args)?;
+    execute(client, INSERT_TASKS.get(), &args)?;
     Ok(())
 }
 

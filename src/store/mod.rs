@@ -16,6 +16,7 @@
 mod admin;
 pub(crate) mod bulk;
 mod cron;
+mod dependency;
 mod fence;
 pub(crate) mod index_cache;
 mod insert;
@@ -30,6 +31,7 @@ mod tasks;
 
 pub use admin::*;
 pub use cron::*;
+pub use dependency::*;
 pub use fence::fence_holds;
 pub use insert::*;
 pub use rights::*;
@@ -64,6 +66,24 @@ impl Statement {
             types.push(TIMESTAMPTZ);
         }
         types
+    }
+}
+
+/// A statement in two versions: the current schema's, and the one a
+/// database still on 0.4.0's schema (no task dependencies) runs until
+/// `ALTER EXTENSION aedb_queue UPDATE` (see [`SchemaLevel`]).
+pub(crate) struct Versioned {
+    pub(crate) current: Statement,
+    pub(crate) before_0_5_0: Statement,
+}
+
+impl Versioned {
+    pub(crate) fn get(&'static self) -> &'static Statement {
+        if schema_level() >= SchemaLevel::V050 {
+            &self.current
+        } else {
+            &self.before_0_5_0
+        }
     }
 }
 

@@ -10,8 +10,8 @@ use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::spi::SpiClient;
 
 use super::{
-    execute, with_client, Rows, Statement, INT4, INT8, INT8_ARRAY, INTERVAL, JSONB, TEXT,
-    TIMESTAMPTZ,
+    execute, with_client, Rows, Statement, Versioned, INT4, INT8, INT8_ARRAY, INTERVAL, JSONB,
+    TEXT, TIMESTAMPTZ,
 };
 use crate::datum::RawJsonb;
 use crate::errors::{internal, Result};
@@ -42,8 +42,12 @@ static REAP_NEEDED: Statement = Statement {
 /// $3 of each, due at or after $4. An expired lease means the worker vanished,
 /// not that the work failed: back to ready at once (no backoff), or dead when
 /// no attempt is left.
-static REAP: Statement = Statement {
-    sql: "WITH promoted AS (
+/// `$deps` is the task's has_dependents column, or NULL on schemas before
+/// 0.5.0 (see `Versioned`).
+macro_rules! reap {
+    ($deps:literal) => {
+        concat!(
+            "WITH promoted AS (
               UPDATE aedb_queue.task
               SET state = 'ready', updated_at = $5
               WHERE task_id = ANY(ARRAY(
@@ -68,12 +72,26 @@ static REAP: Statement = Statement {
                   ORDER BY lease_deadline
                   LIMIT $3
                   FOR UPDATE SKIP LOCKED))
-              RETURNING state = 'dead' AS dead)
+              RETURNING task_id, state = 'dead' AS dead, ", $deps, " IS TRUE AS has_dependents)
           SELECT (SELECT count(*) FROM promoted),
                  (SELECT count(*) FROM reclaimed WHERE NOT dead),
-                 (SELECT count(*) FROM reclaimed WHERE dead)",
-    args: &[TEXT, INT4, INT4, TIMESTAMPTZ],
-    clock: true,
+                 (SELECT count(*) FROM reclaimed WHERE dead),
+                 ARRAY(SELECT task_id FROM reclaimed WHERE dead AND has_dependents)"
+        )
+    };
+}
+
+static REAP: Versioned = Versioned {
+    current: Statement {
+        sql: reap!("has_dependents"),
+        args: &[TEXT, INT4, INT4, TIMESTAMPTZ],
+        clock: true,
+    },
+    before_0_5_0: Statement {
+        sql: reap!("NULL::boolean"),
+        args: &[TEXT, INT4, INT4, TIMESTAMPTZ],
+        clock: true,
+    },
 };
 
 /// One claim statement around the subquery that picks and locks the tasks.
@@ -152,13 +170,32 @@ static CLAIM_AFTER: Statement = Statement {
     clock: true,
 };
 
-/// The fence: a settlement applies only to the task in flight under this token.
-static COMPLETE: Statement = Statement {
-    sql: "DELETE FROM aedb_queue.task
-          WHERE task_id = $1 AND queue = $2 AND state = 'in_flight' AND fencing_token = $3
-          RETURNING task_id",
-    args: &[INT8, TEXT, INT8],
-    clock: false,
+/// The fence: a settlement applies only to the task in flight under this
+/// token. A parent (has_dependents) is left to `complete_parent`.
+macro_rules! complete {
+    ($deps:literal) => {
+        concat!(
+            "DELETE FROM aedb_queue.task
+             WHERE task_id = $1 AND queue = $2 AND state = 'in_flight' AND fencing_token = $3
+               AND ",
+            $deps,
+            " IS NOT TRUE
+             RETURNING task_id"
+        )
+    };
+}
+
+static COMPLETE: Versioned = Versioned {
+    current: Statement {
+        sql: complete!("has_dependents"),
+        args: &[INT8, TEXT, INT8],
+        clock: false,
+    },
+    before_0_5_0: Statement {
+        sql: complete!("NULL::boolean"),
+        args: &[INT8, TEXT, INT8],
+        clock: false,
+    },
 };
 
 /// The same fence as COMPLETE, for many tasks in one statement. The tasks
@@ -167,13 +204,31 @@ static COMPLETE: Statement = Statement {
 /// them; a binary search per task). A join with the pairs ran as one index
 /// lookup per pair; hashing them in SQL (COMPLETE_MANY_0_3_0) cost about
 /// 4,000 instructions per pair.
-static COMPLETE_MANY: Statement = Statement {
-    sql: "DELETE FROM aedb_queue.task t
-          WHERE t.task_id = ANY($2) AND t.queue = $1 AND t.state = 'in_flight'
-            AND aedb_queue_internal.fence_holds(t.task_id, t.fencing_token)
-          RETURNING t.task_id, t.fencing_token",
-    args: &[TEXT, INT8_ARRAY],
-    clock: false,
+macro_rules! complete_many {
+    ($deps:literal) => {
+        concat!(
+            "DELETE FROM aedb_queue.task t
+             WHERE t.task_id = ANY($2) AND t.queue = $1 AND t.state = 'in_flight'
+               AND aedb_queue_internal.fence_holds(t.task_id, t.fencing_token)
+               AND ",
+            $deps,
+            " IS NOT TRUE
+             RETURNING t.task_id, t.fencing_token"
+        )
+    };
+}
+
+static COMPLETE_MANY: Versioned = Versioned {
+    current: Statement {
+        sql: complete_many!("t.has_dependents"),
+        args: &[TEXT, INT8_ARRAY],
+        clock: false,
+    },
+    before_0_5_0: Statement {
+        sql: complete_many!("NULL::boolean"),
+        args: &[TEXT, INT8_ARRAY],
+        clock: false,
+    },
 };
 
 /// COMPLETE_MANY for schemas before 0.4.0, which have no `fence_holds`: the
@@ -197,16 +252,35 @@ static LOCK_FOR_FAIL: Statement = Statement {
     clock: false,
 };
 
-/// `$2` is the new state (scheduled, ready or dead); `$3` the retry delay, NULL for dead.
-static SETTLE_FAILURE: Statement = Statement {
-    sql: "UPDATE aedb_queue.task
-          SET state = $2::aedb_queue.task_state,
-              not_before = COALESCE($5 + $3, not_before),
-              last_error = $4, owner_id = NULL, lease_deadline = NULL,
-              updated_at = $5
-          WHERE task_id = $1",
-    args: &[INT8, TEXT, INTERVAL, TEXT],
-    clock: true,
+/// `$2` is the new state (scheduled, ready or dead); `$3` the retry delay,
+/// NULL for dead. Returns whether the task has dependents.
+macro_rules! settle_failure {
+    ($deps:literal) => {
+        concat!(
+            "UPDATE aedb_queue.task
+             SET state = $2::aedb_queue.task_state,
+                 not_before = COALESCE($5 + $3, not_before),
+                 last_error = $4, owner_id = NULL, lease_deadline = NULL,
+                 updated_at = $5
+             WHERE task_id = $1
+             RETURNING ",
+            $deps,
+            " IS TRUE"
+        )
+    };
+}
+
+static SETTLE_FAILURE: Versioned = Versioned {
+    current: Statement {
+        sql: settle_failure!("has_dependents"),
+        args: &[INT8, TEXT, INTERVAL, TEXT],
+        clock: true,
+    },
+    before_0_5_0: Statement {
+        sql: settle_failure!("NULL::boolean"),
+        args: &[INT8, TEXT, INTERVAL, TEXT],
+        clock: true,
+    },
 };
 
 static HEARTBEAT: Statement = Statement {
@@ -219,10 +293,29 @@ static HEARTBEAT: Statement = Statement {
     clock: true,
 };
 
-static CANCEL: Statement = Statement {
-    sql: "DELETE FROM aedb_queue.task WHERE task_id = $1 AND queue = $2 RETURNING task_id",
-    args: &[INT8, TEXT],
-    clock: false,
+/// Returns whether the task had dependents.
+macro_rules! cancel {
+    ($deps:literal) => {
+        concat!(
+            "DELETE FROM aedb_queue.task WHERE task_id = $1 AND queue = $2
+             RETURNING ",
+            $deps,
+            " IS TRUE"
+        )
+    };
+}
+
+static CANCEL: Versioned = Versioned {
+    current: Statement {
+        sql: cancel!("has_dependents"),
+        args: &[INT8, TEXT],
+        clock: false,
+    },
+    before_0_5_0: Statement {
+        sql: cancel!("NULL::boolean"),
+        args: &[INT8, TEXT],
+        clock: false,
+    },
 };
 
 /// Every registered queue (the 0.1.0 schema has nothing better to go by).
@@ -305,20 +398,24 @@ pub(crate) static QUEUES_WITH_WORK: Statement = Statement {
 #[cfg(any(test, feature = "pg_test"))]
 pub(crate) static LIFECYCLE_STATEMENTS: &[(&str, &Statement)] = &[
     ("QUEUES_WITH_WORK", &QUEUES_WITH_WORK),
-    ("INSERT_TASKS", &super::insert::INSERT_TASKS),
+    ("INSERT_TASKS", &super::insert::INSERT_TASKS.current),
     ("RESERVE_KEY", &super::insert::RESERVE_KEY),
     ("LOOKUP_KEY", &super::insert::LOOKUP_KEY),
     ("REAP_NEEDED", &REAP_NEEDED),
-    ("REAP", &REAP),
+    ("REAP", &REAP.current),
     ("CLAIM", &CLAIM),
     ("CLAIM_AFTER", &CLAIM_AFTER),
-    ("COMPLETE", &COMPLETE),
-    ("COMPLETE_MANY", &COMPLETE_MANY),
+    ("COMPLETE", &COMPLETE.current),
+    ("COMPLETE_MANY", &COMPLETE_MANY.current),
     ("COMPLETE_MANY_0_3_0", &COMPLETE_MANY_0_3_0),
     ("LOCK_FOR_FAIL", &LOCK_FOR_FAIL),
-    ("SETTLE_FAILURE", &SETTLE_FAILURE),
+    ("SETTLE_FAILURE", &SETTLE_FAILURE.current),
     ("HEARTBEAT", &HEARTBEAT),
-    ("CANCEL", &CANCEL),
+    ("CANCEL", &CANCEL.current),
+    ("LINK_PARENTS", &super::dependency::LINK_PARENTS),
+    ("COMPLETE_PARENT", &super::dependency::COMPLETE_PARENT),
+    ("PARENTS_FAILED", &super::dependency::PARENTS_FAILED),
+    ("PARENTS_OF", &super::dependency::PARENTS_OF),
 ];
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -348,14 +445,21 @@ fn reap_in(
         reclaim.into(),
         due_after.into(),
     ];
-    let reaped = execute(client, &REAP, &args)?.first(|row| {
-        Ok(Reaped {
-            promoted: row.get::<i64>(1)?.unwrap_or(0),
-            reclaimed: row.get::<i64>(2)?.unwrap_or(0),
-            dead_lettered: row.get::<i64>(3)?.unwrap_or(0),
-        })
+    let reaped = execute(client, REAP.get(), &args)?.first(|row| {
+        Ok((
+            Reaped {
+                promoted: row.get::<i64>(1)?.unwrap_or(0),
+                reclaimed: row.get::<i64>(2)?.unwrap_or(0),
+                dead_lettered: row.get::<i64>(3)?.unwrap_or(0),
+            },
+            row.get::<Vec<i64>>(4)?.unwrap_or_default(),
+        ))
     })?;
-    Ok(reaped.unwrap_or_default())
+    let (reaped, dead_parents) = reaped.unwrap_or_default();
+    if !dead_parents.is_empty() {
+        super::dependency::parents_failed_in(client, dead_parents, "was dead-lettered")?;
+    }
+    Ok(reaped)
 }
 
 pub struct ClaimedTask {
@@ -525,16 +629,37 @@ fn claimed_tasks(rows: Rows<'_>) -> Result<Vec<ClaimedTask>> {
     })
 }
 
-/// Deletes the task if it is in flight under `fencing_token`; true if it was.
-pub fn complete(queue: &str, task_id: i64, fencing_token: i64) -> Result<bool> {
-    with_client(|client| {
-        Ok(!execute(
-            client,
-            &COMPLETE,
-            &[task_id.into(), queue.into(), fencing_token.into()],
-        )?
-        .is_empty())
-    })
+/// Deletes the task if it is in flight under `fencing_token` (a parent:
+/// keeps it with `result` and releases its children). None if the fence
+/// did not hold, else the queues where children became ready.
+pub fn complete(
+    queue: &str,
+    task_id: i64,
+    fencing_token: i64,
+    result: Option<RawJsonb>,
+) -> Result<Option<Vec<String>>> {
+    let done = with_client(|client| {
+        let args = [task_id.into(), queue.into(), fencing_token.into()];
+        Ok(!execute(client, COMPLETE.get(), &args)?.is_empty())
+    })?;
+    if done {
+        return Ok(Some(Vec::new()));
+    }
+    complete_if_parent(queue, task_id, fencing_token, result)
+}
+
+/// The parent path, tried when the plain one applied to nothing: only on
+/// schemas with dependencies.
+pub(super) fn complete_if_parent(
+    queue: &str,
+    task_id: i64,
+    fencing_token: i64,
+    result: Option<RawJsonb>,
+) -> Result<Option<Vec<String>>> {
+    if super::schema_level() < super::SchemaLevel::V050 {
+        return Ok(None);
+    }
+    super::complete_parent(queue, task_id, fencing_token, result)
 }
 
 /// Deletes each task in flight under its token; returns the (id, token)
@@ -557,11 +682,29 @@ pub fn complete_many(
         let _fence = super::fence::Active::enter(FencePairs::new(task_ids, fencing_tokens));
         execute(
             client,
-            &COMPLETE_MANY,
+            COMPLETE_MANY.get(),
             &[queue.into(), task_ids.to_vec().into()],
         )?
         .map(completed)
     })
+}
+
+/// The pairs `complete_many` left that are parents, each completed on the
+/// parent path; returns those that applied and the queues where children
+/// became ready.
+pub fn complete_parents(
+    queue: &str,
+    left: impl Iterator<Item = (i64, i64)>,
+) -> Result<(Vec<(i64, i64)>, Vec<String>)> {
+    let mut applied = Vec::new();
+    let mut woken = Vec::new();
+    for (task_id, token) in left {
+        if let Some(queues) = complete_if_parent(queue, task_id, token, None)? {
+            applied.push((task_id, token));
+            woken.extend(queues);
+        }
+    }
+    Ok((applied, woken))
 }
 
 pub struct FailingTask {
@@ -586,19 +729,29 @@ pub fn lock_for_fail(queue: &str, task_id: i64, fencing_token: i64) -> Result<Op
     })
 }
 
+/// Retries or dead-letters the locked task; a dead parent's children
+/// follow their policies. Returns the queues where children became ready.
 pub fn settle_failure(
     task_id: i64,
     state: &str,
     delay: Option<Interval>,
     error: &str,
-) -> Result<()> {
+) -> Result<Vec<String>> {
     with_client(|client| {
-        execute(
+        let rows = execute(
             client,
-            &SETTLE_FAILURE,
+            SETTLE_FAILURE.get(),
             &[task_id.into(), state.into(), delay.into(), error.into()],
         )?;
-        Ok(())
+        let has_dependents = rows.first(|row| row.get::<bool>(1))?.flatten() == Some(true);
+        if state == "dead" && has_dependents {
+            return super::dependency::parents_failed_in(
+                client,
+                vec![task_id],
+                "was dead-lettered",
+            );
+        }
+        Ok(Vec::new())
     })
 }
 
@@ -621,8 +774,20 @@ pub fn heartbeat(
     })
 }
 
-pub fn cancel(queue: &str, task_id: i64) -> Result<bool> {
-    with_client(|client| Ok(!execute(client, &CANCEL, &[task_id.into(), queue.into()])?.is_empty()))
+/// Deletes the task; a cancelled parent's children follow their policies.
+/// None if there was no such task, else the queues where children became ready.
+pub fn cancel(queue: &str, task_id: i64) -> Result<Option<Vec<String>>> {
+    with_client(|client| {
+        let rows = execute(client, CANCEL.get(), &[task_id.into(), queue.into()])?;
+        match rows.first(|row| row.get::<bool>(1))? {
+            None => Ok(None),
+            Some(Some(true)) => {
+                super::dependency::parents_failed_in(client, vec![task_id], "was cancelled")
+                    .map(Some)
+            }
+            Some(_) => Ok(Some(Vec::new())),
+        }
+    })
 }
 
 /// The queues `queue_reap()` has work in (on the 0.1.0 schema: all of them).

@@ -106,14 +106,15 @@ SELECT upgrade_check.expect('scheduled tasks keep their due times',
     (SELECT count(*) FROM upgrade_check.task_before WHERE state = 'scheduled'));
 
 -- New in 0.5.0, on the updated schema: a schedule fires once per fire time
--- (moved back two hours instead of waiting), and queue_reap says so.
+-- (a yearly one, moved back two years instead of waiting), and queue_reap
+-- says so.
 SELECT upgrade_check.expect('a schedule on the updated schema',
-    (SELECT (s.name, s.missed) FROM aedb_queue.queue_schedule_upsert('upgraded.sched', 'hourly', '0 * * * *',
+    (SELECT (s.name, s.missed) FROM aedb_queue.queue_schedule_upsert('upgraded.sched', 'yearly', '0 0 1 1 *',
          missed => 'catch_up', catch_up_limit => 5, fire_time_key => 'at') s),
-    ('hourly'::text, 'catch_up'::text));
+    ('yearly'::text, 'catch_up'::text));
 UPDATE aedb_queue.schedule
-SET fired_up_to = date_trunc('hour', now()) - interval '2 hours' + interval '1 second',
-    next_fire_at = date_trunc('hour', now()) - interval '1 hour'
+SET fired_up_to = date_trunc('year', now(), 'UTC') - interval '2 years' + interval '1 second',
+    next_fire_at = date_trunc('year', now(), 'UTC') - interval '1 year'
 WHERE queue = 'upgraded.sched';
 SELECT upgrade_check.expect('its missed fire times fire once each',
     (SELECT fired FROM aedb_queue.queue_reap('upgraded.sched')), 2::bigint);

@@ -244,7 +244,9 @@ BEGIN
               (35, 'queue_schedule_delete',
                   format('SELECT aedb_queue.queue_schedule_delete(%L, ''s_'' || session_user)', q)),
               (36, 'queue_cron_preview',
-                  'SELECT count(*) = 2 FROM aedb_queue.queue_cron_preview(''0 0 1 1 *'', count => 2)')
+                  'SELECT count(*) = 2 FROM aedb_queue.queue_cron_preview(''0 0 1 1 *'', count => 2)'),
+              (37, 'queue_parents',
+                  format('SELECT count(*) = 0 FROM aedb_queue.queue_parents(%L, %s)', q, id->'get'))
             ) AS v(seq, entry, sql);
         END LOOP;
     END LOOP;

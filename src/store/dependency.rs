@@ -1,0 +1,295 @@
+//! Statements of task dependencies: linking a new task to its parents,
+//! completing a parent (keeping it, releasing its children), and a parent
+//! that failed (its children's policies). docs/dependencies.md.
+//!
+//! Exactly once: a child counts its parents not yet completed on its own
+//! row (`waiting_on`); each parent's completion decrements it in an UPDATE
+//! of that row, so parents completing at once in different sessions
+//! serialize on the row lock, and the one that finds it at zero releases
+//! the child. A completion that rolls back leaves the count as it was.
+
+use aedb_queue_core::dependency::Parent;
+use pgrx::spi::SpiClient;
+
+use super::{execute, with_client, Rows, Statement, BOOL, INT8, INT8_ARRAY, JSONB, TEXT};
+use crate::datum::{RawJsonb, RawTaskRow};
+use crate::errors::Result;
+
+/// The parents, locked against completion and expiry until this
+/// transaction ends (FOR KEY SHARE: claims, heartbeats and failures, which
+/// do not change the key, are not held up), and marked as having
+/// dependents. Live ones from the task table, completed ones from the
+/// archive; an id in neither is missing.
+pub(super) static LINK_PARENTS: Statement = Statement {
+    sql: "WITH live AS (
+              SELECT task_id, queue, state, has_dependents FROM aedb_queue.task
+              WHERE task_id = ANY($1) FOR KEY SHARE),
+          marked AS (
+              UPDATE aedb_queue.task t SET has_dependents = true
+              WHERE t.task_id IN (SELECT task_id FROM live
+                                  WHERE has_dependents IS NOT TRUE AND state <> 'dead')
+              RETURNING 1),
+          kept AS (
+              SELECT task_id, queue FROM aedb_queue.completed_task
+              WHERE task_id = ANY($1) AND task_id NOT IN (SELECT task_id FROM live)
+              FOR KEY SHARE)
+          SELECT task_id, queue, state::text, (SELECT count(*) FROM marked) FROM live
+          UNION ALL
+          SELECT task_id, queue, 'completed', 0 FROM kept",
+    args: &[INT8_ARRAY],
+    clock: false,
+};
+
+/// The queue of each of the tasks, live or kept, without a lock: to check
+/// the caller may read them before anything is locked or marked.
+static PARENT_QUEUES: Statement = Statement {
+    sql: "SELECT task_id, queue FROM aedb_queue.task WHERE task_id = ANY($1)
+          UNION ALL
+          SELECT task_id, queue FROM aedb_queue.completed_task WHERE task_id = ANY($1)",
+    args: &[INT8_ARRAY],
+    clock: false,
+};
+
+/// One row per (parent, child).
+static INSERT_LINKS: Statement = Statement {
+    sql: "INSERT INTO aedb_queue.task_dependency (parent_id, child_id, run_on_failure)
+          SELECT p, c, $3 FROM unnest($1::bigint[]) p, unnest($2::bigint[]) c",
+    args: &[INT8_ARRAY, INT8_ARRAY, BOOL],
+    clock: false,
+};
+
+/// The children of the parents in CTE `$parents` (a `task_id` column)
+/// that were waiting for them: each count goes down by the parents it
+/// loses; at zero the child is ready (or scheduled, if its delay has not
+/// passed). `$now` names the clock parameter.
+macro_rules! release_children {
+    ($parents:literal, $now:literal) => {
+        concat!(
+            "released AS (
+                 UPDATE aedb_queue.task c
+                 SET waiting_on = c.waiting_on - r.n,
+                     state = CASE WHEN c.waiting_on > r.n THEN c.state
+                                  WHEN c.not_before > ",
+            $now,
+            " THEN 'scheduled'
+                                  ELSE 'ready' END::aedb_queue.task_state,
+                     updated_at = ",
+            $now,
+            "
+                 FROM (SELECT d.child_id, count(*) AS n FROM aedb_queue.task_dependency d
+                       WHERE d.parent_id IN (SELECT task_id FROM ",
+            $parents,
+            ")
+                       GROUP BY d.child_id) r
+                 WHERE c.task_id = r.child_id AND c.state = 'waiting'
+                 RETURNING c.queue, c.state = 'ready' AS ready)"
+        )
+    };
+}
+
+/// Completes a parent under the fence and keeps it with `$4` as its
+/// result (its children may read it, whatever the queue's retention),
+/// releasing its children in the same statement. Returns the task id if
+/// the fence held, and the queues where a child became ready.
+pub(super) static COMPLETE_PARENT: Statement = Statement {
+    sql: concat!(
+        "WITH done AS (
+             DELETE FROM aedb_queue.task
+             WHERE task_id = $1 AND queue = $2 AND state = 'in_flight' AND fencing_token = $3
+               AND has_dependents
+             RETURNING *),
+         kept AS (
+             INSERT INTO aedb_queue.completed_task
+                 (task_id, queue, priority, attempts, max_attempts, fencing_token, owner_id,
+                  payload, progress, result, idempotency_key, created_at, completed_at)
+             SELECT task_id, queue, priority, attempts, max_attempts, fencing_token, owner_id,
+                    payload, progress, $4, idempotency_key, created_at, $5
+             FROM done
+             RETURNING task_id), ",
+        release_children!("done", "$5"),
+        " SELECT task_id, ARRAY(SELECT DISTINCT queue FROM released WHERE ready) FROM kept"
+    ),
+    args: &[INT8, TEXT, INT8, JSONB],
+    clock: true,
+};
+
+/// Parents `$1` left without completing ($2 says how: "was dead-lettered",
+/// "was cancelled"): their links go, and each child waiting for them
+/// follows its policy: dead-lettered naming the parent, or run as if the
+/// parent had completed. Returns the children dead-lettered that have
+/// children of their own (the caller goes on with them), and the queues
+/// where a child became ready.
+pub(super) static PARENTS_FAILED: Statement = Statement {
+    sql: "WITH gone AS (
+              DELETE FROM aedb_queue.task_dependency WHERE parent_id = ANY($1)
+              RETURNING parent_id, child_id, run_on_failure),
+          hit AS (
+              SELECT child_id, count(*) AS n, bool_and(run_on_failure) AS run,
+                     min(parent_id) AS parent
+              FROM gone GROUP BY child_id),
+          changed AS (
+              UPDATE aedb_queue.task c
+              SET waiting_on = CASE WHEN h.run THEN c.waiting_on - h.n ELSE 0 END,
+                  state = CASE WHEN NOT h.run THEN 'dead'
+                               WHEN c.waiting_on > h.n THEN c.state
+                               WHEN c.not_before > $3 THEN 'scheduled'
+                               ELSE 'ready' END::aedb_queue.task_state,
+                  last_error = CASE WHEN h.run THEN c.last_error
+                                    ELSE 'parent task ' || h.parent || ' ' || $2 END,
+                  updated_at = $3
+              FROM hit h
+              WHERE c.task_id = h.child_id AND c.state = 'waiting'
+              RETURNING c.task_id, c.queue, c.state, c.has_dependents IS TRUE AS has_dependents)
+          SELECT ARRAY(SELECT task_id FROM changed WHERE state = 'dead' AND has_dependents),
+                 ARRAY(SELECT DISTINCT queue FROM changed WHERE state = 'ready')",
+    args: &[INT8_ARRAY, TEXT],
+    clock: true,
+};
+
+/// The parents of a task, live or kept after completion, as task rows.
+pub(super) static PARENTS_OF: Statement = Statement {
+    sql: "SELECT t.queue, ROW(t.task_id, t.queue, t.state::text, t.not_before, t.priority,
+                      t.attempts, t.max_attempts, t.owner_id, t.fencing_token, t.lease_deadline,
+                      t.payload, t.progress, t.last_error, t.idempotency_key, t.backoff_base,
+                      t.backoff_max, t.created_at, t.updated_at, NULL::jsonb, NULL::timestamptz)
+          FROM aedb_queue.task_dependency d JOIN aedb_queue.task t ON t.task_id = d.parent_id
+          WHERE d.child_id = $1
+          UNION ALL
+          SELECT c.queue, ROW(c.task_id, c.queue, 'completed'::text, NULL::timestamptz, c.priority,
+                      c.attempts, c.max_attempts, c.owner_id, c.fencing_token, NULL::timestamptz,
+                      c.payload, c.progress, NULL::text, c.idempotency_key, NULL::interval,
+                      NULL::interval, c.created_at, c.completed_at, c.result, c.completed_at)
+          FROM aedb_queue.task_dependency d JOIN aedb_queue.completed_task c ON c.task_id = d.parent_id
+          WHERE d.child_id = $1
+          ORDER BY 1",
+    args: &[INT8],
+    clock: false,
+};
+
+/// Whether the task is in `queue` (live or kept).
+static TASK_IN_QUEUE: Statement = Statement {
+    sql:
+        "SELECT EXISTS (SELECT 1 FROM aedb_queue.task WHERE task_id = $1 AND queue = $2)
+              OR EXISTS (SELECT 1 FROM aedb_queue.completed_task WHERE task_id = $1 AND queue = $2)",
+    args: &[INT8, TEXT],
+    clock: false,
+};
+
+/// (id, queue) of each of `ids` that exists, live or kept.
+pub fn parent_queues(ids: &[i64]) -> Result<Vec<(i64, String)>> {
+    with_client(|client| {
+        execute(client, &PARENT_QUEUES, &[ids.to_vec().into()])?
+            .map(|row| Ok((row.required(1)?, row.required(2)?)))
+    })
+}
+
+/// Where each of `ids` that exists stands; the live ones are locked and
+/// marked until this transaction ends.
+pub fn link_parents(ids: &[i64]) -> Result<Vec<(i64, Parent)>> {
+    with_client(|client| {
+        execute(client, &LINK_PARENTS, &[ids.to_vec().into()])?.map(|row| {
+            let state: String = row.required(3)?;
+            let parent = match state.as_str() {
+                "completed" => Parent::Completed,
+                "dead" => Parent::Dead,
+                _ => Parent::Live,
+            };
+            Ok((row.required::<i64>(1)?, parent))
+        })
+    })
+}
+
+pub fn insert_links(parents: &[i64], children: &[i64], run_on_failure: bool) -> Result<()> {
+    if parents.is_empty() || children.is_empty() {
+        return Ok(());
+    }
+    with_client(|client| {
+        execute(
+            client,
+            &INSERT_LINKS,
+            &[
+                parents.to_vec().into(),
+                children.to_vec().into(),
+                run_on_failure.into(),
+            ],
+        )?;
+        Ok(())
+    })
+}
+
+/// The parent path of a completion; None if the fence did not hold (or
+/// the task has no dependents), else the queues where children became ready.
+pub fn complete_parent(
+    queue: &str,
+    task_id: i64,
+    fencing_token: i64,
+    result: Option<RawJsonb>,
+) -> Result<Option<Vec<String>>> {
+    with_client(|client| {
+        let args = [
+            task_id.into(),
+            queue.into(),
+            fencing_token.into(),
+            result.into(),
+        ];
+        execute(client, &COMPLETE_PARENT, &args)?
+            .first(|row| Ok(row.get::<Vec<String>>(2)?.unwrap_or_default()))
+    })
+}
+
+/// Applies the children's policies for parents that failed, and for the
+/// children that were dead-lettered in turn; returns the queues where a
+/// child became ready. Each round is one statement; a chain of N
+/// generations takes N rounds.
+pub(super) fn parents_failed_in(
+    client: &mut SpiClient<'_>,
+    mut parents: Vec<i64>,
+    how: &str,
+) -> Result<Vec<String>> {
+    let mut woken = Vec::new();
+    let mut how = how;
+    while !parents.is_empty() {
+        let rows = execute(
+            client,
+            &PARENTS_FAILED,
+            &[parents.clone().into(), how.into()],
+        )?;
+        let (next, ready) = first_two_arrays(rows)?;
+        woken.extend(ready);
+        parents = next;
+        how = "was dead-lettered";
+    }
+    woken.sort();
+    woken.dedup();
+    Ok(woken)
+}
+
+fn first_two_arrays(rows: Rows<'_>) -> Result<(Vec<i64>, Vec<String>)> {
+    Ok(rows
+        .first(|row| {
+            Ok((
+                row.get::<Vec<i64>>(1)?.unwrap_or_default(),
+                row.get::<Vec<String>>(2)?.unwrap_or_default(),
+            ))
+        })?
+        .unwrap_or_default())
+}
+
+/// (parent's queue, parent as a task row) for each parent of the task.
+pub fn parents_of(task_id: i64) -> Result<Vec<(String, RawTaskRow)>> {
+    with_client(|client| {
+        execute(client, &PARENTS_OF, &[task_id.into()])?
+            .map(|row| Ok((row.required(1)?, row.required(2)?)))
+    })
+}
+
+pub fn task_in_queue(queue: &str, task_id: i64) -> Result<bool> {
+    with_client(|client| {
+        Ok(
+            execute(client, &TASK_IN_QUEUE, &[task_id.into(), queue.into()])?
+                .first(|row| row.get::<bool>(1))?
+                .flatten()
+                == Some(true),
+        )
+    })
+}
