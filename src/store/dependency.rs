@@ -15,19 +15,21 @@ use super::{execute, with_client, Rows, Statement, BOOL, INT8, INT8_ARRAY, JSONB
 use crate::datum::{RawJsonb, RawTaskRow};
 use crate::errors::Result;
 
-/// The parents, locked against completion and expiry until this
-/// transaction ends (FOR KEY SHARE: claims, heartbeats and failures, which
-/// do not change the key, are not held up), and marked as having
-/// dependents. Live ones from the task table, completed ones from the
-/// archive; an id in neither is missing.
+/// The parents, held against completion and expiry until this
+/// transaction ends, and marked as having dependents. Every live parent's
+/// row is written (even one marked already): a completion waiting for
+/// this transaction then sees a changed row, so under READ COMMITTED its
+/// next statement (the release) sees this transaction's links, and under
+/// REPEATABLE READ it fails to serialize rather than miss them. Kept
+/// parents are locked FOR KEY SHARE (expiry skips locked rows). An id in
+/// neither table is left out.
 pub(super) static LINK_PARENTS: Statement = Statement {
     sql: "WITH live AS (
-              SELECT task_id, queue, state, has_dependents FROM aedb_queue.task
+              SELECT task_id, queue, state FROM aedb_queue.task
               WHERE task_id = ANY($1) FOR KEY SHARE),
           marked AS (
               UPDATE aedb_queue.task t SET has_dependents = true
-              WHERE t.task_id IN (SELECT task_id FROM live
-                                  WHERE has_dependents IS NOT TRUE AND state <> 'dead')
+              WHERE t.task_id IN (SELECT task_id FROM live WHERE state <> 'dead')
               RETURNING 1),
           kept AS (
               SELECT task_id, queue FROM aedb_queue.completed_task
@@ -36,6 +38,14 @@ pub(super) static LINK_PARENTS: Statement = Statement {
           SELECT task_id, queue, state::text, (SELECT count(*) FROM marked) FROM live
           UNION ALL
           SELECT task_id, queue, 'completed', 0 FROM kept",
+    args: &[INT8_ARRAY],
+    clock: false,
+};
+
+/// Parents completed while LINK_PARENTS waited for them: kept by then,
+/// which a new statement (a new snapshot) sees.
+static KEPT_PARENTS: Statement = Statement {
+    sql: "SELECT task_id FROM aedb_queue.completed_task WHERE task_id = ANY($1) FOR KEY SHARE",
     args: &[INT8_ARRAY],
     clock: false,
 };
@@ -58,58 +68,47 @@ static INSERT_LINKS: Statement = Statement {
     clock: false,
 };
 
-/// The children of the parents in CTE `$parents` (a `task_id` column)
-/// that were waiting for them: each count goes down by the parents it
-/// loses; at zero the child is ready (or scheduled, if its delay has not
-/// passed). `$now` names the clock parameter.
-macro_rules! release_children {
-    ($parents:literal, $now:literal) => {
-        concat!(
-            "released AS (
-                 UPDATE aedb_queue.task c
-                 SET waiting_on = c.waiting_on - r.n,
-                     state = CASE WHEN c.waiting_on > r.n THEN c.state
-                                  WHEN c.not_before > ",
-            $now,
-            " THEN 'scheduled'
-                                  ELSE 'ready' END::aedb_queue.task_state,
-                     updated_at = ",
-            $now,
-            "
-                 FROM (SELECT d.child_id, count(*) AS n FROM aedb_queue.task_dependency d
-                       WHERE d.parent_id IN (SELECT task_id FROM ",
-            $parents,
-            ")
-                       GROUP BY d.child_id) r
-                 WHERE c.task_id = r.child_id AND c.state = 'waiting'
-                 RETURNING c.queue, c.state = 'ready' AS ready)"
-        )
-    };
-}
-
 /// Completes a parent under the fence and keeps it with `$4` as its
-/// result (its children may read it, whatever the queue's retention),
-/// releasing its children in the same statement. Returns the task id if
-/// the fence held, and the queues where a child became ready.
+/// result (its children may read it, whatever the queue's retention).
+/// Its children are released by RELEASE_CHILDREN, a statement of its own:
+/// a child linked by a transaction this one waited for is seen only by a
+/// snapshot taken after the wait.
 pub(super) static COMPLETE_PARENT: Statement = Statement {
-    sql: concat!(
-        "WITH done AS (
-             DELETE FROM aedb_queue.task
-             WHERE task_id = $1 AND queue = $2 AND state = 'in_flight' AND fencing_token = $3
-               AND has_dependents
-             RETURNING *),
-         kept AS (
-             INSERT INTO aedb_queue.completed_task
-                 (task_id, queue, priority, attempts, max_attempts, fencing_token, owner_id,
-                  payload, progress, result, idempotency_key, created_at, completed_at)
-             SELECT task_id, queue, priority, attempts, max_attempts, fencing_token, owner_id,
-                    payload, progress, $4, idempotency_key, created_at, $5
-             FROM done
-             RETURNING task_id), ",
-        release_children!("done", "$5"),
-        " SELECT task_id, ARRAY(SELECT DISTINCT queue FROM released WHERE ready) FROM kept"
-    ),
+    sql: "WITH done AS (
+              DELETE FROM aedb_queue.task
+              WHERE task_id = $1 AND queue = $2 AND state = 'in_flight' AND fencing_token = $3
+                AND has_dependents
+              RETURNING *)
+          INSERT INTO aedb_queue.completed_task
+              (task_id, queue, priority, attempts, max_attempts, fencing_token, owner_id,
+               payload, progress, result, idempotency_key, created_at, completed_at)
+          SELECT task_id, queue, priority, attempts, max_attempts, fencing_token, owner_id,
+                 payload, progress, $4, idempotency_key, created_at, $5
+          FROM done
+          RETURNING task_id",
     args: &[INT8, TEXT, INT8, JSONB],
+    clock: true,
+};
+
+/// The children waiting for the completed parents `$1`: each count goes
+/// down by the parents it loses; at zero the child is ready (or scheduled,
+/// if its delay has not passed). Returns the queues where a child became
+/// ready. One statement, however many children.
+pub(super) static RELEASE_CHILDREN: Statement = Statement {
+    sql: "WITH released AS (
+              UPDATE aedb_queue.task c
+              SET waiting_on = c.waiting_on - r.n,
+                  state = CASE WHEN c.waiting_on > r.n THEN c.state
+                               WHEN c.not_before > $2 THEN 'scheduled'
+                               ELSE 'ready' END::aedb_queue.task_state,
+                  updated_at = $2
+              FROM (SELECT d.child_id, count(*) AS n FROM aedb_queue.task_dependency d
+                    WHERE d.parent_id = ANY($1)
+                    GROUP BY d.child_id) r
+              WHERE c.task_id = r.child_id AND c.state = 'waiting'
+              RETURNING c.queue, c.state = 'ready' AS ready)
+          SELECT ARRAY(SELECT DISTINCT queue FROM released WHERE ready)",
+    args: &[INT8_ARRAY],
     clock: true,
 };
 
@@ -187,7 +186,7 @@ pub fn parent_queues(ids: &[i64]) -> Result<Vec<(i64, String)>> {
 /// marked until this transaction ends.
 pub fn link_parents(ids: &[i64]) -> Result<Vec<(i64, Parent)>> {
     with_client(|client| {
-        execute(client, &LINK_PARENTS, &[ids.to_vec().into()])?.map(|row| {
+        let mut found = execute(client, &LINK_PARENTS, &[ids.to_vec().into()])?.map(|row| {
             let state: String = row.required(3)?;
             let parent = match state.as_str() {
                 "completed" => Parent::Completed,
@@ -195,7 +194,17 @@ pub fn link_parents(ids: &[i64]) -> Result<Vec<(i64, Parent)>> {
                 _ => Parent::Live,
             };
             Ok((row.required::<i64>(1)?, parent))
-        })
+        })?;
+        let gone: Vec<i64> = ids
+            .iter()
+            .copied()
+            .filter(|id| !found.iter().any(|(f, _)| f == id))
+            .collect();
+        if !gone.is_empty() {
+            let kept = execute(client, &KEPT_PARENTS, &[gone.into()])?;
+            found.extend(kept.map(|row| Ok((row.required::<i64>(1)?, Parent::Completed)))?);
+        }
+        Ok(found)
     })
 }
 
@@ -232,8 +241,11 @@ pub fn complete_parent(
             fencing_token.into(),
             result.into(),
         ];
-        execute(client, &COMPLETE_PARENT, &args)?
-            .first(|row| Ok(row.get::<Vec<String>>(2)?.unwrap_or_default()))
+        if execute(client, &COMPLETE_PARENT, &args)?.is_empty() {
+            return Ok(None);
+        }
+        let rows = execute(client, &RELEASE_CHILDREN, &[vec![task_id].into()])?;
+        Ok(Some(rows.first(|row| row.get::<Vec<String>>(1))?.flatten().unwrap_or_default()))
     })
 }
 

@@ -414,6 +414,7 @@ pub(crate) static LIFECYCLE_STATEMENTS: &[(&str, &Statement)] = &[
     ("CANCEL", &CANCEL.current),
     ("LINK_PARENTS", &super::dependency::LINK_PARENTS),
     ("COMPLETE_PARENT", &super::dependency::COMPLETE_PARENT),
+    ("RELEASE_CHILDREN", &super::dependency::RELEASE_CHILDREN),
     ("PARENTS_FAILED", &super::dependency::PARENTS_FAILED),
     ("PARENTS_OF", &super::dependency::PARENTS_OF),
 ];
