@@ -36,6 +36,8 @@ mod tests_bulk;
 #[cfg(any(test, feature = "pg_test"))]
 mod tests_cron;
 #[cfg(any(test, feature = "pg_test"))]
+mod tests_dependency;
+#[cfg(any(test, feature = "pg_test"))]
 mod tests_errors;
 #[cfg(any(test, feature = "pg_test"))]
 mod tests_lifecycle;

@@ -245,7 +245,11 @@ pub fn complete_parent(
             return Ok(None);
         }
         let rows = execute(client, &RELEASE_CHILDREN, &[vec![task_id].into()])?;
-        Ok(Some(rows.first(|row| row.get::<Vec<String>>(1))?.flatten().unwrap_or_default()))
+        Ok(Some(
+            rows.first(|row| row.get::<Vec<String>>(1))?
+                .flatten()
+                .unwrap_or_default(),
+        ))
     })
 }
 

@@ -101,6 +101,18 @@ thread_local! {
     static PLANS: RefCell<HashMap<usize, Rc<OwnedPreparedStatement>>> = RefCell::new(HashMap::new());
 }
 
+#[cfg(any(test, feature = "pg_test"))]
+thread_local! {
+    static RUN: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// How many statements `execute` has run in this backend (tests count the
+/// statements of one call with it).
+#[cfg(any(test, feature = "pg_test"))]
+pub(crate) fn statements_run() -> usize {
+    RUN.with(|run| run.get())
+}
+
 /// Runs `stmt`, preparing it on first use in this backend. The plan is
 /// cloned out of the cache before running, so a nested call (a trigger that
 /// enqueues) never finds the cache borrowed.
@@ -110,6 +122,8 @@ pub(crate) fn execute<'conn>(
     args: &[DatumWithOid<'_>],
 ) -> Result<Rows<'conn>> {
     let key = stmt as *const Statement as usize;
+    #[cfg(any(test, feature = "pg_test"))]
+    RUN.with(|run| run.set(run.get() + 1));
     let cached = PLANS.with(|plans| plans.borrow().get(&key).cloned());
     let plan = match cached {
         Some(plan) => plan,
