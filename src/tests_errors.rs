@@ -430,7 +430,7 @@ mod tests {
     }
 
     #[pg_test(
-        error = "invalid argument \"state\": must be one of scheduled, ready, in_flight, dead, completed; got \"bogus\""
+        error = "invalid argument \"state\": must be one of waiting, scheduled, ready, in_flight, dead, completed; got \"bogus\""
     )]
     fn error_list_state_bogus() {
         exec("SELECT * FROM aedb_queue.queue_list('q', 'bogus')");
