@@ -129,7 +129,9 @@ fn enqueues_fill_an_index_created_concurrently_while_their_sessions_stay_open() 
 
 /// An enqueue opens and locks only the indexes its rows can enter: the
 /// partial indexes of other states are refuted by the rows' constant state
-/// (and NULL lease), so they are neither read nor locked. Seen from the
+/// (and NULL lease, and NULL waiting_on: weak refutation, since a row
+/// enters a partial index only where its predicate is true), so they are
+/// neither read nor locked. Seen from the
 /// producer's own transaction in `pg_locks`.
 #[test]
 fn an_enqueue_locks_only_the_indexes_its_rows_can_enter() {
@@ -170,4 +172,12 @@ fn an_enqueue_locks_only_the_indexes_its_rows_can_enter() {
         &format!("SELECT count(*) FROM aedb_queue.queue_enqueue_batch('{queue}', ARRAY['{{}}'::jsonb, '{{}}'])"),
     );
     assert_eq!(batch, ["task_pkey", "task_ready_idx"]);
+    // A child of a live parent enters the waiting index. (Marking its parent
+    // is an UPDATE through the executor, which locks every index.)
+    let parent = enqueue_with(&mut c, &queue, None, &EnqueueOpts::default()).task_id;
+    let child = locked(
+        &mut c,
+        &format!("SELECT aedb_queue.queue_enqueue('{queue}', '{{}}', wait_for => ARRAY[{parent}])"),
+    );
+    assert!(child.iter().any(|i| i == "task_waiting_idx"), "{child:?}");
 }

@@ -79,9 +79,12 @@ pub(crate) unsafe fn refuted(
             .iter()
             .map(|&info| {
                 let predicate = (*info).ii_Predicate;
+                // Weak refutation: a row is in a partial index only if the
+                // predicate is true, so "false or NULL" keeps it out (and
+                // `waiting_on IS NULL` refutes `waiting_on > 0`).
                 !predicate.is_null()
                     && !clauses.is_null()
-                    && pg_sys::predicate_refuted_by(predicate, clauses, false)
+                    && pg_sys::predicate_refuted_by(predicate, clauses, true)
             })
             .collect();
         pg_sys::MemoryContextSwitchTo(caller);
