@@ -104,8 +104,12 @@ mod tests {
     /// claim reads a range of the ready index, never the primary key in
     /// task-id order (which would walk every later task of any queue).
     /// Statements on the links and the archive as well as on tasks.
-    const DEPENDENCY_STATEMENTS: &[&str] =
-        &["LINK_PARENTS", "RELEASE_CHILDREN", "PARENTS_FAILED", "PARENTS_OF"];
+    const DEPENDENCY_STATEMENTS: &[&str] = &[
+        "LINK_PARENTS",
+        "RELEASE_CHILDREN",
+        "PARENTS_FAILED",
+        "PARENTS_OF",
+    ];
 
     fn is_task_index(index: &str) -> bool {
         index.starts_with("task_") && !index.starts_with("task_dependency")

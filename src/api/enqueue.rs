@@ -370,6 +370,48 @@ fn queue_enqueue(
     TableIterator::once((row.task_id, row.deduplicated))
 }
 
+/// Enqueues one task per payload, with the same options, in one write
+/// (`queue_enqueue_batch`, and a pass of schedule fires): the right to
+/// enqueue, each payload's size (named `payloads[i]`, or `payload` for
+/// fires, whose payload is the schedule's), the options, then the rows,
+/// their links, and the wake-up. At most `validate::MAX_BATCH` payloads.
+pub(crate) fn enqueue_many(
+    queue: &str,
+    payloads: &[Option<RawJsonb>],
+    options: EnqueueOptions,
+    indexed: bool,
+    parents: Option<&Parents>,
+) -> Result<Vec<i64>> {
+    security::authorize(Action::Enqueue, queue)?;
+    let settings = store::settings(queue)?;
+    for (i, payload) in payloads.iter().enumerate() {
+        if let Some(payload) = payload {
+            let arg = if indexed {
+                format!("payloads[{}]", i + 1)
+            } else {
+                "payload".to_string()
+            };
+            checked_size(&arg, payload.byte_size(), &settings)?;
+        }
+    }
+    let resolved = validate::resolve_enqueue(options, settings.retry, "")?;
+    if payloads.is_empty() {
+        return Ok(Vec::new());
+    }
+    let runnable = runnable_state(&resolved);
+    let linked = parents.map(Parents::link).transpose()?;
+    let state = linked.as_ref().map_or(runnable, |l| l.state(runnable));
+    let task = new_task(queue, settings.registered, &resolved, state);
+    let ids = store::insert_batch(&task, payloads)?;
+    if let Some(linked) = &linked {
+        linked.insert_links(&ids)?;
+    }
+    if wakes_workers(&settings, &resolved) && state == NewState::Ready {
+        store::notify(queue)?;
+    }
+    Ok(ids)
+}
+
 /// Enqueues one task per payload in a single statement; returns their ids
 /// in payload order. With `wait_for`, every one of them waits for those tasks.
 #[pg_extern(name = "queue_enqueue_batch")]
@@ -393,19 +435,7 @@ fn enqueue_batch(
             .as_ref()
             .map(|_| int8_elements("wait_for", &wait_for))
             .transpose()?;
-        security::authorize(Action::Enqueue, queue)?;
-        let settings = store::settings(queue)?;
         validate::batch_length("payloads", payloads.len())?;
-        let payloads = payloads.elements();
-        for (i, payload) in payloads.iter().enumerate() {
-            if let Some(payload) = payload {
-                checked_size(
-                    &format!("payloads[{}]", i + 1),
-                    payload.byte_size(),
-                    &settings,
-                )?;
-            }
-        }
         let options = options(
             delay,
             priority,
@@ -414,22 +444,9 @@ fn enqueue_batch(
             backoff_max,
             None,
         )?;
-        let resolved = validate::resolve_enqueue(options, settings.retry, "")?;
+        let payloads = payloads.elements();
         let parents = Parents::checked("", wait_for, Some(on_parent_failure), payloads.len())?;
-        if payloads.is_empty() {
-            return Ok(SetOfIterator::new(Vec::new()));
-        }
-        let runnable = runnable_state(&resolved);
-        let linked = parents.as_ref().map(Parents::link).transpose()?;
-        let state = linked.as_ref().map_or(runnable, |l| l.state(runnable));
-        let task = new_task(queue, settings.registered, &resolved, state);
-        let ids = store::insert_batch(&task, &payloads)?;
-        if let Some(linked) = &linked {
-            linked.insert_links(&ids)?;
-        }
-        if wakes_workers(&settings, &resolved) && state == NewState::Ready {
-            store::notify(queue)?;
-        }
+        let ids = enqueue_many(queue, &payloads, options, true, parents.as_ref())?;
         Ok(SetOfIterator::new(ids))
     })
 }

@@ -1,41 +1,71 @@
 //! Firing due schedules: each fire time a schedule owes becomes one task
-//! in its queue, enqueued as `queue_enqueue` would (rights, settings,
-//! payload limit, wake-ups).
+//! in its queue, enqueued as `queue_enqueue_batch` would (rights,
+//! settings, payload limit, wake-ups).
 //!
-//! Exactly once: the firer locks the schedule row (`FOR UPDATE SKIP
-//! LOCKED`, the row's due time checked again once the lock is granted),
-//! moves `fired_up_to` past the fire times from where it found it, and
-//! enqueues their tasks, all in one transaction. Two firers cannot both
-//! move the same row from the same place, and a firer that rolls back
-//! leaves both the row and the tasks as they were.
+//! Exactly once: the firer locks the schedule rows (`FOR UPDATE SKIP
+//! LOCKED`, each row's due time checked again once the lock is granted),
+//! moves each row's `fired_up_to` past the fire times from where it found
+//! it, and enqueues their tasks, all in one transaction. Two firers cannot
+//! both move the same row from the same place, and a firer that rolls back
+//! leaves both the rows and the tasks as they were.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
 
 use aedb_queue_core::schedule::{fire_time_text, Missed, Schedule};
-use aedb_queue_core::validate::EnqueueOptions;
+use aedb_queue_core::validate::{EnqueueOptions, MAX_BATCH};
 use pgrx::datum::TimestampWithTimeZone;
 
-use super::enqueue::CheckedEnqueue;
+use super::enqueue::enqueue_many;
 use super::micros;
 use crate::clock::{self, from_unix_micros, unix_micros};
+use crate::datum::RawJsonb;
 use crate::errors::Result;
 use crate::store::{self, DueSchedule, SchemaLevel};
 use crate::subtransaction::in_subtransaction;
 
+/// Parsed patterns this backend keeps, by (cron, time zone); past this
+/// many it starts over.
+const PARSED_KEPT: usize = 10_000;
+
+thread_local! {
+    static PARSED: RefCell<HashMap<(String, String), Schedule>> = RefCell::new(HashMap::new());
+}
+
+fn parsed(cron: &str, zone: &str) -> std::result::Result<Schedule, String> {
+    let key = (cron.to_string(), zone.to_string());
+    if let Some(schedule) = PARSED.with(|p| p.borrow().get(&key).cloned()) {
+        return Ok(schedule);
+    }
+    let schedule = Schedule::parse(cron, zone).map_err(|e| e.to_string())?;
+    PARSED.with(|p| {
+        let mut p = p.borrow_mut();
+        if p.len() >= PARSED_KEPT {
+            p.clear();
+        }
+        p.insert(key, schedule.clone());
+    });
+    Ok(schedule)
+}
+
 /// What a due schedule owes now, and where it goes next.
-struct Plan {
+struct Plan<'a> {
+    due: &'a DueSchedule,
     fire_times: Vec<i64>,
     fired_up_to: TimestampWithTimeZone,
     next_fire_at: TimestampWithTimeZone,
 }
 
-impl Plan {
+impl<'a> Plan<'a> {
     /// A schedule whose stored pattern or policy no longer parses (a
     /// later parser refusing it) fires nothing and waits for an upsert.
-    fn of(due: &DueSchedule, now: i64) -> std::result::Result<Plan, String> {
-        let schedule = Schedule::parse(&due.cron, &due.time_zone).map_err(|e| e.to_string())?;
+    fn of(due: &'a DueSchedule, now: i64) -> std::result::Result<Plan<'a>, String> {
+        let schedule = parsed(&due.cron, &due.time_zone)?;
         let missed = Missed::parse(&due.missed, due.catch_up_limit).map_err(|e| e.to_string())?;
         let fire_times = schedule.due(unix_micros(due.fired_up_to), now, missed);
         let up_to = fire_times.last().copied().unwrap_or(now);
         Ok(Plan {
+            due,
             fired_up_to: from_unix_micros(up_to),
             next_fire_at: schedule
                 .next_after(up_to.max(now))
@@ -46,63 +76,119 @@ impl Plan {
 }
 
 /// Fires up to `max` due schedules of `queue`, or of every queue; returns
-/// the tasks made. Each schedule fires in a subtransaction: one that
-/// cannot enqueue (its payload outgrew the queue's limit, say) records
-/// why in `last_error`, gives up those fire times, and stops no other.
+/// the tasks made. All fire together in one subtransaction; should that
+/// fail, each fires in one of its own: one that cannot enqueue (its
+/// payload outgrew the queue's limit, say) records why in `last_error`,
+/// gives up those fire times, and stops no other.
 pub(super) fn fire_due(queue: Option<&str>, max: i32) -> Result<i64> {
     if store::schema_level() < SchemaLevel::V050 {
         return Ok(0);
     }
     let now = unix_micros(clock::now());
-    let mut made = 0;
-    for due in store::lock_due_schedules(queue, max)? {
-        let plan = match Plan::of(&due, now) {
-            Ok(plan) => plan,
+    let due = store::lock_due_schedules(queue, max)?;
+    let mut plans = Vec::with_capacity(due.len());
+    for d in &due {
+        match Plan::of(d, now) {
+            Ok(plan) => plans.push(plan),
             Err(message) => {
                 let never = TimestampWithTimeZone::positive_infinity();
-                store::advance_schedule(&due, due.fired_up_to, never, Some(&message))?;
-                continue;
+                store::advance_schedule(d, d.fired_up_to, never, Some(&message))?;
             }
-        };
-        match in_subtransaction(|| fire(&due, &plan)) {
+        }
+    }
+    if plans.is_empty() {
+        return Ok(0);
+    }
+    if let Ok(made) = in_subtransaction(|| fire(&plans)) {
+        return Ok(made);
+    }
+    let mut made = 0;
+    for plan in &plans {
+        match in_subtransaction(|| fire(std::slice::from_ref(plan))) {
             Ok(tasks) => made += tasks,
             Err(message) => {
                 pgrx::warning!(
                     "aedb_queue: schedule {:?} of queue {:?} made no task: {message}",
-                    due.name,
-                    due.queue
+                    plan.due.name,
+                    plan.due.queue
                 );
-                store::advance_schedule(&due, plan.fired_up_to, plan.next_fire_at, Some(&message))?;
+                store::advance_schedule(
+                    plan.due,
+                    plan.fired_up_to,
+                    plan.next_fire_at,
+                    Some(&message),
+                )?;
             }
         }
     }
     Ok(made)
 }
 
-/// Moves the schedule past the plan's fire times, then enqueues one task
-/// for each; nothing if another firer moved it first.
-fn fire(due: &DueSchedule, plan: &Plan) -> Result<i64> {
-    if !store::advance_schedule(due, plan.fired_up_to, plan.next_fire_at, None)? {
-        return Ok(0);
-    }
-    let options = EnqueueOptions {
-        delay_micros: 0,
-        priority: due.priority,
-        max_attempts: due.max_attempts,
-        backoff_base_micros: due.backoff_base.map(micros),
-        backoff_max_micros: due.backoff_max.map(micros),
-        idempotency_key: None,
-    };
-    for &fire_time in &plan.fire_times {
-        let payload = match &due.fire_time_key {
-            Some(key) => Some(store::with_fire_time(
-                due.payload,
-                key,
-                &fire_time_text(fire_time),
-            )?),
-            None => due.payload,
+/// The tasks of one group: one queue and the same options.
+#[derive(PartialEq, Eq, Hash, Clone, Copy)]
+struct Group<'a> {
+    queue: &'a str,
+    priority: i64,
+    max_attempts: Option<i32>,
+    backoff_base: Option<i64>,
+    backoff_max: Option<i64>,
+}
+
+/// Moves the schedules past their plans' fire times, then enqueues one
+/// task per fire time, a batch per queue and options; schedules another
+/// firer moved first make nothing.
+fn fire(plans: &[Plan<'_>]) -> Result<i64> {
+    let moves: Vec<_> = plans
+        .iter()
+        .map(|p| (p.due, p.fired_up_to, p.next_fire_at))
+        .collect();
+    let moved: HashSet<(String, String)> = store::advance_schedules(&moves)?.into_iter().collect();
+    let mut groups: Vec<(Group<'_>, Vec<Option<RawJsonb>>)> = Vec::new();
+    let mut index: HashMap<Group<'_>, usize> = HashMap::new();
+    let mut keyed: Vec<(usize, usize)> = Vec::new(); // (group, position) of payloads to key
+    let mut fires: Vec<(Option<RawJsonb>, &str, String)> = Vec::new();
+    for plan in plans {
+        let d = plan.due;
+        if !moved.contains(&(d.queue.clone(), d.name.clone())) {
+            continue;
+        }
+        let group = Group {
+            queue: &d.queue,
+            priority: d.priority,
+            max_attempts: d.max_attempts,
+            backoff_base: d.backoff_base.map(micros),
+            backoff_max: d.backoff_max.map(micros),
         };
-        CheckedEnqueue::new(&due.queue, payload, options.clone(), "")?.insert()?;
+        let g = *index.entry(group).or_insert_with(|| {
+            groups.push((group, Vec::new()));
+            groups.len() - 1
+        });
+        for &at in &plan.fire_times {
+            if let Some(key) = &d.fire_time_key {
+                keyed.push((g, groups[g].1.len()));
+                fires.push((d.payload, key.as_str(), fire_time_text(at)));
+            }
+            groups[g].1.push(d.payload);
+        }
     }
-    Ok(plan.fire_times.len() as i64)
+    if !fires.is_empty() {
+        for ((g, at), payload) in keyed.into_iter().zip(store::with_fire_times(&fires)?) {
+            groups[g].1[at] = Some(payload);
+        }
+    }
+    let mut made = 0;
+    for (group, payloads) in &groups {
+        let options = EnqueueOptions {
+            delay_micros: 0,
+            priority: group.priority,
+            max_attempts: group.max_attempts,
+            backoff_base_micros: group.backoff_base,
+            backoff_max_micros: group.backoff_max,
+            idempotency_key: None,
+        };
+        for chunk in payloads.chunks(MAX_BATCH) {
+            made += enqueue_many(group.queue, chunk, options.clone(), false, None)?.len() as i64;
+        }
+    }
+    Ok(made)
 }

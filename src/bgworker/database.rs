@@ -1,7 +1,8 @@
 //! The reaper of one database: `queue_reap()` every
-//! `aedb_queue.reaper_interval`, in a transaction of its own, as the
-//! bootstrap superuser (the function itself runs its statements as the
-//! extension's owner).
+//! `aedb_queue.reaper_interval`, and at a schedule's next fire time when
+//! that comes sooner, in a transaction of its own, as the bootstrap
+//! superuser (the function itself runs its statements as the extension's
+//! owner).
 
 use std::time::Duration;
 
@@ -20,8 +21,12 @@ const MAX_PER_PASS: i32 = 1000;
 
 /// What a pass found.
 enum Pass {
-    /// Work done; `more` when a budget was used up.
-    Reaped { more: bool },
+    /// Work done; `more` when a budget was used up; `next_fire` the time
+    /// until the earliest schedule's next fire time, if any.
+    Reaped {
+        more: bool,
+        next_fire: Option<Duration>,
+    },
     /// Someone waits to have the database alone: the reaper leaves (the
     /// launcher starts another on its next look, if the database is left).
     Leave,
@@ -42,19 +47,25 @@ pub extern "C-unwind" fn aedb_queue_reaper_main(arg: pg_sys::Datum) {
                     pg_catalog.set_config('search_path', 'pg_catalog', false)"
         ))
     });
-    let mut interval = Duration::ZERO;
-    while BackgroundWorker::wait_latch(Some(interval)) {
+    let mut wait = Duration::ZERO;
+    while BackgroundWorker::wait_latch(Some(wait)) {
         reload_if_asked();
         let Some(every) = guc::reaper_interval() else {
             return;
         };
-        interval = every;
+        // Every interval, and at a schedule's fire time if that comes first.
+        wait = every;
         for _ in 0..MAX_PASSES_IN_A_ROW {
             match in_transaction("reaping", pass) {
                 Some(Pass::Leave) => return,
                 Some(Pass::NotInstalled) => return super::note_left_uninstalled(db),
-                Some(Pass::Reaped { more: true }) => continue,
-                Some(Pass::Reaped { more: false }) | None => break,
+                Some(Pass::Reaped { more, next_fire }) => {
+                    wait = next_fire.map_or(every, |next| next.min(every));
+                    if !more {
+                        break;
+                    }
+                }
+                None => break,
             }
         }
     }
@@ -75,7 +86,28 @@ fn pass() -> Pass {
     );
     Pass::Reaped {
         more: budget_used.ok().flatten() == Some(true),
+        next_fire: next_fire(),
     }
+}
+
+/// Until the earliest fire time of the schedules not paused (none on
+/// schemas before 0.5.0, or without schedules).
+fn next_fire() -> Option<Duration> {
+    let has_schedules = Spi::get_one::<bool>(
+        "SELECT pg_catalog.to_regclass('aedb_queue.schedule') IS NOT NULL",
+    );
+    if has_schedules.ok().flatten() != Some(true) {
+        return None;
+    }
+    let seconds = Spi::get_one::<f64>(
+        "SELECT extract(epoch FROM min(next_fire_at) - pg_catalog.clock_timestamp())::float8
+         FROM aedb_queue.schedule WHERE NOT paused",
+    );
+    // A millisecond late rather than early: the latch counts whole ones.
+    seconds
+        .ok()
+        .flatten()
+        .map(|s| Duration::from_secs_f64(s.clamp(0.0, 3_600.0)) + Duration::from_millis(1))
 }
 
 fn installed() -> bool {

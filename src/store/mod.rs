@@ -96,6 +96,8 @@ pub(crate) const JSONB: PgBuiltInOids = PgBuiltInOids::JSONBOID;
 pub(crate) const JSONB_ARRAY: PgBuiltInOids = PgBuiltInOids::JSONBARRAYOID;
 pub(crate) const TEXT: PgBuiltInOids = PgBuiltInOids::TEXTOID;
 pub(crate) const TIMESTAMPTZ: PgBuiltInOids = PgBuiltInOids::TIMESTAMPTZOID;
+pub(crate) const TEXT_ARRAY: PgBuiltInOids = PgBuiltInOids::TEXTARRAYOID;
+pub(crate) const TIMESTAMPTZ_ARRAY: PgBuiltInOids = PgBuiltInOids::TIMESTAMPTZARRAYOID;
 
 thread_local! {
     static PLANS: RefCell<HashMap<usize, Rc<OwnedPreparedStatement>>> = RefCell::new(HashMap::new());

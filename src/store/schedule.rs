@@ -4,7 +4,8 @@
 use pgrx::datum::{Interval, TimestampWithTimeZone};
 
 use super::{
-    execute, with_client, Statement, BOOL, INT4, INT8, INTERVAL, JSONB, TEXT, TIMESTAMPTZ,
+    execute, with_client, Statement, BOOL, INT4, INT8, INTERVAL, JSONB, JSONB_ARRAY, TEXT,
+    TEXT_ARRAY, TIMESTAMPTZ, TIMESTAMPTZ_ARRAY,
 };
 use crate::datum::{RawJsonb, RawScheduleRow};
 use crate::errors::{internal, Result};
@@ -140,10 +141,30 @@ static ADVANCE: Statement = Statement {
     clock: false,
 };
 
-/// The schedule's payload with its fire time under key $2.
-static WITH_FIRE_TIME: Statement = Statement {
-    sql: "SELECT coalesce($1, '{}'::jsonb) || pg_catalog.jsonb_build_object($2, $3)",
-    args: &[JSONB, TEXT, TEXT],
+/// ADVANCE for many schedules in one statement: returns those moved.
+static ADVANCE_MANY: Statement = Statement {
+    sql: "UPDATE aedb_queue.schedule s
+          SET fired_up_to = u.up_to, next_fire_at = u.next, last_error = NULL
+          FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::timestamptz[],
+                      $5::timestamptz[]) AS u(queue, name, was, up_to, next)
+          WHERE s.queue = u.queue AND s.name = u.name AND s.fired_up_to = u.was
+          RETURNING s.queue, s.name",
+    args: &[
+        TEXT_ARRAY,
+        TEXT_ARRAY,
+        TIMESTAMPTZ_ARRAY,
+        TIMESTAMPTZ_ARRAY,
+        TIMESTAMPTZ_ARRAY,
+    ],
+    clock: false,
+};
+
+/// Each payload with its fire time under its key, in order.
+static WITH_FIRE_TIMES: Statement = Statement {
+    sql: "SELECT coalesce(u.payload, '{}'::jsonb) || pg_catalog.jsonb_build_object(u.key, u.at)
+          FROM unnest($1::jsonb[], $2::text[], $3::text[]) WITH ORDINALITY AS u(payload, key, at, n)
+          ORDER BY u.n",
+    args: &[JSONB_ARRAY, TEXT_ARRAY, TEXT_ARRAY],
     clock: false,
 };
 
@@ -312,15 +333,45 @@ pub fn advance_schedule(
     })
 }
 
-pub fn with_fire_time(payload: Option<RawJsonb>, key: &str, fire_time: &str) -> Result<RawJsonb> {
+/// Moves each locked schedule past its plan (`(due, fired_up_to,
+/// next_fire_at)`); returns the (queue, name) of those moved.
+pub fn advance_schedules(
+    moves: &[(&DueSchedule, TimestampWithTimeZone, TimestampWithTimeZone)],
+) -> Result<Vec<(String, String)>> {
+    let queues: Vec<&str> = moves.iter().map(|(d, _, _)| d.queue.as_str()).collect();
+    let names: Vec<&str> = moves.iter().map(|(d, _, _)| d.name.as_str()).collect();
+    let was: Vec<TimestampWithTimeZone> = moves.iter().map(|(d, _, _)| d.fired_up_to).collect();
+    let up_to: Vec<TimestampWithTimeZone> = moves.iter().map(|(_, u, _)| *u).collect();
+    let next: Vec<TimestampWithTimeZone> = moves.iter().map(|(_, _, n)| *n).collect();
     with_client(|client| {
         execute(
             client,
-            &WITH_FIRE_TIME,
-            &[payload.into(), key.into(), fire_time.into()],
+            &ADVANCE_MANY,
+            &[
+                queues.into(),
+                names.into(),
+                was.into(),
+                up_to.into(),
+                next.into(),
+            ],
         )?
-        .first(|row| row.required(1))?
-        .ok_or_else(|| internal("WITH_FIRE_TIME returned no row"))
+        .map(|row| Ok((row.required(1)?, row.required(2)?)))
+    })
+}
+
+/// Each `(payload, key, fire time)` as the payload with the fire time
+/// under the key, in order.
+pub fn with_fire_times(fires: &[(Option<RawJsonb>, &str, String)]) -> Result<Vec<RawJsonb>> {
+    let payloads: Vec<Option<RawJsonb>> = fires.iter().map(|(p, _, _)| *p).collect();
+    let keys: Vec<&str> = fires.iter().map(|(_, k, _)| *k).collect();
+    let times: Vec<&str> = fires.iter().map(|(_, _, t)| t.as_str()).collect();
+    with_client(|client| {
+        execute(
+            client,
+            &WITH_FIRE_TIMES,
+            &[payloads.as_slice().into(), keys.into(), times.into()],
+        )?
+        .map(|row| row.required(1))
     })
 }
 
@@ -344,4 +395,5 @@ pub(crate) static SCHEDULE_STATEMENTS: &[(&str, &Statement)] = &[
     ("SCHEDULE_DUE_ANY", &DUE_ANY),
     ("SCHEDULE_DUE_IN_QUEUE", &DUE_IN_QUEUE),
     ("SCHEDULE_ADVANCE", &ADVANCE),
+    ("SCHEDULE_ADVANCE_MANY", &ADVANCE_MANY),
 ];
