@@ -121,12 +121,32 @@ impl Schedule {
     /// creation) and at or before `now`, of which `missed` keeps the latest.
     pub fn due(&self, fired_up_to: i64, now: i64, missed: Missed) -> Vec<i64> {
         let keep = missed.limit();
-        let mut due = std::collections::VecDeque::with_capacity(keep);
-        // Walk forward only over the last `keep` fire times: a per-second
-        // schedule left unfired for a year owes 31 million otherwise.
-        let mut at = self
-            .back_from(now, keep)
-            .map_or(fired_up_to, |t| t.max(fired_up_to));
+        // Forward from `fired_up_to`, the usual case (a fire time or two
+        // owed); a walk that goes on past twice what is kept starts over
+        // from the last `keep` fire times before now, counted back: a
+        // per-second schedule left unfired for a year owes 31 million.
+        let mut due = std::collections::VecDeque::with_capacity(keep.min(16));
+        let mut at = fired_up_to;
+        let mut steps = 0;
+        while let Some(next) = self.next_after(at).filter(|&t| t <= now) {
+            steps += 1;
+            if steps > 2 * keep + 1 {
+                let start = self.back_from(now, keep).map_or(at, |t| t.max(at));
+                return self.walk(start, now, keep);
+            }
+            if due.len() == keep {
+                due.pop_front();
+            }
+            due.push_back(next);
+            at = next;
+        }
+        due.into()
+    }
+
+    /// The fire times after `from` and at or before `now`, the latest `keep`.
+    fn walk(&self, from: i64, now: i64, keep: usize) -> Vec<i64> {
+        let mut due = std::collections::VecDeque::with_capacity(keep.min(16));
+        let mut at = from;
         while let Some(next) = self.next_after(at).filter(|&t| t <= now) {
             if due.len() == keep {
                 due.pop_front();
