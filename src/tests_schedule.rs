@@ -99,21 +99,32 @@ mod tests {
     #[pg_test]
     fn one_schedule_that_cannot_enqueue_stops_no_other_of_its_pass() {
         upsert("pass.a", "fine", YEARLY, ", payload => '{\"k\": 1}'");
-        upsert("pass.b", "big", YEARLY, &format!(", payload => {}", big_json(200)));
+        upsert(
+            "pass.b",
+            "big",
+            YEARLY,
+            &format!(", payload => {}", big_json(200)),
+        );
         upsert("pass.c", "fine", YEARLY, ", fire_time_key => 'at'");
         exec("SELECT aedb_queue.queue_configure('pass.b', max_payload_bytes => 100)");
         for (queue, name) in [("pass.a", "fine"), ("pass.b", "big"), ("pass.c", "fine")] {
             unfired_for(queue, name, 1);
         }
         assert_eq!(one::<i64>("SELECT fired FROM aedb_queue.queue_reap()"), 2);
-        assert_eq!(count("aedb_queue.task WHERE queue IN ('pass.a', 'pass.c')"), 2);
+        assert_eq!(
+            count("aedb_queue.task WHERE queue IN ('pass.a', 'pass.c')"),
+            2
+        );
         assert_eq!(count("aedb_queue.task WHERE queue = 'pass.b'"), 0);
-        let error: String = one("SELECT last_error FROM aedb_queue.schedule WHERE queue = 'pass.b'");
+        let error: String =
+            one("SELECT last_error FROM aedb_queue.schedule WHERE queue = 'pass.b'");
         assert!(error.contains("over the limit of 100 bytes"), "{error}");
         // Given up, not owed again; the others are clean. (Queue names of
         // their own: tests run at once, and registering a queue another
         // open test registers waits for it.)
-        assert!(one::<bool>("SELECT next_fire_at > now() FROM aedb_queue.schedule WHERE queue = 'pass.b'"));
+        assert!(one::<bool>(
+            "SELECT next_fire_at > now() FROM aedb_queue.schedule WHERE queue = 'pass.b'"
+        ));
         assert_eq!(count("aedb_queue.schedule WHERE last_error IS NOT NULL"), 1);
         assert_eq!(one::<i64>("SELECT fired FROM aedb_queue.queue_reap()"), 0);
     }

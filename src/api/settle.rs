@@ -117,11 +117,7 @@ impl<'a> Completion<'a> {
             task_id,
             fencing_token,
         } = self.held;
-        let completed = if self.keeping {
-            store::complete_keeping(queue, task_id, fencing_token, self.result)?
-        } else {
-            store::complete(queue, task_id, fencing_token, self.result)?
-        };
+        let completed = store::complete(queue, task_id, fencing_token, self.result, self.keeping)?;
         let Some(woken) = completed else {
             return self.held.fenced_out(strict);
         };
@@ -179,7 +175,7 @@ fn queue_complete_batch(
                 if applied.contains(&(id, token)) {
                     continue;
                 }
-                if let Some(woken) = store::complete_keeping(queue, id, token, None)? {
+                if let Some(woken) = store::complete(queue, id, token, None, true)? {
                     applied.insert((id, token));
                     wake(woken)?;
                 }

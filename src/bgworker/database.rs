@@ -93,9 +93,8 @@ fn pass() -> Pass {
 /// Until the earliest fire time of the schedules not paused (none on
 /// schemas before 0.5.0, or without schedules).
 fn next_fire() -> Option<Duration> {
-    let has_schedules = Spi::get_one::<bool>(
-        "SELECT pg_catalog.to_regclass('aedb_queue.schedule') IS NOT NULL",
-    );
+    let has_schedules =
+        Spi::get_one::<bool>("SELECT pg_catalog.to_regclass('aedb_queue.schedule') IS NOT NULL");
     if has_schedules.ok().flatten() != Some(true) {
         return None;
     }

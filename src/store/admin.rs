@@ -11,7 +11,7 @@ use super::{
     TEXT,
 };
 use crate::cache::{self, Copies, Topic};
-use crate::datum::{RawJsonb, RawTaskRow};
+use crate::datum::RawTaskRow;
 use crate::duration::micros;
 use crate::errors::{internal, Result};
 
@@ -143,7 +143,7 @@ macro_rules! complete_keeping {
     };
 }
 
-static COMPLETE_KEEPING: Versioned = Versioned {
+pub(super) static COMPLETE_KEEPING: Versioned = Versioned {
     current: Statement {
         sql: complete_keeping!("has_dependents"),
         args: &[INT8, TEXT, INT8, JSONB],
@@ -432,28 +432,6 @@ pub fn purge(queue: &str, state: &str) -> Result<(i64, Vec<String>)> {
         };
         Ok((count, woken))
     })
-}
-
-/// `complete`, keeping the task and `result` in the archive.
-pub fn complete_keeping(
-    queue: &str,
-    task_id: i64,
-    fencing_token: i64,
-    result: Option<RawJsonb>,
-) -> Result<Option<Vec<String>>> {
-    let done = with_client(|client| {
-        let args = [
-            task_id.into(),
-            queue.into(),
-            fencing_token.into(),
-            result.into(),
-        ];
-        Ok(!execute(client, COMPLETE_KEEPING.get(), &args)?.is_empty())
-    })?;
-    if done {
-        return Ok(Some(Vec::new()));
-    }
-    super::tasks::complete_if_parent(queue, task_id, fencing_token, result)
 }
 
 /// Deletes up to `max` archived tasks completed longer than `keep` ago.

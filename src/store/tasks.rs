@@ -630,18 +630,31 @@ fn claimed_tasks(rows: Rows<'_>) -> Result<Vec<ClaimedTask>> {
     })
 }
 
-/// Deletes the task if it is in flight under `fencing_token` (a parent:
-/// keeps it with `result` and releases its children). None if the fence
-/// did not hold, else the queues where children became ready.
+/// Deletes the task if it is in flight under `fencing_token`; with `keep`
+/// (the queue keeps completed tasks), keeps it in the archive with
+/// `result`, as a parent always is (its children are then released). None
+/// if the fence did not hold, else the queues where children became ready.
 pub fn complete(
     queue: &str,
     task_id: i64,
     fencing_token: i64,
     result: Option<RawJsonb>,
+    keep: bool,
 ) -> Result<Option<Vec<String>>> {
     let done = with_client(|client| {
-        let args = [task_id.into(), queue.into(), fencing_token.into()];
-        Ok(!execute(client, COMPLETE.get(), &args)?.is_empty())
+        let rows = if keep {
+            let args = [
+                task_id.into(),
+                queue.into(),
+                fencing_token.into(),
+                result.into(),
+            ];
+            execute(client, super::admin::COMPLETE_KEEPING.get(), &args)?
+        } else {
+            let args = [task_id.into(), queue.into(), fencing_token.into()];
+            execute(client, COMPLETE.get(), &args)?
+        };
+        Ok(!rows.is_empty())
     })?;
     if done {
         return Ok(Some(Vec::new()));
@@ -690,13 +703,16 @@ pub fn complete_many(
     })
 }
 
+/// A task and the fencing token it was settled under.
+pub type IdAndToken = (i64, i64);
+
 /// The pairs `complete_many` left that are parents, each completed on the
 /// parent path; returns those that applied and the queues where children
 /// became ready.
 pub fn complete_parents(
     queue: &str,
     left: impl Iterator<Item = (i64, i64)>,
-) -> Result<(Vec<(i64, i64)>, Vec<String>)> {
+) -> Result<(Vec<IdAndToken>, Vec<String>)> {
     let mut applied = Vec::new();
     let mut woken = Vec::new();
     for (task_id, token) in left {
