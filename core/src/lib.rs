@@ -9,11 +9,13 @@
 //! - [`scan_hint`]: where a backend's next claim may resume its index scans.
 //! - [`schedule`]: cron schedules in time zones and the fire times they owe.
 //! - [`dependency`]: which parents a task waits for and how it starts.
+//! - [`flow`]: flow control (issue 12): the rate limit's token bucket.
 
 pub mod backoff;
 pub mod dependency;
 pub mod error;
 pub mod fence;
+pub mod flow;
 pub mod grants;
 pub mod reaper;
 pub mod scan_hint;
