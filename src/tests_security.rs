@@ -10,7 +10,8 @@ mod tests {
     use pgrx::prelude::*;
 
     use crate::tests::tests::{
-        claim_one, count, enqueue, error_of, exec, expect_error, make_due, one, state_of,
+        claim_one, count, enqueue, error_of, exec, expect_error, field, ints, make_due, one,
+        state_of, text_field,
     };
 
     fn sqlstate_of(query: &str) -> Option<String> {
@@ -44,6 +45,71 @@ mod tests {
         exec("SELECT aedb_queue.queue_grant('a.*', 'tenant_admin', 'admin')");
         exec("SELECT aedb_queue.queue_grant('a.*', 'tenant_worker', 'worker')");
         exec("SELECT aedb_queue.queue_grant('a.*', 'tenant_producer', 'producer')");
+    }
+
+    /// A confined producer may make its tasks wait for its own tenant's
+    /// tasks; another tenant's task is refused exactly as an id that was
+    /// never a task, and the failed call leaves that task unmarked and
+    /// unlinked.
+    #[pg_test]
+    fn another_tenants_task_cannot_be_waited_for_nor_probed() {
+        tenants();
+        let own = enqueue("a.p", "");
+        let secret = enqueue("b.secret", "");
+        let never = 9_999_999_999i64;
+        let refused = |id: i64| {
+            as_login("tenant_producer", None, || {
+                error_of(&format!(
+                    "SELECT aedb_queue.queue_enqueue('a.c', wait_for => ARRAY[{id}])"
+                ))
+            })
+        };
+        let (state, message) = refused(secret).expect("refused");
+        let (never_state, never_message) = refused(never).expect("refused");
+        assert_eq!(state, "22023");
+        assert_eq!(
+            (state, message.replace(&secret.to_string(), "N")),
+            (never_state, never_message.replace(&never.to_string(), "N")),
+            "another tenant's task reads as one that never was"
+        );
+        assert_eq!(field::<bool>(secret, "has_dependents"), None, "not marked");
+        assert_eq!(
+            count(&format!(
+                "aedb_queue.task_dependency WHERE parent_id = {secret}"
+            )),
+            0
+        );
+        let child: i64 = as_login("tenant_producer", None, || {
+            one(&format!(
+                "SELECT task_id FROM aedb_queue.queue_enqueue('a.c', wait_for => ARRAY[{own}])"
+            ))
+        });
+        assert_eq!(text_field(child, "state::text").as_deref(), Some("waiting"));
+    }
+
+    /// A confined worker reading a child's parents sees only those in its
+    /// own tenant's queues.
+    #[pg_test]
+    fn queue_parents_leaves_out_another_tenants_parents() {
+        tenants();
+        let own = enqueue("a.p", "");
+        let secret = enqueue("b.secret", "");
+        let child: i64 = one(&format!(
+            "SELECT task_id FROM aedb_queue.queue_enqueue('a.c', wait_for => ARRAY[{own}, {secret}])"
+        ));
+        let seen = as_login("tenant_worker", None, || {
+            ints(&format!(
+                "SELECT task_id FROM aedb_queue.queue_parents('a.c', {child})"
+            ))
+        });
+        assert_eq!(seen, vec![own]);
+        as_login("tenant_worker", None, || {
+            expect_error(
+                &format!("SELECT * FROM aedb_queue.queue_parents('b.secret', {secret})"),
+                "42501",
+                "permission denied to read on queue \"b.secret\": no aedb_queue grant of this role covers it",
+            )
+        });
     }
 
     const GROUP_ROLES: [&str; 3] = [

@@ -27,16 +27,29 @@ const MICRO: i64 = 1_000_000;
 impl RateLimit {
     /// Checks a setting as `queue_configure` takes it (argument names
     /// `rate_limit`, `rate_interval`, `rate_burst`); burst defaults to rate.
-    pub fn checked(rate: i32, per_micros: i64, burst: Option<i32>) -> Result<RateLimit, QueueError> {
+    pub fn checked(
+        rate: i32,
+        per_micros: i64,
+        burst: Option<i32>,
+    ) -> Result<RateLimit, QueueError> {
         if rate < 1 {
-            return Err(QueueError::invalid("rate_limit", format!("must be at least 1, got {rate}")));
+            return Err(QueueError::invalid(
+                "rate_limit",
+                format!("must be at least 1, got {rate}"),
+            ));
         }
         if per_micros <= 0 {
-            return Err(QueueError::invalid("rate_interval", "must be a positive interval"));
+            return Err(QueueError::invalid(
+                "rate_interval",
+                "must be a positive interval",
+            ));
         }
         let burst = burst.unwrap_or(rate);
         if burst < 1 {
-            return Err(QueueError::invalid("rate_burst", format!("must be at least 1, got {burst}")));
+            return Err(QueueError::invalid(
+                "rate_burst",
+                format!("must be at least 1, got {burst}"),
+            ));
         }
         Ok(RateLimit {
             rate: rate as u32,
@@ -139,9 +152,15 @@ mod tests {
         }
         for window in [SECOND / 10, SECOND / 2, SECOND] {
             for (i, &from) in starts.iter().enumerate() {
-                let within = starts[i..].iter().take_while(|&&t| t < from + window).count() as i64;
+                let within = starts[i..]
+                    .iter()
+                    .take_while(|&&t| t < from + window)
+                    .count() as i64;
                 let allowed = 10 + 50 * window / SECOND + 1;
-                assert!(within <= allowed, "{within} starts in {window} µs from {from}");
+                assert!(
+                    within <= allowed,
+                    "{within} starts in {window} µs from {from}"
+                );
             }
         }
     }

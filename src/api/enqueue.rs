@@ -55,12 +55,14 @@ impl Parents {
 
     /// Locks the parents against completion until this transaction ends
     /// and finds how the children start, and which parents to link them
-    /// to. A parent in a queue the caller may not read counts as missing,
-    /// so no caller learns of another tenant's tasks.
+    /// to. A parent in a queue the caller may neither read nor enqueue into
+    /// counts as missing, so no caller learns of another tenant's tasks
+    /// (and a producer may chain the tasks of its own queues).
     fn link(&self) -> Result<Linked> {
         let mut readable = Vec::with_capacity(self.ids.len());
         for (id, queue) in store::parent_queues(&self.ids)? {
-            if security::may(Action::Read, &Pattern::Exact(queue))? {
+            let queue = Pattern::Exact(queue);
+            if security::may(Action::Read, &queue)? || security::may(Action::Enqueue, &queue)? {
                 readable.push(id);
             }
         }
