@@ -23,13 +23,7 @@ pub(crate) fn in_subtransaction<T>(
         pg_sys::BeginInternalSubTransaction(std::ptr::null());
         pg_sys::MemoryContextSwitchTo(context);
         let outcome = PgTryBuilder::new(AssertUnwindSafe(|| body().map_err(|e| e.to_string())))
-            .catch_others(|caught| match caught {
-                CaughtError::PostgresError(report)
-                | CaughtError::ErrorReport(report)
-                | CaughtError::RustPanic {
-                    ereport: report, ..
-                } => Err(report.message().to_string()),
-            })
+            .catch_others(|caught| Err(message_of(caught)))
             .execute();
         if outcome.is_ok() {
             pg_sys::ReleaseCurrentSubTransaction();
@@ -39,5 +33,16 @@ pub(crate) fn in_subtransaction<T>(
         pg_sys::MemoryContextSwitchTo(context);
         pg_sys::CurrentResourceOwner = owner;
         outcome
+    }
+}
+
+/// The message of an error caught at a `PgTryBuilder` boundary.
+pub(crate) fn message_of(caught: CaughtError) -> String {
+    match caught {
+        CaughtError::PostgresError(report)
+        | CaughtError::ErrorReport(report)
+        | CaughtError::RustPanic {
+            ereport: report, ..
+        } => report.message().to_string(),
     }
 }

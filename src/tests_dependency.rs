@@ -47,6 +47,36 @@ mod tests {
         assert_task_invariants("after the release");
     }
 
+    /// A batch settle with parents among its tasks: the plain ones on the
+    /// plain path, the parents on theirs (kept, children released), a stale
+    /// pair of a parent fenced out.
+    #[pg_test]
+    fn a_batch_settle_completes_parents_and_plain_tasks() {
+        let parent = enqueue("b", "");
+        let plain = enqueue("b", "");
+        let child: i64 = one(&format!(
+            "SELECT task_id FROM aedb_queue.queue_enqueue('bc', wait_for => ARRAY[{parent}])"
+        ));
+        let claimed = claim("b", ", max => 2");
+        let token = |id: i64| claimed.iter().find(|(t, _)| *t == id).unwrap().1;
+        let outcomes: String = one(&format!(
+            "SELECT string_agg(outcome::text, ',' ORDER BY ord) FROM aedb_queue.queue_complete_batch('b',
+                 ARRAY[{parent}, {plain}, {parent}], ARRAY[{}, {}, {}]) WITH ORDINALITY AS o(t, outcome, ord)",
+            token(parent) + 1,
+            token(plain),
+            token(parent)
+        ));
+        assert_eq!(outcomes, "lease_lost,applied,applied");
+        assert_eq!(text_field(child, "state::text").as_deref(), Some("ready"));
+        assert_eq!(
+            count(&format!(
+                "aedb_queue.completed_task WHERE task_id = {parent}"
+            )),
+            1
+        );
+        assert_eq!(count("aedb_queue.task WHERE queue = 'b'"), 0);
+    }
+
     #[pg_test]
     fn a_task_without_dependents_completes_on_the_plain_path() {
         let id = enqueue("q", "");

@@ -92,7 +92,7 @@ pub(super) fn fire_due(queue: Option<&str>, max: i32) -> Result<i64> {
             Ok(plan) => plans.push(plan),
             Err(message) => {
                 let never = TimestampWithTimeZone::positive_infinity();
-                store::advance_schedule(d, d.fired_up_to, never, Some(&message))?;
+                store::advance_schedules(&[(d, d.fired_up_to, never, Some(&message))])?;
             }
         }
     }
@@ -112,12 +112,13 @@ pub(super) fn fire_due(queue: Option<&str>, max: i32) -> Result<i64> {
                     plan.due.name,
                     plan.due.queue
                 );
-                store::advance_schedule(
+                let moved = (
                     plan.due,
                     plan.fired_up_to,
                     plan.next_fire_at,
-                    Some(&message),
-                )?;
+                    Some(message.as_str()),
+                );
+                store::advance_schedules(&[moved])?;
             }
         }
     }
@@ -140,7 +141,7 @@ struct Group<'a> {
 fn fire(plans: &[Plan<'_>]) -> Result<i64> {
     let moves: Vec<_> = plans
         .iter()
-        .map(|p| (p.due, p.fired_up_to, p.next_fire_at))
+        .map(|p| (p.due, p.fired_up_to, p.next_fire_at, None))
         .collect();
     let moved: HashSet<(String, String)> = store::advance_schedules(&moves)?.into_iter().collect();
     let mut groups: Vec<(Group<'_>, Vec<Option<RawJsonb>>)> = Vec::new();

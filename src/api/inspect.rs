@@ -50,13 +50,11 @@ fn queue_parents(queue: Option<&str>, task_id: Option<i64>) -> SetOfIterator<'st
         let queue = checked_name("queue", queue)?;
         let task_id = required("task_id", task_id)?;
         security::authorize(Action::Read, queue)?;
-        if store::schema_level() < store::SchemaLevel::V050
-            || !store::task_in_queue(queue, task_id)?
-        {
+        if store::schema_level() < store::SchemaLevel::V050 {
             return Ok(SetOfIterator::new(Vec::new()));
         }
         let mut visible = Vec::new();
-        for (parent_queue, row) in store::parents_of(task_id)? {
+        for (parent_queue, row) in store::parents_of(queue, task_id)? {
             if security::may(Action::Read, &Pattern::Exact(parent_queue))? {
                 visible.push(row);
             }

@@ -185,13 +185,13 @@ fn queue_complete_batch(
             let mut settled = store::complete_many(queue, task_ids, fencing_tokens)?;
             // What the plain path left may be parents: they take their own.
             let done: HashSet<(i64, i64)> = settled.iter().copied().collect();
-            let left: HashSet<(i64, i64)> = task_ids
+            let left: Vec<(i64, i64)> = task_ids
                 .iter()
                 .copied()
                 .zip(fencing_tokens.iter().copied())
                 .filter(|pair| !done.contains(pair))
                 .collect();
-            let (parents, woken) = store::complete_parents(queue, left.into_iter())?;
+            let (parents, woken) = store::complete_parents(queue, &left)?;
             settled.extend(parents);
             wake(woken)?;
             settled

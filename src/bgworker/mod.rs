@@ -13,7 +13,6 @@ use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
 use pgrx::bgworkers::{BackgroundWorkerBuilder, BgWorkerStartTime};
-use pgrx::pg_sys::panic::CaughtError;
 use pgrx::pg_sys::{self, PgTryBuilder};
 use pgrx::{pg_shmem_init, PgLwLock};
 
@@ -91,15 +90,7 @@ fn in_transaction<T>(what: &str, body: impl FnOnce() -> T) -> Option<T> {
         pg_sys::StartTransactionCommand();
         pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
         let outcome = PgTryBuilder::new(AssertUnwindSafe(|| Ok(body())))
-            .catch_others(|caught| {
-                Err(match caught {
-                    CaughtError::PostgresError(report)
-                    | CaughtError::ErrorReport(report)
-                    | CaughtError::RustPanic {
-                        ereport: report, ..
-                    } => report.message().to_string(),
-                })
-            })
+            .catch_others(|caught| Err(crate::subtransaction::message_of(caught)))
             .execute();
         match outcome {
             Ok(value) => {

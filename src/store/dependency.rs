@@ -9,6 +9,7 @@
 //! the child. A completion that rolls back leaves the count as it was.
 
 use aedb_queue_core::dependency::Parent;
+use aedb_queue_core::fence::FencePairs;
 use pgrx::spi::SpiClient;
 
 use super::{execute, with_client, Rows, Statement, BOOL, INT8, INT8_ARRAY, JSONB, TEXT};
@@ -90,6 +91,26 @@ pub(super) static COMPLETE_PARENT: Statement = Statement {
     clock: true,
 };
 
+/// COMPLETE_PARENT for the pairs of a batch settle that the plain batch
+/// left (`fence_holds` checks each task against the pairs, as
+/// COMPLETE_MANY does), with no result; returns the pairs that applied.
+pub(super) static COMPLETE_PARENTS: Statement = Statement {
+    sql: "WITH done AS (
+              DELETE FROM aedb_queue.task t
+              WHERE t.task_id = ANY($2) AND t.queue = $1 AND t.state = 'in_flight'
+                AND t.has_dependents AND aedb_queue_internal.fence_holds(t.task_id, t.fencing_token)
+              RETURNING *)
+          INSERT INTO aedb_queue.completed_task
+              (task_id, queue, priority, attempts, max_attempts, fencing_token, owner_id,
+               payload, progress, result, idempotency_key, created_at, completed_at)
+          SELECT task_id, queue, priority, attempts, max_attempts, fencing_token, owner_id,
+                 payload, progress, NULL, idempotency_key, created_at, $3
+          FROM done
+          RETURNING task_id, fencing_token",
+    args: &[TEXT, INT8_ARRAY],
+    clock: true,
+};
+
 /// The children waiting for the completed parents `$1`: each count goes
 /// down by the parents it loses; at zero the child is ready (or scheduled,
 /// if its delay has not passed). Returns the queues where a child became
@@ -145,31 +166,28 @@ pub(super) static PARENTS_FAILED: Statement = Statement {
     clock: true,
 };
 
-/// The parents of a task, live or kept after completion, as task rows.
+/// The parents of task $1 of queue $2 (none if it is not there), live or
+/// kept after completion, as task rows.
 pub(super) static PARENTS_OF: Statement = Statement {
-    sql: "SELECT t.queue, ROW(t.task_id, t.queue, t.state::text, t.not_before, t.priority,
+    sql: "WITH child AS (
+              SELECT task_id FROM aedb_queue.task WHERE task_id = $1 AND queue = $2
+              UNION ALL
+              SELECT task_id FROM aedb_queue.completed_task WHERE task_id = $1 AND queue = $2),
+          links AS (
+              SELECT d.parent_id FROM aedb_queue.task_dependency d
+              WHERE d.child_id = $1 AND EXISTS (SELECT 1 FROM child))
+          SELECT t.queue, ROW(t.task_id, t.queue, t.state::text, t.not_before, t.priority,
                       t.attempts, t.max_attempts, t.owner_id, t.fencing_token, t.lease_deadline,
                       t.payload, t.progress, t.last_error, t.idempotency_key, t.backoff_base,
                       t.backoff_max, t.created_at, t.updated_at, NULL::jsonb, NULL::timestamptz)
-          FROM aedb_queue.task_dependency d JOIN aedb_queue.task t ON t.task_id = d.parent_id
-          WHERE d.child_id = $1
+          FROM links l JOIN aedb_queue.task t ON t.task_id = l.parent_id
           UNION ALL
           SELECT c.queue, ROW(c.task_id, c.queue, 'completed'::text, NULL::timestamptz, c.priority,
                       c.attempts, c.max_attempts, c.owner_id, c.fencing_token, NULL::timestamptz,
                       c.payload, c.progress, NULL::text, c.idempotency_key, NULL::interval,
                       NULL::interval, c.created_at, c.completed_at, c.result, c.completed_at)
-          FROM aedb_queue.task_dependency d JOIN aedb_queue.completed_task c ON c.task_id = d.parent_id
-          WHERE d.child_id = $1
+          FROM links l JOIN aedb_queue.completed_task c ON c.task_id = l.parent_id
           ORDER BY 1",
-    args: &[INT8],
-    clock: false,
-};
-
-/// Whether the task is in `queue` (live or kept).
-static TASK_IN_QUEUE: Statement = Statement {
-    sql:
-        "SELECT EXISTS (SELECT 1 FROM aedb_queue.task WHERE task_id = $1 AND queue = $2)
-              OR EXISTS (SELECT 1 FROM aedb_queue.completed_task WHERE task_id = $1 AND queue = $2)",
     args: &[INT8, TEXT],
     clock: false,
 };
@@ -253,6 +271,45 @@ pub fn complete_parent(
     })
 }
 
+/// A task and the fencing token it was settled under.
+pub type IdAndToken = (i64, i64);
+
+/// The parent path for the (task, token) pairs a plain batch settle left
+/// (fenced out, or parents): one statement for the parents, one release;
+/// returns the pairs that applied and the queues where children became
+/// ready.
+pub fn complete_parents(
+    queue: &str,
+    left: &[(i64, i64)],
+) -> Result<(Vec<IdAndToken>, Vec<String>)> {
+    if left.is_empty() || super::schema_level() < super::SchemaLevel::V050 {
+        return Ok((Vec::new(), Vec::new()));
+    }
+    let ids: Vec<i64> = left.iter().map(|p| p.0).collect();
+    let tokens: Vec<i64> = left.iter().map(|p| p.1).collect();
+    with_client(|client| {
+        let applied = {
+            let _fence = super::fence::Active::enter(FencePairs::new(&ids, &tokens));
+            execute(
+                client,
+                &COMPLETE_PARENTS,
+                &[queue.into(), ids.clone().into()],
+            )?
+            .map(|row| Ok((row.required::<i64>(1)?, row.required::<i64>(2)?)))?
+        };
+        if applied.is_empty() {
+            return Ok((applied, Vec::new()));
+        }
+        let parents: Vec<i64> = applied.iter().map(|p| p.0).collect();
+        let rows = execute(client, &RELEASE_CHILDREN, &[parents.into()])?;
+        let woken = rows
+            .first(|row| row.get::<Vec<String>>(1))?
+            .flatten()
+            .unwrap_or_default();
+        Ok((applied, woken))
+    })
+}
+
 /// Applies the children's policies for parents that failed, and for the
 /// children that were dead-lettered in turn; returns the queues where a
 /// child became ready. Each round is one statement; a chain of N
@@ -291,21 +348,11 @@ fn first_two_arrays(rows: Rows<'_>) -> Result<(Vec<i64>, Vec<String>)> {
         .unwrap_or_default())
 }
 
-/// (parent's queue, parent as a task row) for each parent of the task.
-pub fn parents_of(task_id: i64) -> Result<Vec<(String, RawTaskRow)>> {
+/// (parent's queue, parent as a task row) for each parent of task
+/// `task_id` of `queue`.
+pub fn parents_of(queue: &str, task_id: i64) -> Result<Vec<(String, RawTaskRow)>> {
     with_client(|client| {
-        execute(client, &PARENTS_OF, &[task_id.into()])?
+        execute(client, &PARENTS_OF, &[task_id.into(), queue.into()])?
             .map(|row| Ok((row.required(1)?, row.required(2)?)))
-    })
-}
-
-pub fn task_in_queue(queue: &str, task_id: i64) -> Result<bool> {
-    with_client(|client| {
-        Ok(
-            execute(client, &TASK_IN_QUEUE, &[task_id.into(), queue.into()])?
-                .first(|row| row.get::<bool>(1))?
-                .flatten()
-                == Some(true),
-        )
     })
 }

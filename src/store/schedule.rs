@@ -130,23 +130,14 @@ static DUE_IN_QUEUE: Statement = Statement {
     clock: false,
 };
 
-/// Moves the schedule past the fire times just handled, if it is still
-/// where the firer found it; $5 is why the last of them made no task.
+/// Moves each schedule past the fire times just handled, if it is still
+/// where the firer found it (`was`); `error` is why they made no task
+/// (NULL: they did). Returns those moved.
 static ADVANCE: Statement = Statement {
-    sql: "UPDATE aedb_queue.schedule
-          SET fired_up_to = $4, next_fire_at = $5, last_error = $6
-          WHERE queue = $1 AND name = $2 AND fired_up_to = $3
-          RETURNING 1",
-    args: &[TEXT, TEXT, TIMESTAMPTZ, TIMESTAMPTZ, TIMESTAMPTZ, TEXT],
-    clock: false,
-};
-
-/// ADVANCE for many schedules in one statement: returns those moved.
-static ADVANCE_MANY: Statement = Statement {
     sql: "UPDATE aedb_queue.schedule s
-          SET fired_up_to = u.up_to, next_fire_at = u.next, last_error = NULL
+          SET fired_up_to = u.up_to, next_fire_at = u.next, last_error = u.error
           FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::timestamptz[],
-                      $5::timestamptz[]) AS u(queue, name, was, up_to, next)
+                      $5::timestamptz[], $6::text[]) AS u(queue, name, was, up_to, next, error)
           WHERE s.queue = u.queue AND s.name = u.name AND s.fired_up_to = u.was
           RETURNING s.queue, s.name",
     args: &[
@@ -155,6 +146,7 @@ static ADVANCE_MANY: Statement = Statement {
         TIMESTAMPTZ_ARRAY,
         TIMESTAMPTZ_ARRAY,
         TIMESTAMPTZ_ARRAY,
+        TEXT_ARRAY,
     ],
     clock: false,
 };
@@ -309,50 +301,35 @@ pub fn lock_due_schedules(queue: Option<&str>, max: i32) -> Result<Vec<DueSchedu
     })
 }
 
-/// Moves a locked schedule past `fired_up_to`; false if it had moved.
-pub fn advance_schedule(
-    due: &DueSchedule,
-    fired_up_to: TimestampWithTimeZone,
-    next_fire_at: TimestampWithTimeZone,
-    error: Option<&str>,
-) -> Result<bool> {
-    with_client(|client| {
-        let rows = execute(
-            client,
-            &ADVANCE,
-            &[
-                due.queue.as_str().into(),
-                due.name.as_str().into(),
-                due.fired_up_to.into(),
-                fired_up_to.into(),
-                next_fire_at.into(),
-                error.into(),
-            ],
-        )?;
-        Ok(!rows.is_empty())
-    })
-}
+/// A locked schedule, where it goes, and why its fire times made no task
+/// (None: they did).
+pub type Move<'a> = (
+    &'a DueSchedule,
+    TimestampWithTimeZone,
+    TimestampWithTimeZone,
+    Option<&'a str>,
+);
 
-/// Moves each locked schedule past its plan (`(due, fired_up_to,
-/// next_fire_at)`); returns the (queue, name) of those moved.
-pub fn advance_schedules(
-    moves: &[(&DueSchedule, TimestampWithTimeZone, TimestampWithTimeZone)],
-) -> Result<Vec<(String, String)>> {
-    let queues: Vec<&str> = moves.iter().map(|(d, _, _)| d.queue.as_str()).collect();
-    let names: Vec<&str> = moves.iter().map(|(d, _, _)| d.name.as_str()).collect();
-    let was: Vec<TimestampWithTimeZone> = moves.iter().map(|(d, _, _)| d.fired_up_to).collect();
-    let up_to: Vec<TimestampWithTimeZone> = moves.iter().map(|(_, u, _)| *u).collect();
-    let next: Vec<TimestampWithTimeZone> = moves.iter().map(|(_, _, n)| *n).collect();
+/// Moves each locked schedule past its fire times; returns the (queue,
+/// name) of those still where the firer found them, which it moved.
+pub fn advance_schedules(moves: &[Move<'_>]) -> Result<Vec<(String, String)>> {
+    let queues: Vec<&str> = moves.iter().map(|m| m.0.queue.as_str()).collect();
+    let names: Vec<&str> = moves.iter().map(|m| m.0.name.as_str()).collect();
+    let was: Vec<TimestampWithTimeZone> = moves.iter().map(|m| m.0.fired_up_to).collect();
+    let up_to: Vec<TimestampWithTimeZone> = moves.iter().map(|m| m.1).collect();
+    let next: Vec<TimestampWithTimeZone> = moves.iter().map(|m| m.2).collect();
+    let errors: Vec<Option<&str>> = moves.iter().map(|m| m.3).collect();
     with_client(|client| {
         execute(
             client,
-            &ADVANCE_MANY,
+            &ADVANCE,
             &[
                 queues.into(),
                 names.into(),
                 was.into(),
                 up_to.into(),
                 next.into(),
+                errors.into(),
             ],
         )?
         .map(|row| Ok((row.required(1)?, row.required(2)?)))
@@ -395,5 +372,4 @@ pub(crate) static SCHEDULE_STATEMENTS: &[(&str, &Statement)] = &[
     ("SCHEDULE_DUE_ANY", &DUE_ANY),
     ("SCHEDULE_DUE_IN_QUEUE", &DUE_IN_QUEUE),
     ("SCHEDULE_ADVANCE", &ADVANCE),
-    ("SCHEDULE_ADVANCE_MANY", &ADVANCE_MANY),
 ];

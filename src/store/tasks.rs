@@ -414,6 +414,7 @@ pub(crate) static LIFECYCLE_STATEMENTS: &[(&str, &Statement)] = &[
     ("CANCEL", &CANCEL.current),
     ("LINK_PARENTS", &super::dependency::LINK_PARENTS),
     ("COMPLETE_PARENT", &super::dependency::COMPLETE_PARENT),
+    ("COMPLETE_PARENTS", &super::dependency::COMPLETE_PARENTS),
     ("RELEASE_CHILDREN", &super::dependency::RELEASE_CHILDREN),
     ("PARENTS_FAILED", &super::dependency::PARENTS_FAILED),
     ("PARENTS_OF", &super::dependency::PARENTS_OF),
@@ -701,27 +702,6 @@ pub fn complete_many(
         )?
         .map(completed)
     })
-}
-
-/// A task and the fencing token it was settled under.
-pub type IdAndToken = (i64, i64);
-
-/// The pairs `complete_many` left that are parents, each completed on the
-/// parent path; returns those that applied and the queues where children
-/// became ready.
-pub fn complete_parents(
-    queue: &str,
-    left: impl Iterator<Item = (i64, i64)>,
-) -> Result<(Vec<IdAndToken>, Vec<String>)> {
-    let mut applied = Vec::new();
-    let mut woken = Vec::new();
-    for (task_id, token) in left {
-        if let Some(queues) = complete_if_parent(queue, task_id, token, None)? {
-            applied.push((task_id, token));
-            woken.extend(queues);
-        }
-    }
-    Ok((applied, woken))
 }
 
 pub struct FailingTask {
