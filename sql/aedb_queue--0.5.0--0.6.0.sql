@@ -9,5 +9,178 @@
 
 \echo Use "ALTER EXTENSION aedb_queue UPDATE TO '0.6.0'" to load this file. \quit
 
--- 0.6.0 is flow control (issue 12): concurrency keys, ordering keys, rate
--- limits, fair share. No schema change has landed yet.
+-- 0.6.0 is flow control (issue 12).
+
+-- 1. Concurrency keys: a task's key, the queue's limit, the slots per key,
+-- and the blocked state. The index predicate names no new label (see
+-- schema.sql).
+ALTER TYPE aedb_queue.task_state ADD VALUE 'blocked';
+ALTER TABLE aedb_queue.queue ADD COLUMN concurrency_limit integer CHECK (concurrency_limit >= 1);
+ALTER TABLE aedb_queue.task ADD COLUMN concurrency_key text;
+CREATE INDEX task_blocked_idx   ON aedb_queue.task (queue, concurrency_key, priority DESC, (-task_id) DESC) WHERE state > 'waiting';
+CREATE TABLE aedb_queue.concurrency_slot (
+    queue             text NOT NULL,
+    key               text NOT NULL,
+    taken             integer NOT NULL,
+    concurrency_limit integer CHECK (concurrency_limit >= 1),
+    PRIMARY KEY (queue, key)
+);
+SELECT pg_catalog.pg_extension_config_dump('aedb_queue.concurrency_slot', '');
+REVOKE ALL ON aedb_queue.concurrency_slot FROM PUBLIC;
+
+-- queue_enqueue and queue_enqueue_batch gain concurrency_key, queue_configure
+-- concurrency_limit: new signatures, so made anew (0.5.0's symbols stay in
+-- the library).
+DROP FUNCTION "queue_enqueue"(text, jsonb, interval, bigint, integer, interval, interval, text, bigint[], text);
+CREATE FUNCTION "queue_enqueue"(
+	"queue" TEXT, /* Option < & str > */
+	"payload" jsonb DEFAULT NULL, /* Option < RawJsonb > */
+	"delay" interval DEFAULT '0', /* Option < Interval > */
+	"priority" bigint DEFAULT 0, /* Option < i64 > */
+	"max_attempts" INT DEFAULT NULL, /* Option < i32 > */
+	"backoff_base" interval DEFAULT NULL, /* Option < Interval > */
+	"backoff_max" interval DEFAULT NULL, /* Option < Interval > */
+	"idempotency_key" TEXT DEFAULT NULL, /* Option < & str > */
+	"wait_for" bigint[] DEFAULT NULL, /* :: std :: option :: Option < Array < '_, i64 > > */
+	"on_parent_failure" TEXT DEFAULT 'dead_letter', /* Option < & str > */
+	"concurrency_key" TEXT DEFAULT NULL /* Option < & str > */
+) RETURNS aedb_queue.enqueued /* Enqueued */
+
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'enqueue_v060_wrapper';
+
+DROP FUNCTION "queue_enqueue_batch"(text, jsonb[], interval, bigint, integer, interval, interval, bigint[], text);
+CREATE FUNCTION "queue_enqueue_batch"(
+	"queue" TEXT, /* Option < & str > */
+	"payloads" jsonb[], /* Option < RawJsonbArray > */
+	"delay" interval DEFAULT '0', /* Option < Interval > */
+	"priority" bigint DEFAULT 0, /* Option < i64 > */
+	"max_attempts" INT DEFAULT NULL, /* Option < i32 > */
+	"backoff_base" interval DEFAULT NULL, /* Option < Interval > */
+	"backoff_max" interval DEFAULT NULL, /* Option < Interval > */
+	"wait_for" bigint[] DEFAULT NULL, /* :: std :: option :: Option < Array < '_, i64 > > */
+	"on_parent_failure" TEXT DEFAULT 'dead_letter', /* Option < & str > */
+	"concurrency_key" TEXT DEFAULT NULL /* Option < & str > */
+) RETURNS SETOF bigint /* i64 */
+
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'enqueue_batch_v060_wrapper';
+
+DROP FUNCTION "queue_configure"(text, integer, interval, interval, interval, integer, interval, interval, boolean, boolean);
+CREATE FUNCTION "queue_configure"(
+	"queue" TEXT, /* Option < & str > */
+	"max_attempts" INT DEFAULT NULL, /* Option < i32 > */
+	"backoff_base" interval DEFAULT NULL, /* Option < Interval > */
+	"backoff_max" interval DEFAULT NULL, /* Option < Interval > */
+	"default_lease" interval DEFAULT NULL, /* Option < Interval > */
+	"max_payload_bytes" INT DEFAULT NULL, /* Option < i32 > */
+	"keep_completed" interval DEFAULT NULL, /* Option < Interval > */
+	"keep_idempotency_keys" interval DEFAULT NULL, /* Option < Interval > */
+	"notify" bool DEFAULT NULL, /* Option < bool > */
+	"reset" bool DEFAULT false, /* Option < bool > */
+	"concurrency_limit" INT DEFAULT NULL /* Option < i32 > */
+) RETURNS TABLE (
+	"queue" TEXT,  /* String */
+	"max_attempts" INT,  /* Option < i32 > */
+	"backoff_base" interval,  /* Option < Interval > */
+	"backoff_max" interval,  /* Option < Interval > */
+	"default_lease" interval,  /* Option < Interval > */
+	"max_payload_bytes" INT,  /* Option < i32 > */
+	"keep_completed" interval,  /* Option < Interval > */
+	"keep_idempotency_keys" interval,  /* Option < Interval > */
+	"notify" bool,  /* bool */
+	"paused" bool,  /* bool */
+	"concurrency_limit" INT  /* Option < i32 > */
+)
+
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'configure_v060_wrapper';
+
+CREATE FUNCTION "queue_configure_key"(
+	"queue" TEXT, /* Option < & str > */
+	"concurrency_key" TEXT, /* Option < & str > */
+	"concurrency_limit" INT /* Option < i32 > */
+) RETURNS bool /* bool */
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'queue_configure_key_wrapper';
+
+REVOKE ALL ON FUNCTION "queue_enqueue", "queue_enqueue_batch", "queue_configure", "queue_configure_key" FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION "queue_enqueue", "queue_enqueue_batch" TO aedb_queue_producer;
+GRANT EXECUTE ON FUNCTION "queue_enqueue", "queue_enqueue_batch", "queue_configure", "queue_configure_key" TO aedb_queue_admin;
+
+-- The views show keys: tasks.concurrency_key, queue_stats.blocked and
+-- concurrency_limit, and concurrency_keys.
+DROP VIEW aedb_queue.queue_stats;
+DROP VIEW aedb_queue.tasks;
+CREATE VIEW aedb_queue.tasks WITH (security_barrier) AS
+SELECT t.task_id,
+       t.queue,
+       t.state,
+       t.concurrency_key,
+       -- The parents a waiting task still waits for (those not completed).
+       CASE WHEN t.waiting_on > 0 THEN ARRAY(
+           SELECT d.parent_id FROM aedb_queue.task_dependency d
+            WHERE d.child_id = t.task_id
+              AND EXISTS (SELECT 1 FROM aedb_queue.task p WHERE p.task_id = d.parent_id)
+            ORDER BY d.parent_id) END AS waits_for,
+       t.priority,
+       t.attempts || '/' || t.max_attempts AS attempts,
+       date_trunc('second', now() - t.created_at) AS age,
+       CASE WHEN t.state = 'scheduled' THEN date_trunc('second', t.not_before - now()) END AS due_in,
+       CASE WHEN t.state = 'in_flight' THEN date_trunc('second', t.lease_deadline - now()) END AS lease_left,
+       t.owner_id AS owner,
+       CASE WHEN length(t.payload::text) > 40 THEN left(t.payload::text, 39) || '…'
+            ELSE t.payload::text END AS payload,
+       CASE WHEN length(t.last_error) > 40 THEN left(t.last_error, 39) || '…'
+            ELSE t.last_error END AS last_error
+FROM aedb_queue.task t
+WHERE aedb_queue_internal.can_read(t.queue);
+
+CREATE VIEW aedb_queue.queue_stats WITH (security_barrier) AS
+SELECT q.name AS queue,
+       (SELECT count(*) FROM aedb_queue.task t
+         WHERE t.queue = q.name AND t.waiting_on > 0) AS waiting,
+       (SELECT count(*) FROM aedb_queue.task t
+         WHERE t.queue = q.name AND t.state = 'scheduled') AS scheduled,
+       (SELECT count(*) FROM aedb_queue.task t
+         WHERE t.queue = q.name AND t.state > 'waiting') AS blocked,
+       (SELECT count(*) FROM aedb_queue.task t
+         WHERE t.queue = q.name AND t.state = 'ready') AS ready,
+       (SELECT count(*) FROM aedb_queue.task t
+         WHERE t.queue = q.name AND t.state = 'in_flight' AND t.lease_deadline IS NOT NULL) AS in_flight,
+       (SELECT count(*) FROM aedb_queue.task t
+         WHERE t.queue = q.name AND t.state = 'dead') AS dead,
+       (SELECT count(*) FROM aedb_queue.completed_task c
+         WHERE c.queue = q.name) AS completed_kept,
+       date_trunc('second', now() - (
+           SELECT o.created_at FROM aedb_queue.task o
+            WHERE o.task_id = (SELECT min(t.task_id) FROM aedb_queue.task t
+                                WHERE t.queue = q.name AND t.state = 'ready'))) AS oldest_ready_age,
+       (SELECT min(t.not_before) FROM aedb_queue.task t
+         WHERE t.queue = q.name AND t.state = 'scheduled') AS next_due,
+       (SELECT count(*) FROM aedb_queue.task t
+         WHERE t.queue = q.name AND t.state = 'in_flight' AND t.lease_deadline IS NOT NULL
+           AND t.lease_deadline < now()) AS expired_leases,
+       q.paused,
+       q.concurrency_limit
+FROM aedb_queue.queue q
+WHERE aedb_queue_internal.can_read(q.name);
+
+CREATE VIEW aedb_queue.concurrency_keys WITH (security_barrier) AS
+SELECT s.queue,
+       s.key AS concurrency_key,
+       coalesce(s.concurrency_limit, q.concurrency_limit, 1) AS concurrency_limit,
+       s.concurrency_limit IS NOT NULL AS own_limit,
+       s.taken,
+       (SELECT count(*) FROM aedb_queue.task t
+         WHERE t.queue = s.queue AND t.state = 'in_flight' AND t.lease_deadline IS NOT NULL
+           AND t.concurrency_key = s.key) AS in_flight,
+       (SELECT count(*) FROM aedb_queue.task t
+         WHERE t.queue = s.queue AND t.state > 'waiting' AND t.concurrency_key = s.key) AS blocked,
+       s.taken >= coalesce(s.concurrency_limit, q.concurrency_limit, 1) AS at_limit
+FROM aedb_queue.concurrency_slot s
+LEFT JOIN aedb_queue.queue q ON q.name = s.queue
+WHERE aedb_queue_internal.can_read(s.queue);
+
+REVOKE ALL ON aedb_queue.tasks, aedb_queue.queue_stats, aedb_queue.concurrency_keys FROM PUBLIC;
+GRANT SELECT ON aedb_queue.tasks, aedb_queue.queue_stats, aedb_queue.concurrency_keys TO aedb_queue_admin;

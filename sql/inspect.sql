@@ -8,6 +8,7 @@ CREATE VIEW aedb_queue.tasks WITH (security_barrier) AS
 SELECT t.task_id,
        t.queue,
        t.state,
+       t.concurrency_key,
        -- The parents a waiting task still waits for (those not completed).
        CASE WHEN t.waiting_on > 0 THEN ARRAY(
            SELECT d.parent_id FROM aedb_queue.task_dependency d
@@ -38,6 +39,8 @@ SELECT q.name AS queue,
        (SELECT count(*) FROM aedb_queue.task t
          WHERE t.queue = q.name AND t.state = 'scheduled') AS scheduled,
        (SELECT count(*) FROM aedb_queue.task t
+         WHERE t.queue = q.name AND t.state > 'waiting') AS blocked,
+       (SELECT count(*) FROM aedb_queue.task t
          WHERE t.queue = q.name AND t.state = 'ready') AS ready,
        (SELECT count(*) FROM aedb_queue.task t
          WHERE t.queue = q.name AND t.state = 'in_flight' AND t.lease_deadline IS NOT NULL) AS in_flight,
@@ -54,6 +57,29 @@ SELECT q.name AS queue,
        (SELECT count(*) FROM aedb_queue.task t
          WHERE t.queue = q.name AND t.state = 'in_flight' AND t.lease_deadline IS NOT NULL
            AND t.lease_deadline < now()) AS expired_leases,
-       q.paused
+       q.paused,
+       q.concurrency_limit
 FROM aedb_queue.queue q
 WHERE aedb_queue_internal.can_read(q.name);
+
+-- One row per concurrency key with a slot taken, a task blocked, or a
+-- limit of its own. taken = ready + in flight; at_limit: its next due task
+-- waits (blocked) until one of them completes, fails or is cancelled.
+-- Counts read the key's range of the blocked index and the queue's
+-- in-flight entries. state > 'waiting' is state = 'blocked', the last
+-- label, which the 0.6.0 upgrade could not name (see schema.sql).
+CREATE VIEW aedb_queue.concurrency_keys WITH (security_barrier) AS
+SELECT s.queue,
+       s.key AS concurrency_key,
+       coalesce(s.concurrency_limit, q.concurrency_limit, 1) AS concurrency_limit,
+       s.concurrency_limit IS NOT NULL AS own_limit,
+       s.taken,
+       (SELECT count(*) FROM aedb_queue.task t
+         WHERE t.queue = s.queue AND t.state = 'in_flight' AND t.lease_deadline IS NOT NULL
+           AND t.concurrency_key = s.key) AS in_flight,
+       (SELECT count(*) FROM aedb_queue.task t
+         WHERE t.queue = s.queue AND t.state > 'waiting' AND t.concurrency_key = s.key) AS blocked,
+       s.taken >= coalesce(s.concurrency_limit, q.concurrency_limit, 1) AS at_limit
+FROM aedb_queue.concurrency_slot s
+LEFT JOIN aedb_queue.queue q ON q.name = s.queue
+WHERE aedb_queue_internal.can_read(s.queue);

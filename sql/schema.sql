@@ -28,8 +28,10 @@ END
 $$;
 
 -- 'waiting': for parent tasks to complete (task_dependency), appended in
--- 0.5.0 (an upgrade adds enum values at the end).
-CREATE TYPE aedb_queue.task_state AS ENUM ('scheduled', 'ready', 'in_flight', 'dead', 'waiting');
+-- 0.5.0; 'blocked': due, waiting for a slot of its concurrency key
+-- (concurrency_slot), appended in 0.6.0 (an upgrade adds enum values at
+-- the end).
+CREATE TYPE aedb_queue.task_state AS ENUM ('scheduled', 'ready', 'in_flight', 'dead', 'waiting', 'blocked');
 
 -- What a fenced call (complete, fail, heartbeat) did.
 CREATE TYPE aedb_queue.outcome AS ENUM ('applied', 'lease_lost');
@@ -55,7 +57,10 @@ CREATE TABLE aedb_queue.queue (
     -- How long idempotency keys of finished tasks dedup; NULL: forever.
     keep_idempotency_keys interval,
     notify                boolean NOT NULL DEFAULT false,
-    paused                boolean NOT NULL DEFAULT false
+    paused                boolean NOT NULL DEFAULT false,
+    -- How many tasks of one concurrency key may be ready or in flight at
+    -- once; NULL: 1 (concurrency_slot may override it per key).
+    concurrency_limit     integer CHECK (concurrency_limit >= 1)
 );
 
 -- No CHECK constraints: PostgreSQL re-reads each one from its stored text
@@ -97,7 +102,10 @@ CREATE TABLE aedb_queue.task (
     -- Some task waits for this one: its completion keeps it (with its
     -- result) and releases them. NULL or false for nearly every task, so
     -- their completions take the plain path.
-    has_dependents  boolean
+    has_dependents  boolean,
+    -- Tasks sharing a key in a queue take its slots (concurrency_slot);
+    -- NULL for a task with no key, whose paths never look at slots.
+    concurrency_key text
 ) WITH (fillfactor = 50);
 ALTER SEQUENCE aedb_queue.task_id_seq OWNED BY aedb_queue.task.task_id;
 
@@ -120,6 +128,26 @@ CREATE INDEX task_dead_idx      ON aedb_queue.task (queue, task_id)             
 -- while a task is waiting; the predicate names no enum label, which an
 -- upgrade could not use in the transaction that adds it.
 CREATE INDEX task_waiting_idx   ON aedb_queue.task (queue, task_id)               WHERE waiting_on > 0;
+-- Blocked tasks by key, in service order: a freed slot goes to the key's
+-- first. The predicate means state = 'blocked' (the last label): an
+-- upgrade cannot name a label in the transaction that adds it.
+CREATE INDEX task_blocked_idx   ON aedb_queue.task (queue, concurrency_key, priority DESC, (-task_id) DESC) WHERE state > 'waiting';
+
+-- The slots of each concurrency key in use: taken counts the key's tasks
+-- that are ready or in flight, never more than the limit while others of
+-- the key are blocked. Every change to a key's taken count or to its set
+-- of blocked tasks happens under this row's lock, and a freed slot is
+-- given in a statement started after the lock was taken, so it sees every
+-- blocked task committed before (docs/flow-control.md). A row goes when no
+-- slot is taken, unless it holds the key's own limit.
+CREATE TABLE aedb_queue.concurrency_slot (
+    queue             text NOT NULL,
+    key               text NOT NULL,
+    taken             integer NOT NULL,
+    -- This key's limit; NULL: the queue's.
+    concurrency_limit integer CHECK (concurrency_limit >= 1),
+    PRIMARY KEY (queue, key)
+);
 
 -- Which tasks wait for which (queue_enqueue's wait_for). A row lives
 -- until its parent fails (then the child's policy is applied and the row
@@ -282,3 +310,4 @@ SELECT pg_catalog.pg_extension_config_dump('aedb_queue.queue_grant', '');
 SELECT pg_catalog.pg_extension_config_dump('aedb_queue.confined_role', '');
 SELECT pg_catalog.pg_extension_config_dump('aedb_queue.schedule', '');
 SELECT pg_catalog.pg_extension_config_dump('aedb_queue.task_dependency', '');
+SELECT pg_catalog.pg_extension_config_dump('aedb_queue.concurrency_slot', '');

@@ -33,6 +33,11 @@ impl<Row> TableIterator<'_, Row> {
     pub fn once(row: Row) -> Self {
         Self::new([row])
     }
+
+    /// The same rows in another shape (an older signature's columns).
+    pub fn map_rows<Other>(self, shape: impl FnMut(Row) -> Other) -> TableIterator<'static, Other> {
+        TableIterator::new(self.rows.into_iter().map(shape))
+    }
 }
 
 /// A tuple whose elements are a row's columns, in order.
@@ -67,6 +72,7 @@ table_row!(4: A 0, B 1, C 2, D 3);
 table_row!(8: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7);
 table_row!(9: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8);
 table_row!(10: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9);
+table_row!(11: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10);
 
 unsafe impl<Row: TableRow> RetAbi for TableIterator<'_, Row> {
     type Item = Row;

@@ -26,6 +26,7 @@ const KNOWN_KEYS: &[&str] = &[
     "idempotency_key",
     "wait_for",
     "on_parent_failure",
+    "concurrency_key",
 ];
 
 /// One value of a spec's key, as the jsonb holds it: scalars with their
@@ -58,6 +59,7 @@ pub struct EnqueueSpec {
     /// Ids of the tasks this one waits for (unchecked: see `dependency`).
     pub wait_for: Vec<i64>,
     pub on_parent_failure: Option<String>,
+    pub concurrency_key: Option<String>,
 }
 
 /// Checks the size of the whole `follow_ups` argument, before it is read.
@@ -118,6 +120,13 @@ pub fn parse_spec(path: &str, fields: &[(&str, Json<'_>)]) -> Result<EnqueueSpec
             Some(_) => Err(QueueError::invalid(at(key), "must be an integer")),
         }
     };
+    let string = |key: &str| -> Result<Option<String>, QueueError> {
+        match field(key) {
+            None => Ok(None),
+            Some(Json::String(text)) => Ok(Some(text.to_string())),
+            Some(_) => Err(QueueError::invalid(at(key), "must be a string")),
+        }
+    };
     let duration = |key: &str| -> Result<Option<i64>, QueueError> {
         match field(key) {
             None => Ok(None),
@@ -152,16 +161,7 @@ pub fn parse_spec(path: &str, fields: &[(&str, Json<'_>)]) -> Result<EnqueueSpec
             .transpose()?,
         backoff_base: duration("backoff_base")?,
         backoff_max: duration("backoff_max")?,
-        idempotency_key: match field("idempotency_key") {
-            None => None,
-            Some(Json::String(key)) => Some(key.to_string()),
-            Some(_) => {
-                return Err(QueueError::invalid(
-                    at("idempotency_key"),
-                    "must be a string",
-                ))
-            }
-        },
+        idempotency_key: string("idempotency_key")?,
         wait_for: match field("wait_for") {
             None => Vec::new(),
             Some(Json::Array(Some(ids))) => ids
@@ -176,16 +176,8 @@ pub fn parse_spec(path: &str, fields: &[(&str, Json<'_>)]) -> Result<EnqueueSpec
                 ))
             }
         },
-        on_parent_failure: match field("on_parent_failure") {
-            None => None,
-            Some(Json::String(policy)) => Some(policy.to_string()),
-            Some(_) => {
-                return Err(QueueError::invalid(
-                    at("on_parent_failure"),
-                    "must be a string",
-                ))
-            }
-        },
+        on_parent_failure: string("on_parent_failure")?,
+        concurrency_key: string("concurrency_key")?,
     })
 }
 

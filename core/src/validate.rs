@@ -140,12 +140,12 @@ pub fn payload_size(arg: &str, bytes: usize, limit: usize) -> Result<(), QueueEr
 /// `completed` for the tasks a queue keeps after completion.
 pub fn listed_state(value: &str) -> Result<(), QueueError> {
     match value {
-        "completed" | "waiting" => Ok(()),
+        "completed" | "waiting" | "blocked" => Ok(()),
         _ => state(value).map_err(|_| {
             QueueError::invalid(
                 "state",
                 format!(
-                    "must be one of waiting, scheduled, ready, in_flight, dead, completed; got {value:?}"
+                    "must be one of waiting, scheduled, blocked, ready, in_flight, dead, completed; got {value:?}"
                 ),
             )
         }),
@@ -171,6 +171,7 @@ pub struct EnqueueOptions {
     pub backoff_base_micros: Option<i64>,
     pub backoff_max_micros: Option<i64>,
     pub idempotency_key: Option<String>,
+    pub concurrency_key: Option<String>,
 }
 
 /// Enqueue options checked and with defaults filled in: what is stored on the task.
@@ -182,6 +183,7 @@ pub struct ResolvedEnqueue {
     pub backoff_base_micros: i64,
     pub backoff_max_micros: i64,
     pub idempotency_key: Option<String>,
+    pub concurrency_key: Option<String>,
 }
 
 impl ResolvedEnqueue {
@@ -262,6 +264,9 @@ pub fn resolve_enqueue(
             ));
         }
     }
+    if let Some(key) = &options.concurrency_key {
+        name(&arg("concurrency_key"), key)?;
+    }
     Ok(ResolvedEnqueue {
         delay_micros: options.delay_micros,
         priority: options.priority,
@@ -269,6 +274,7 @@ pub fn resolve_enqueue(
         backoff_base_micros: base,
         backoff_max_micros: ceiling,
         idempotency_key: options.idempotency_key,
+        concurrency_key: options.concurrency_key,
     })
 }
 

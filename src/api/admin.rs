@@ -24,6 +24,7 @@ type SettingsRow = (
     Option<Interval>, // keep_idempotency_keys
     bool,             // notify
     bool,             // paused
+    Option<i32>,      // concurrency_limit
 );
 
 fn settings_row(queue: &str, s: QueueSettings) -> SettingsRow {
@@ -39,6 +40,7 @@ fn settings_row(queue: &str, s: QueueSettings) -> SettingsRow {
         s.keep_idempotency_keys,
         s.notify,
         s.paused,
+        s.concurrency_limit,
     )
 }
 
@@ -61,8 +63,79 @@ fn at_least_one(arg: &'static str, value: Option<i32>) -> Result<Option<i32>> {
 /// Sets per-queue defaults (NULL leaves a setting as it is; `reset` first
 /// returns every setting not given to the extension's default). Defaults
 /// apply to tasks enqueued afterwards; a task's own options still win.
+/// `concurrency_limit` applies at once: to the slots of every key.
 /// Returns the settings now in force.
-#[pg_extern]
+#[pg_extern(name = "queue_configure")]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+fn configure_v060(
+    queue: Option<&str>,
+    max_attempts: default!(Option<i32>, "NULL"),
+    backoff_base: default!(Option<Interval>, "NULL"),
+    backoff_max: default!(Option<Interval>, "NULL"),
+    default_lease: default!(Option<Interval>, "NULL"),
+    max_payload_bytes: default!(Option<i32>, "NULL"),
+    keep_completed: default!(Option<Interval>, "NULL"),
+    keep_idempotency_keys: default!(Option<Interval>, "NULL"),
+    notify: default!(Option<bool>, "NULL"),
+    reset: default!(Option<bool>, false),
+    concurrency_limit: default!(Option<i32>, "NULL"),
+) -> TableIterator<
+    'static,
+    (
+        name!(queue, String),
+        name!(max_attempts, Option<i32>),
+        name!(backoff_base, Option<Interval>),
+        name!(backoff_max, Option<Interval>),
+        name!(default_lease, Option<Interval>),
+        name!(max_payload_bytes, Option<i32>),
+        name!(keep_completed, Option<Interval>),
+        name!(keep_idempotency_keys, Option<Interval>),
+        name!(notify, bool),
+        name!(paused, bool),
+        name!(concurrency_limit, Option<i32>),
+    ),
+> {
+    run(|| {
+        let queue = checked_name("queue", queue)?;
+        let change = SettingsChange {
+            max_attempts: at_least_one("max_attempts", max_attempts)?,
+            backoff_base: positive("backoff_base", backoff_base)?,
+            backoff_max: positive("backoff_max", backoff_max)?,
+            default_lease: positive("default_lease", default_lease)?,
+            max_payload_bytes: at_least_one("max_payload_bytes", max_payload_bytes)?,
+            keep_completed: positive("keep_completed", keep_completed)?,
+            keep_idempotency_keys: positive("keep_idempotency_keys", keep_idempotency_keys)?,
+            notify,
+            concurrency_limit: at_least_one("concurrency_limit", concurrency_limit)?,
+            reset: required("reset", reset)?,
+        };
+        Ok(TableIterator::once(settings_row(queue, configure(queue, &change)?)))
+    })
+}
+
+/// Applies `change` as the queue's admin; the settings now in force.
+fn configure(queue: &str, change: &SettingsChange) -> Result<QueueSettings> {
+    security::authorize(Action::Administer, queue)?;
+    let settings = store::configure(queue, change)?;
+    // Checked on the result, so a new base is compared with the kept ceiling.
+    if let (Some(base), Some(ceiling)) = (
+        settings.retry.backoff_base_micros,
+        settings.retry.backoff_max_micros,
+    ) {
+        if ceiling < base {
+            return Err(QueueError::invalid(
+                "backoff_max",
+                "must not be below backoff_base",
+            ));
+        }
+    }
+    Ok(settings)
+}
+
+/// `queue_configure` as versions before 0.6.0 declare it (no
+/// `concurrency_limit`), for their SQL until `ALTER EXTENSION aedb_queue
+/// UPDATE` (docs/upgrades.md, the ABI rule).
+#[pg_extern(sql = false)]
 #[allow(clippy::too_many_arguments, clippy::type_complexity)]
 fn queue_configure(
     queue: Option<&str>,
@@ -90,34 +163,38 @@ fn queue_configure(
         name!(paused, bool),
     ),
 > {
+    let rows = configure_v060(
+        queue,
+        max_attempts,
+        backoff_base,
+        backoff_max,
+        default_lease,
+        max_payload_bytes,
+        keep_completed,
+        keep_idempotency_keys,
+        notify,
+        reset,
+        None,
+    );
+    rows.map_rows(|r| (r.0, r.1, r.2, r.3, r.4, r.5, r.6, r.7, r.8, r.9))
+}
+
+/// Sets one concurrency key's own limit (NULL: back to the queue's), at
+/// once (its rows in `aedb_queue.concurrency_keys` show the result).
+#[pg_extern]
+fn queue_configure_key(
+    queue: Option<&str>,
+    concurrency_key: Option<&str>,
+    concurrency_limit: Option<i32>,
+) -> bool {
     run(|| {
         let queue = checked_name("queue", queue)?;
-        let change = SettingsChange {
-            max_attempts: at_least_one("max_attempts", max_attempts)?,
-            backoff_base: positive("backoff_base", backoff_base)?,
-            backoff_max: positive("backoff_max", backoff_max)?,
-            default_lease: positive("default_lease", default_lease)?,
-            max_payload_bytes: at_least_one("max_payload_bytes", max_payload_bytes)?,
-            keep_completed: positive("keep_completed", keep_completed)?,
-            keep_idempotency_keys: positive("keep_idempotency_keys", keep_idempotency_keys)?,
-            notify,
-            reset: required("reset", reset)?,
-        };
+        let key = required("concurrency_key", concurrency_key)?;
+        validate::name("concurrency_key", key)?;
+        let limit = at_least_one("concurrency_limit", concurrency_limit)?;
         security::authorize(Action::Administer, queue)?;
-        let settings = store::configure(queue, &change)?;
-        // Checked on the result, so a new base is compared with the kept ceiling.
-        if let (Some(base), Some(ceiling)) = (
-            settings.retry.backoff_base_micros,
-            settings.retry.backoff_max_micros,
-        ) {
-            if ceiling < base {
-                return Err(QueueError::invalid(
-                    "backoff_max",
-                    "must not be below backoff_base",
-                ));
-            }
-        }
-        Ok(TableIterator::once(settings_row(queue, settings)))
+        super::wake(store::flow::set_key_limit(queue, key, limit)?)?;
+        Ok(true)
     })
 }
 

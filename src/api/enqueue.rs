@@ -167,6 +167,7 @@ impl CheckedEnqueue {
             backoff_base_micros: spec.backoff_base,
             backoff_max_micros: spec.backoff_max,
             idempotency_key: spec.idempotency_key,
+            concurrency_key: spec.concurrency_key,
         };
         let parents = Parents::checked(
             &spec.path,
@@ -241,7 +242,7 @@ fn wakes_workers(settings: &QueueSettings, options: &ResolvedEnqueue) -> bool {
 fn new_task<'a>(
     queue: &'a str,
     registered: bool,
-    options: &ResolvedEnqueue,
+    options: &'a ResolvedEnqueue,
     state: NewState<'a>,
 ) -> NewTask<'a> {
     NewTask {
@@ -253,6 +254,7 @@ fn new_task<'a>(
         max_attempts: options.max_attempts,
         backoff_base: interval(options.backoff_base_micros),
         backoff_max: interval(options.backoff_max_micros),
+        concurrency_key: options.concurrency_key.as_deref(),
     }
 }
 
@@ -263,6 +265,7 @@ fn options(
     backoff_base: Option<Interval>,
     backoff_max: Option<Interval>,
     idempotency_key: Option<&str>,
+    concurrency_key: Option<&str>,
 ) -> Result<EnqueueOptions> {
     Ok(EnqueueOptions {
         delay_micros: micros(required("delay", delay)?),
@@ -271,14 +274,16 @@ fn options(
         backoff_base_micros: backoff_base.map(micros),
         backoff_max_micros: backoff_max.map(micros),
         idempotency_key: idempotency_key.map(str::to_string),
+        concurrency_key: concurrency_key.map(str::to_string),
     })
 }
 
 /// Enqueues one task in the caller's transaction; with `wait_for`, it
-/// waits until every one of those tasks has completed.
+/// waits until every one of those tasks has completed; with
+/// `concurrency_key`, it runs only while its key has a free slot.
 #[pg_extern(name = "queue_enqueue")]
 #[allow(clippy::too_many_arguments)]
-fn enqueue(
+fn enqueue_v060(
     queue: Option<&str>,
     payload: default!(Option<RawJsonb>, "NULL"),
     delay: default!(Option<Interval>, "'0'"),
@@ -289,6 +294,7 @@ fn enqueue(
     idempotency_key: default!(Option<&str>, "NULL"),
     wait_for: default!(Option<Array<'_, i64>>, "NULL"),
     on_parent_failure: default!(Option<&str>, "'dead_letter'"),
+    concurrency_key: default!(Option<&str>, "NULL"),
 ) -> Enqueued {
     run(|| {
         let queue = required("queue", queue)?;
@@ -299,6 +305,7 @@ fn enqueue(
             backoff_base,
             backoff_max,
             idempotency_key,
+            concurrency_key,
         )?;
         let on_parent_failure = required("on_parent_failure", on_parent_failure)?;
         let wait_for = wait_for
@@ -313,6 +320,38 @@ fn enqueue(
             deduplicated,
         })
     })
+}
+
+/// `queue_enqueue` as 0.5.0 declares it (no `concurrency_key`), for its
+/// SQL until `ALTER EXTENSION aedb_queue UPDATE` (docs/upgrades.md, the
+/// ABI rule).
+#[pg_extern(sql = false)]
+#[allow(clippy::too_many_arguments)]
+fn enqueue(
+    queue: Option<&str>,
+    payload: default!(Option<RawJsonb>, "NULL"),
+    delay: default!(Option<Interval>, "'0'"),
+    priority: default!(Option<i64>, 0),
+    max_attempts: default!(Option<i32>, "NULL"),
+    backoff_base: default!(Option<Interval>, "NULL"),
+    backoff_max: default!(Option<Interval>, "NULL"),
+    idempotency_key: default!(Option<&str>, "NULL"),
+    wait_for: default!(Option<Array<'_, i64>>, "NULL"),
+    on_parent_failure: default!(Option<&str>, "'dead_letter'"),
+) -> Enqueued {
+    enqueue_v060(
+        queue,
+        payload,
+        delay,
+        priority,
+        max_attempts,
+        backoff_base,
+        backoff_max,
+        idempotency_key,
+        wait_for,
+        on_parent_failure,
+        None,
+    )
 }
 
 /// `queue_enqueue` as 0.4.0 declares it (no `wait_for`): its SQL calls this
@@ -415,10 +454,11 @@ pub(crate) fn enqueue_many(
 }
 
 /// Enqueues one task per payload in a single statement; returns their ids
-/// in payload order. With `wait_for`, every one of them waits for those tasks.
+/// in payload order. With `wait_for`, every one of them waits for those
+/// tasks; with `concurrency_key`, every one takes that key's slots.
 #[pg_extern(name = "queue_enqueue_batch")]
 #[allow(clippy::too_many_arguments)]
-fn enqueue_batch(
+fn enqueue_batch_v060(
     queue: Option<&str>,
     payloads: Option<RawJsonbArray>,
     delay: default!(Option<Interval>, "'0'"),
@@ -428,6 +468,7 @@ fn enqueue_batch(
     backoff_max: default!(Option<Interval>, "NULL"),
     wait_for: default!(Option<Array<'_, i64>>, "NULL"),
     on_parent_failure: default!(Option<&str>, "'dead_letter'"),
+    concurrency_key: default!(Option<&str>, "NULL"),
 ) -> SetOfIterator<'static, i64> {
     run(|| {
         let queue = checked_name("queue", queue)?;
@@ -445,12 +486,42 @@ fn enqueue_batch(
             backoff_base,
             backoff_max,
             None,
+            concurrency_key,
         )?;
         let payloads = payloads.elements();
         let parents = Parents::checked("", wait_for, Some(on_parent_failure), payloads.len())?;
         let ids = enqueue_many(queue, &payloads, options, true, parents.as_ref())?;
         Ok(SetOfIterator::new(ids))
     })
+}
+
+/// `queue_enqueue_batch` as 0.5.0 declares it (no `concurrency_key`), for
+/// its SQL until `ALTER EXTENSION aedb_queue UPDATE`.
+#[pg_extern(sql = false)]
+#[allow(clippy::too_many_arguments)]
+fn enqueue_batch(
+    queue: Option<&str>,
+    payloads: Option<RawJsonbArray>,
+    delay: default!(Option<Interval>, "'0'"),
+    priority: default!(Option<i64>, 0),
+    max_attempts: default!(Option<i32>, "NULL"),
+    backoff_base: default!(Option<Interval>, "NULL"),
+    backoff_max: default!(Option<Interval>, "NULL"),
+    wait_for: default!(Option<Array<'_, i64>>, "NULL"),
+    on_parent_failure: default!(Option<&str>, "'dead_letter'"),
+) -> SetOfIterator<'static, i64> {
+    enqueue_batch_v060(
+        queue,
+        payloads,
+        delay,
+        priority,
+        max_attempts,
+        backoff_base,
+        backoff_max,
+        wait_for,
+        on_parent_failure,
+        None,
+    )
 }
 
 /// `queue_enqueue_batch` as 0.4.0 declares it (no `wait_for`), for its SQL

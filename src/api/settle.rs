@@ -182,7 +182,8 @@ fn queue_complete_batch(
             }
             applied.into_iter().collect()
         } else {
-            let mut settled = store::complete_many(queue, task_ids, fencing_tokens)?;
+            let (mut settled, woken) = store::complete_many(queue, task_ids, fencing_tokens)?;
+            wake(woken)?;
             // What the plain path left may be parents: they take their own.
             let done: HashSet<(i64, i64)> = settled.iter().copied().collect();
             let left: Vec<(i64, i64)> = task_ids
@@ -285,9 +286,11 @@ impl<'a> Failure<'a> {
         let woken = match on_failure(policy, self.request) {
             FailOutcome::RetryAfter(delay) => {
                 let state = if delay > 0 { "scheduled" } else { "ready" };
-                store::settle_failure(task_id, state, Some(interval(delay)), self.error)?
+                store::settle_failure(queue, task_id, state, Some(interval(delay)), self.error)?
             }
-            FailOutcome::DeadLetter => store::settle_failure(task_id, "dead", None, self.error)?,
+            FailOutcome::DeadLetter => {
+                store::settle_failure(queue, task_id, "dead", None, self.error)?
+            }
         };
         wake(woken)?;
         Ok(Outcome::Applied)

@@ -6,7 +6,9 @@ use std::cell::RefCell;
 use aedb_queue_core::validate::RetryDefaults;
 use pgrx::datum::Interval;
 
+use super::flow::SlotChanges;
 use super::{
+    SchemaLevel,
     execute, first_i64, with_client, Row, Statement, Versioned, BOOL, INT4, INT8, INTERVAL, JSONB,
     TEXT,
 };
@@ -25,24 +27,50 @@ pub struct QueueSettings {
     pub keep_idempotency_keys: Option<Interval>,
     pub notify: bool,
     pub paused: bool,
+    /// Tasks of one concurrency key ready or in flight at once (None: 1).
+    pub concurrency_limit: Option<i32>,
     /// Read from the queue's registry row (false: the queue has none yet).
     pub registered: bool,
 }
 
-static LOAD_SETTINGS: Statement = Statement {
-    sql: "SELECT max_attempts, backoff_base, backoff_max, default_lease, max_payload_bytes,
-                 keep_completed, keep_idempotency_keys, notify, paused
-          FROM aedb_queue.queue WHERE name = $1",
-    args: &[TEXT],
-    clock: false,
+/// `$limit` is the concurrency_limit column, NULL on schemas before 0.6.0.
+macro_rules! load_settings {
+    ($limit:literal) => {
+        concat!(
+            "SELECT max_attempts, backoff_base, backoff_max, default_lease, max_payload_bytes,
+                    keep_completed, keep_idempotency_keys, notify, paused, ",
+            $limit,
+            " FROM aedb_queue.queue WHERE name = $1"
+        )
+    };
+}
+
+static LOAD_SETTINGS: Versioned = Versioned {
+    current: Statement {
+        sql: load_settings!("concurrency_limit"),
+        args: &[TEXT],
+        clock: false,
+    },
+    older: &[(
+        SchemaLevel::V060,
+        Statement {
+            sql: load_settings!("NULL::integer"),
+            args: &[TEXT],
+            clock: false,
+        },
+    )],
 };
 
-/// Sets the given settings, or with $11 first resets every one to the default.
-static CONFIGURE: Statement = Statement {
-    sql: "INSERT INTO aedb_queue.queue AS q
+/// Sets the given settings, or with $10 first resets every one to the
+/// default. The `$limit_*` pieces set concurrency_limit ($11), which
+/// schemas before 0.6.0 lack.
+macro_rules! configure {
+    ($limit_column:literal, $limit_value:literal, $limit_set:literal, $limit:literal) => {
+        concat!(
+            "INSERT INTO aedb_queue.queue AS q
               (name, max_attempts, backoff_base, backoff_max, default_lease, max_payload_bytes,
-               keep_completed, keep_idempotency_keys, notify)
-          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, coalesce($9, false))
+               keep_completed, keep_idempotency_keys, notify", $limit_column, ")
+          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, coalesce($9, false)", $limit_value, ")
           ON CONFLICT (name) DO UPDATE SET
               max_attempts = coalesce($2, CASE WHEN $10 THEN NULL ELSE q.max_attempts END),
               backoff_base = coalesce($3, CASE WHEN $10 THEN NULL ELSE q.backoff_base END),
@@ -51,13 +79,37 @@ static CONFIGURE: Statement = Statement {
               max_payload_bytes = coalesce($6, CASE WHEN $10 THEN NULL ELSE q.max_payload_bytes END),
               keep_completed = coalesce($7, CASE WHEN $10 THEN NULL ELSE q.keep_completed END),
               keep_idempotency_keys = coalesce($8, CASE WHEN $10 THEN NULL ELSE q.keep_idempotency_keys END),
-              notify = coalesce($9, CASE WHEN $10 THEN false ELSE q.notify END)
+              notify = coalesce($9, CASE WHEN $10 THEN false ELSE q.notify END)", $limit_set, "
           RETURNING max_attempts, backoff_base, backoff_max, default_lease, max_payload_bytes,
-                    keep_completed, keep_idempotency_keys, notify, paused",
-    args: &[
-        TEXT, INT4, INTERVAL, INTERVAL, INTERVAL, INT4, INTERVAL, INTERVAL, BOOL, BOOL,
-    ],
-    clock: false,
+                    keep_completed, keep_idempotency_keys, notify, paused, ", $limit
+        )
+    };
+}
+
+const CONFIGURE_ARGS: &[pgrx::pg_sys::PgBuiltInOids] = &[
+    TEXT, INT4, INTERVAL, INTERVAL, INTERVAL, INT4, INTERVAL, INTERVAL, BOOL, BOOL, INT4,
+];
+
+static CONFIGURE: Versioned = Versioned {
+    current: Statement {
+        sql: configure!(
+            ", concurrency_limit",
+            ", $11",
+            ",
+              concurrency_limit = coalesce($11, CASE WHEN $10 THEN NULL ELSE q.concurrency_limit END)",
+            "concurrency_limit"
+        ),
+        args: CONFIGURE_ARGS,
+        clock: false,
+    },
+    older: &[(
+        SchemaLevel::V060,
+        Statement {
+            sql: configure!("", "", "", "NULL::integer"),
+            args: CONFIGURE_ARGS,
+            clock: false,
+        },
+    )],
 };
 
 /// Returns whether the flag changed.
@@ -70,49 +122,84 @@ static SET_PAUSED: Statement = Statement {
     clock: false,
 };
 
-/// Dead tasks back to ready with their attempts reset; $2 one task (NULL: all), up to $3.
-/// Both cases are one task-id range, so the dead index serves either.
-static RETRY_DEAD: Statement = Statement {
-    sql: "WITH retried AS (
+/// Dead tasks back to ready (blocked, with a concurrency key: `$due`) with
+/// their attempts reset; $2 one task (NULL: all), up to $3. Both cases are
+/// one task-id range, so the dead index serves either. Returns the count
+/// and the keys of the tasks that became blocked.
+macro_rules! retry_dead {
+    ($key:literal, $due:literal) => {
+        concat!(
+            "WITH retried AS (
               UPDATE aedb_queue.task
-              SET state = 'ready', attempts = 0, not_before = $4,
+              SET state = ", $due, ", attempts = 0, not_before = $4,
                   updated_at = $4
               WHERE task_id = ANY(ARRAY(
                   SELECT task_id FROM aedb_queue.task
                   WHERE queue = $1 AND state = 'dead'
                     AND task_id >= coalesce($2, 0) AND task_id <= coalesce($2, 9223372036854775807)
                   ORDER BY task_id LIMIT $3 FOR UPDATE SKIP LOCKED))
-              RETURNING 1)
-          SELECT count(*) FROM retried",
-    args: &[TEXT, INT8, INT4],
-    clock: true,
+              RETURNING ", $key, " AS key)
+          SELECT count(*), ARRAY(SELECT key FROM retried WHERE key IS NOT NULL) FROM retried"
+        )
+    };
+}
+
+static RETRY_DEAD: Versioned = Versioned {
+    current: Statement {
+        sql: retry_dead!(
+            "concurrency_key",
+            "CASE WHEN concurrency_key IS NULL THEN 'ready' ELSE 'blocked' END::aedb_queue.task_state"
+        ),
+        args: &[TEXT, INT8, INT4],
+        clock: true,
+    },
+    older: &[(
+        SchemaLevel::V060,
+        Statement {
+            sql: retry_dead!("NULL::text", "'ready'"),
+            args: &[TEXT, INT8, INT4],
+            clock: true,
+        },
+    )],
 };
 
-/// Returns the count, and the purged tasks that had dependents.
+/// Returns the count, the purged tasks that had dependents, and the
+/// concurrency keys of those that held slots.
 macro_rules! purge {
-    ($deps:literal) => {
+    ($deps:literal, $key:literal) => {
         concat!(
             "WITH purged AS (
               DELETE FROM aedb_queue.task WHERE queue = $1 AND state = $2::aedb_queue.task_state
               RETURNING task_id, ",
             $deps,
-            " IS TRUE AS has_dependents)
-          SELECT count(*), ARRAY(SELECT task_id FROM purged WHERE has_dependents) FROM purged"
+            " IS TRUE AS has_dependents, ",
+            $key,
+            " AS key)
+          SELECT count(*), ARRAY(SELECT task_id FROM purged WHERE has_dependents),
+                 ARRAY(SELECT key FROM purged WHERE key IS NOT NULL)
+          FROM purged"
         )
     };
 }
 
 static PURGE: Versioned = Versioned {
     current: Statement {
-        sql: purge!("has_dependents"),
+        sql: purge!(
+            "has_dependents",
+            "CASE WHEN state IN ('ready', 'in_flight') THEN concurrency_key END"
+        ),
         args: &[TEXT, TEXT],
         clock: false,
     },
-    before_0_5_0: Statement {
-        sql: purge!("NULL::boolean"),
+    older: &[(SchemaLevel::V060, Statement {
+        sql: purge!("has_dependents", "NULL::text"),
         args: &[TEXT, TEXT],
         clock: false,
-    },
+    }), (SchemaLevel::V050, Statement {
+        sql: purge!("NULL::boolean", "NULL::text"),
+        args: &[TEXT, TEXT],
+        clock: false,
+    })],
 };
 
 static PURGE_COMPLETED: Statement = Statement {
@@ -123,37 +210,43 @@ static PURGE_COMPLETED: Statement = Statement {
 };
 
 /// COMPLETE that keeps the task, with its result, in the archive. A
-/// parent is left to `complete_parent`.
+/// parent is left to `complete_parent`. Returns the task's id and
+/// concurrency key, as COMPLETE does.
 macro_rules! complete_keeping {
-    ($deps:literal) => {
+    ($deps:literal, $key:literal) => {
         concat!(
             "WITH done AS (
               DELETE FROM aedb_queue.task
               WHERE task_id = $1 AND queue = $2 AND state = 'in_flight' AND fencing_token = $3
                 AND ", $deps, " IS NOT TRUE
-              RETURNING *)
-          INSERT INTO aedb_queue.completed_task
-              (task_id, queue, priority, attempts, max_attempts, fencing_token, owner_id, payload,
-               progress, result, idempotency_key, created_at, completed_at)
-          SELECT task_id, queue, priority, attempts, max_attempts, fencing_token, owner_id, payload,
-                 progress, $4, idempotency_key, created_at, $5
-          FROM done
-          RETURNING task_id"
+              RETURNING *),
+          kept AS (
+              INSERT INTO aedb_queue.completed_task
+                  (task_id, queue, priority, attempts, max_attempts, fencing_token, owner_id,
+                   payload, progress, result, idempotency_key, created_at, completed_at)
+              SELECT task_id, queue, priority, attempts, max_attempts, fencing_token, owner_id,
+                     payload, progress, $4, idempotency_key, created_at, $5
+              FROM done)
+          SELECT task_id, ", $key, " FROM done"
         )
     };
 }
 
 pub(super) static COMPLETE_KEEPING: Versioned = Versioned {
     current: Statement {
-        sql: complete_keeping!("has_dependents"),
+        sql: complete_keeping!("has_dependents", "concurrency_key"),
         args: &[INT8, TEXT, INT8, JSONB],
         clock: true,
     },
-    before_0_5_0: Statement {
-        sql: complete_keeping!("NULL::boolean"),
+    older: &[(SchemaLevel::V060, Statement {
+        sql: complete_keeping!("has_dependents", "NULL::text"),
         args: &[INT8, TEXT, INT8, JSONB],
         clock: true,
-    },
+    }), (SchemaLevel::V050, Statement {
+        sql: complete_keeping!("NULL::boolean", "NULL::text"),
+        args: &[INT8, TEXT, INT8, JSONB],
+        clock: true,
+    })],
 };
 
 /// Archived tasks completed longer than $2 ago, up to $3; rows someone
@@ -179,7 +272,7 @@ static EXPIRE_COMPLETED: Versioned = Versioned {
         args: &[TEXT, INTERVAL, INT4],
         clock: true,
     },
-    before_0_5_0: Statement {
+    older: &[(SchemaLevel::V050, Statement {
         sql: "WITH expired AS (
               DELETE FROM aedb_queue.completed_task
               WHERE task_id = ANY(ARRAY(
@@ -190,7 +283,7 @@ static EXPIRE_COMPLETED: Versioned = Versioned {
           SELECT count(*) FROM expired",
         args: &[TEXT, INTERVAL, INT4],
         clock: true,
-    },
+    })],
 };
 
 /// Idempotency keys taken longer than $2 ago whose task is gone, up to $3
@@ -264,6 +357,23 @@ static LIST_WAITING: Statement = Statement {
     clock: false,
 };
 
+/// Blocked tasks by key, each key's in service order (schemas from 0.6.0 on).
+static LIST_BLOCKED: Statement = Statement {
+    sql: task_record_select!(
+        "WHERE t.queue = $1 AND t.state = 'blocked'
+          ORDER BY t.queue, t.concurrency_key, t.priority DESC, -t.task_id DESC LIMIT $2"
+    ),
+    args: &[TEXT, INT4],
+    clock: false,
+};
+
+/// States listed by statements of their own, after LIST_TASKS's, on the
+/// schemas that have them.
+static LISTED_APART: &[(&str, &Statement, SchemaLevel)] = &[
+    ("waiting", &LIST_WAITING, SchemaLevel::V050),
+    ("blocked", &LIST_BLOCKED, SchemaLevel::V060),
+];
+
 /// Each state through its own index in its natural order; $2 NULL lists all.
 static LIST_TASKS: Statement = Statement {
     sql: concat!(
@@ -322,7 +432,7 @@ pub fn settings(queue: &str) -> Result<QueueSettings> {
     }
     let generation = cache::generation(Topic::Settings);
     let loaded = with_client(|client| {
-        Ok(execute(client, &LOAD_SETTINGS, &[queue.into()])?
+        Ok(execute(client, LOAD_SETTINGS.get(), &[queue.into()])?
             .first(settings_of)?
             .unwrap_or_default())
     })?;
@@ -343,6 +453,7 @@ fn settings_of(row: &Row<'_>) -> Result<QueueSettings> {
         keep_idempotency_keys: row.get(7)?,
         notify: row.get(8)?.unwrap_or(false),
         paused: row.get(9)?.unwrap_or(false),
+        concurrency_limit: row.get(10)?,
         registered: true,
     })
 }
@@ -357,6 +468,7 @@ pub struct SettingsChange {
     pub keep_completed: Option<Interval>,
     pub keep_idempotency_keys: Option<Interval>,
     pub notify: Option<bool>,
+    pub concurrency_limit: Option<i32>,
     /// Reset every setting not given to its default first.
     pub reset: bool,
 }
@@ -375,10 +487,15 @@ pub fn configure(queue: &str, change: &SettingsChange) -> Result<QueueSettings> 
             change.keep_idempotency_keys.into(),
             change.notify.into(),
             change.reset.into(),
+            change.concurrency_limit.into(),
         ];
-        execute(client, &CONFIGURE, &args)?
+        let settings = execute(client, CONFIGURE.get(), &args)?
             .first(settings_of)?
-            .ok_or_else(|| internal("CONFIGURE returned no row"))
+            .ok_or_else(|| internal("CONFIGURE returned no row"))?;
+        if change.concurrency_limit.is_some() || change.reset {
+            super::flow::limits_changed_in(client, queue, None)?;
+        }
+        Ok(settings)
     })?;
     super::copies_stale_without_trigger(c"queue");
     Ok(settings)
@@ -399,10 +516,16 @@ pub fn retry_dead(queue: &str, task_id: Option<i64>, max: i32) -> Result<i64> {
     with_client(|client| {
         let table = execute(
             client,
-            &RETRY_DEAD,
+            RETRY_DEAD.get(),
             &[queue.into(), task_id.into(), max.into()],
         )?;
-        Ok(first_i64(table)?.unwrap_or(0))
+        let mut slots = SlotChanges::default();
+        let retried = table.first(|row| {
+            slots.all(queue, &row.get::<Vec<String>>(2)?.unwrap_or_default(), false);
+            row.get::<i64>(1)
+        })?;
+        super::flow::settle_in(client, slots)?;
+        Ok(retried.flatten().unwrap_or(0))
     })
 }
 
@@ -417,19 +540,24 @@ pub fn purge(queue: &str, state: &str) -> Result<(i64, Vec<String>)> {
             return Ok((first_i64(table)?.unwrap_or(0), Vec::new()));
         }
         let table = execute(client, PURGE.get(), &[queue.into(), state.into()])?;
+        let mut slots = SlotChanges::default();
         let (count, parents) = table
             .first(|row| {
+                slots.all(queue, &row.get::<Vec<String>>(3)?.unwrap_or_default(), true);
                 Ok((
                     row.get::<i64>(1)?.unwrap_or(0),
                     row.get::<Vec<i64>>(2)?.unwrap_or_default(),
                 ))
             })?
             .unwrap_or_default();
-        let woken = if parents.is_empty() {
-            Vec::new()
-        } else {
-            super::dependency::parents_failed_in(client, parents, "was purged")?
-        };
+        let mut woken = super::flow::settle_in(client, slots)?;
+        if !parents.is_empty() {
+            woken.extend(super::dependency::parents_failed_in(
+                client,
+                parents,
+                "was purged",
+            )?);
+        }
         Ok((count, woken))
     })
 }
@@ -476,7 +604,8 @@ pub fn get_task(queue: &str, task_id: i64) -> Result<Option<RawTaskRow>> {
 /// Up to `limit` tasks of the queue, of one state or of all.
 pub fn list_tasks(queue: &str, state: Option<&str>, limit: i32) -> Result<Vec<RawTaskRow>> {
     with_client(|client| {
-        let mut rows = if state == Some("waiting") {
+        let apart = |name: &str| state.is_none() || state == Some(name);
+        let mut rows = if LISTED_APART.iter().any(|(name, ..)| state == Some(*name)) {
             Vec::new()
         } else {
             execute(
@@ -486,13 +615,12 @@ pub fn list_tasks(queue: &str, state: Option<&str>, limit: i32) -> Result<Vec<Ra
             )?
             .map(|row| row.required(1))?
         };
-        let room = limit - rows.len() as i32;
-        if matches!(state, None | Some("waiting"))
-            && room > 0
-            && super::schema_level() >= super::SchemaLevel::V050
-        {
-            let waiting = execute(client, &LIST_WAITING, &[queue.into(), room.into()])?;
-            rows.extend(waiting.map(|row| row.required::<RawTaskRow>(1))?);
+        for (name, statement, level) in LISTED_APART {
+            let room = limit - rows.len() as i32;
+            if apart(name) && room > 0 && super::schema_level() >= *level {
+                let listed = execute(client, statement, &[queue.into(), room.into()])?;
+                rows.extend(listed.map(|row| row.required::<RawTaskRow>(1))?);
+            }
         }
         Ok(rows)
     })

@@ -12,7 +12,8 @@ use aedb_queue_core::dependency::Parent;
 use aedb_queue_core::fence::FencePairs;
 use pgrx::spi::SpiClient;
 
-use super::{execute, with_client, Rows, Statement, BOOL, INT8, INT8_ARRAY, JSONB, TEXT};
+use super::flow::{self, SlotChanges};
+use super::{execute, with_client, SchemaLevel, Statement, Versioned, BOOL, INT8, INT8_ARRAY, JSONB, TEXT};
 use crate::datum::{RawJsonb, RawTaskRow};
 use crate::errors::Result;
 
@@ -73,74 +74,142 @@ static INSERT_LINKS: Statement = Statement {
 /// result (its children may read it, whatever the queue's retention).
 /// Its children are released by RELEASE_CHILDREN, a statement of its own:
 /// a child linked by a transaction this one waited for is seen only by a
-/// snapshot taken after the wait.
-pub(super) static COMPLETE_PARENT: Statement = Statement {
-    sql: "WITH done AS (
+/// snapshot taken after the wait. Returns the parent's concurrency key
+/// (`$key`, NULL on schemas before 0.6.0), whose slot it frees.
+macro_rules! complete_parent {
+    ($key:literal) => {
+        concat!(
+            "WITH done AS (
               DELETE FROM aedb_queue.task
               WHERE task_id = $1 AND queue = $2 AND state = 'in_flight' AND fencing_token = $3
                 AND has_dependents
-              RETURNING *)
-          INSERT INTO aedb_queue.completed_task
-              (task_id, queue, priority, attempts, max_attempts, fencing_token, owner_id,
-               payload, progress, result, idempotency_key, created_at, completed_at)
-          SELECT task_id, queue, priority, attempts, max_attempts, fencing_token, owner_id,
-                 payload, progress, $4, idempotency_key, created_at, $5
-          FROM done
-          RETURNING task_id",
-    args: &[INT8, TEXT, INT8, JSONB],
-    clock: true,
+              RETURNING *),
+          kept AS (
+              INSERT INTO aedb_queue.completed_task
+                  (task_id, queue, priority, attempts, max_attempts, fencing_token, owner_id,
+                   payload, progress, result, idempotency_key, created_at, completed_at)
+              SELECT task_id, queue, priority, attempts, max_attempts, fencing_token, owner_id,
+                     payload, progress, $4, idempotency_key, created_at, $5
+              FROM done)
+          SELECT task_id, ", $key, " FROM done"
+        )
+    };
+}
+
+pub(super) static COMPLETE_PARENT: Versioned = Versioned {
+    current: Statement {
+        sql: complete_parent!("concurrency_key"),
+        args: &[INT8, TEXT, INT8, JSONB],
+        clock: true,
+    },
+    older: &[(
+        SchemaLevel::V060,
+        Statement {
+            sql: complete_parent!("NULL::text"),
+            args: &[INT8, TEXT, INT8, JSONB],
+            clock: true,
+        },
+    )],
 };
 
 /// COMPLETE_PARENT for the pairs of a batch settle that the plain batch
 /// left (`fence_holds` checks each task against the pairs, as
-/// COMPLETE_MANY does), with no result; returns the pairs that applied.
-pub(super) static COMPLETE_PARENTS: Statement = Statement {
-    sql: "WITH done AS (
+/// COMPLETE_MANY does), with no result; returns the pairs that applied
+/// and their concurrency keys.
+macro_rules! complete_parents {
+    ($key:literal) => {
+        concat!(
+            "WITH done AS (
               DELETE FROM aedb_queue.task t
               WHERE t.task_id = ANY($2) AND t.queue = $1 AND t.state = 'in_flight'
                 AND t.has_dependents AND aedb_queue_internal.fence_holds(t.task_id, t.fencing_token)
-              RETURNING *)
-          INSERT INTO aedb_queue.completed_task
-              (task_id, queue, priority, attempts, max_attempts, fencing_token, owner_id,
-               payload, progress, result, idempotency_key, created_at, completed_at)
-          SELECT task_id, queue, priority, attempts, max_attempts, fencing_token, owner_id,
-                 payload, progress, NULL, idempotency_key, created_at, $3
-          FROM done
-          RETURNING task_id, fencing_token",
-    args: &[TEXT, INT8_ARRAY],
-    clock: true,
+              RETURNING *),
+          kept AS (
+              INSERT INTO aedb_queue.completed_task
+                  (task_id, queue, priority, attempts, max_attempts, fencing_token, owner_id,
+                   payload, progress, result, idempotency_key, created_at, completed_at)
+              SELECT task_id, queue, priority, attempts, max_attempts, fencing_token, owner_id,
+                     payload, progress, NULL, idempotency_key, created_at, $3
+              FROM done)
+          SELECT task_id, fencing_token, ", $key, " FROM done"
+        )
+    };
+}
+
+pub(super) static COMPLETE_PARENTS: Versioned = Versioned {
+    current: Statement {
+        sql: complete_parents!("concurrency_key"),
+        args: &[TEXT, INT8_ARRAY],
+        clock: true,
+    },
+    older: &[(
+        SchemaLevel::V060,
+        Statement {
+            sql: complete_parents!("NULL::text"),
+            args: &[TEXT, INT8_ARRAY],
+            clock: true,
+        },
+    )],
 };
 
 /// The children waiting for the completed parents `$1`: each count goes
 /// down by the parents it loses; at zero the child is ready (or scheduled,
-/// if its delay has not passed). Returns the queues where a child became
-/// ready. One statement, however many children.
-pub(super) static RELEASE_CHILDREN: Statement = Statement {
-    sql: "WITH released AS (
+/// if its delay has not passed; blocked, if it has a concurrency key:
+/// `$due`). Returns the queues where a child became ready, and the (queue,
+/// key) of each that became blocked (`$key`). One statement, however many
+/// children.
+macro_rules! release_children {
+    ($key:literal, $due:literal) => {
+        concat!(
+            "WITH released AS (
               UPDATE aedb_queue.task c
               SET waiting_on = c.waiting_on - r.n,
                   state = CASE WHEN c.waiting_on > r.n THEN c.state
                                WHEN c.not_before > $2 THEN 'scheduled'
-                               ELSE 'ready' END::aedb_queue.task_state,
+                               ELSE ", $due, " END::aedb_queue.task_state,
                   updated_at = $2
               FROM (SELECT d.child_id, count(*) AS n FROM aedb_queue.task_dependency d
                     WHERE d.parent_id = ANY($1)
                     GROUP BY d.child_id) r
               WHERE c.task_id = r.child_id AND c.state = 'waiting'
-              RETURNING c.queue, c.state = 'ready' AS ready)
-          SELECT ARRAY(SELECT DISTINCT queue FROM released WHERE ready)",
-    args: &[INT8_ARRAY],
-    clock: true,
+              RETURNING c.queue, c.state = 'ready' AS ready, ", $key, " AS key)
+          SELECT ARRAY(SELECT DISTINCT queue FROM released WHERE ready),
+                 ARRAY(SELECT queue FROM released WHERE key IS NOT NULL),
+                 ARRAY(SELECT key FROM released WHERE key IS NOT NULL)"
+        )
+    };
+}
+
+pub(super) static RELEASE_CHILDREN: Versioned = Versioned {
+    current: Statement {
+        sql: release_children!(
+            "CASE WHEN c.state = 'blocked' THEN c.concurrency_key END",
+            "CASE WHEN c.concurrency_key IS NULL THEN 'ready' ELSE 'blocked' END::aedb_queue.task_state"
+        ),
+        args: &[INT8_ARRAY],
+        clock: true,
+    },
+    older: &[(
+        SchemaLevel::V060,
+        Statement {
+            sql: release_children!("NULL::text", "'ready'"),
+            args: &[INT8_ARRAY],
+            clock: true,
+        },
+    )],
 };
 
 /// Parents `$1` left without completing ($2 says how: "was dead-lettered",
 /// "was cancelled"): their links go, and each child waiting for them
 /// follows its policy: dead-lettered naming the parent, or run as if the
 /// parent had completed. Returns the children dead-lettered that have
-/// children of their own (the caller goes on with them), and the queues
-/// where a child became ready.
-pub(super) static PARENTS_FAILED: Statement = Statement {
-    sql: "WITH gone AS (
+/// children of their own (the caller goes on with them), the queues
+/// where a child became ready, and the (queue, key) of each child that
+/// became blocked (`$key`, `$due`: as in RELEASE_CHILDREN).
+macro_rules! parents_failed {
+    ($key:literal, $due:literal) => {
+        concat!(
+            "WITH gone AS (
               DELETE FROM aedb_queue.task_dependency WHERE parent_id = ANY($1)
               RETURNING parent_id, child_id, run_on_failure),
           hit AS (
@@ -153,17 +222,39 @@ pub(super) static PARENTS_FAILED: Statement = Statement {
                   state = CASE WHEN NOT h.run THEN 'dead'
                                WHEN c.waiting_on > h.n THEN c.state
                                WHEN c.not_before > $3 THEN 'scheduled'
-                               ELSE 'ready' END::aedb_queue.task_state,
+                               ELSE ", $due, " END::aedb_queue.task_state,
                   last_error = CASE WHEN h.run THEN c.last_error
                                     ELSE 'parent task ' || h.parent || ' ' || $2 END,
                   updated_at = $3
               FROM hit h
               WHERE c.task_id = h.child_id AND c.state = 'waiting'
-              RETURNING c.task_id, c.queue, c.state, c.has_dependents IS TRUE AS has_dependents)
+              RETURNING c.task_id, c.queue, c.state, c.has_dependents IS TRUE AS has_dependents,
+                        ", $key, " AS key)
           SELECT ARRAY(SELECT task_id FROM changed WHERE state = 'dead' AND has_dependents),
-                 ARRAY(SELECT DISTINCT queue FROM changed WHERE state = 'ready')",
-    args: &[INT8_ARRAY, TEXT],
-    clock: true,
+                 ARRAY(SELECT DISTINCT queue FROM changed WHERE state = 'ready'),
+                 ARRAY(SELECT queue FROM changed WHERE key IS NOT NULL),
+                 ARRAY(SELECT key FROM changed WHERE key IS NOT NULL)"
+        )
+    };
+}
+
+pub(super) static PARENTS_FAILED: Versioned = Versioned {
+    current: Statement {
+        sql: parents_failed!(
+            "CASE WHEN c.state = 'blocked' THEN c.concurrency_key END",
+            "CASE WHEN c.concurrency_key IS NULL THEN 'ready' ELSE 'blocked' END::aedb_queue.task_state"
+        ),
+        args: &[INT8_ARRAY, TEXT],
+        clock: true,
+    },
+    older: &[(
+        SchemaLevel::V060,
+        Statement {
+            sql: parents_failed!("NULL::text", "'ready'"),
+            args: &[INT8_ARRAY, TEXT],
+            clock: true,
+        },
+    )],
 };
 
 /// The parents of task $1 of queue $2 (none if it is not there), live or
@@ -259,15 +350,15 @@ pub fn complete_parent(
             fencing_token.into(),
             result.into(),
         ];
-        if execute(client, &COMPLETE_PARENT, &args)?.is_empty() {
+        let rows = execute(client, COMPLETE_PARENT.get(), &args)?;
+        let Some(key) = rows.first(|row| row.get::<String>(2))? else {
             return Ok(None);
+        };
+        let mut slots = SlotChanges::default();
+        if let Some(key) = key {
+            slots.freed(queue, &key);
         }
-        let rows = execute(client, &RELEASE_CHILDREN, &[vec![task_id].into()])?;
-        Ok(Some(
-            rows.first(|row| row.get::<Vec<String>>(1))?
-                .flatten()
-                .unwrap_or_default(),
-        ))
+        release_children_in(client, vec![task_id], slots).map(Some)
     })
 }
 
@@ -288,26 +379,57 @@ pub fn complete_parents(
     let ids: Vec<i64> = left.iter().map(|p| p.0).collect();
     let tokens: Vec<i64> = left.iter().map(|p| p.1).collect();
     with_client(|client| {
+        let mut slots = SlotChanges::default();
         let applied = {
             let _fence = super::fence::Active::enter(FencePairs::new(&ids, &tokens));
             execute(
                 client,
-                &COMPLETE_PARENTS,
+                COMPLETE_PARENTS.get(),
                 &[queue.into(), ids.clone().into()],
             )?
-            .map(|row| Ok((row.required::<i64>(1)?, row.required::<i64>(2)?)))?
+            .map(|row| {
+                if let Some(key) = row.get::<String>(3)? {
+                    slots.freed(queue, &key);
+                }
+                Ok((row.required::<i64>(1)?, row.required::<i64>(2)?))
+            })?
         };
         if applied.is_empty() {
             return Ok((applied, Vec::new()));
         }
         let parents: Vec<i64> = applied.iter().map(|p| p.0).collect();
-        let rows = execute(client, &RELEASE_CHILDREN, &[parents.into()])?;
-        let woken = rows
-            .first(|row| row.get::<Vec<String>>(1))?
-            .flatten()
-            .unwrap_or_default();
+        let woken = release_children_in(client, parents, slots)?;
         Ok((applied, woken))
     })
+}
+
+/// Releases the children of completed `parents`, then settles `slots`
+/// (the parents' own) with the keys of the children that became blocked;
+/// returns the queues where tasks became ready.
+fn release_children_in(
+    client: &mut SpiClient<'_>,
+    parents: Vec<i64>,
+    mut slots: SlotChanges,
+) -> Result<Vec<String>> {
+    let rows = execute(client, RELEASE_CHILDREN.get(), &[parents.into()])?;
+    let mut woken = rows
+        .first(|row| {
+            arrived(&mut slots, row, 2)?;
+            Ok(row.get::<Vec<String>>(1)?.unwrap_or_default())
+        })?
+        .unwrap_or_default();
+    woken.extend(flow::settle_in(client, slots)?);
+    Ok(woken)
+}
+
+/// Records the (queue, key) pairs of columns `at` and `at + 1` as arrived.
+fn arrived(slots: &mut SlotChanges, row: &super::Row<'_>, at: usize) -> Result<()> {
+    let queues = row.get::<Vec<String>>(at)?.unwrap_or_default();
+    let keys = row.get::<Vec<String>>(at + 1)?.unwrap_or_default();
+    for (queue, key) in queues.iter().zip(&keys) {
+        slots.arrived(queue, key);
+    }
+    Ok(())
 }
 
 /// Applies the children's policies for parents that failed, and for the
@@ -324,11 +446,21 @@ pub(super) fn parents_failed_in(
     while !parents.is_empty() {
         let rows = execute(
             client,
-            &PARENTS_FAILED,
+            PARENTS_FAILED.get(),
             &[parents.clone().into(), how.into()],
         )?;
-        let (next, ready) = first_two_arrays(rows)?;
+        let mut slots = SlotChanges::default();
+        let (next, ready) = rows
+            .first(|row| {
+                arrived(&mut slots, row, 3)?;
+                Ok((
+                    row.get::<Vec<i64>>(1)?.unwrap_or_default(),
+                    row.get::<Vec<String>>(2)?.unwrap_or_default(),
+                ))
+            })?
+            .unwrap_or_default();
         woken.extend(ready);
+        woken.extend(flow::settle_in(client, slots)?);
         parents = next;
         how = "was dead-lettered";
     }
@@ -337,16 +469,6 @@ pub(super) fn parents_failed_in(
     Ok(woken)
 }
 
-fn first_two_arrays(rows: Rows<'_>) -> Result<(Vec<i64>, Vec<String>)> {
-    Ok(rows
-        .first(|row| {
-            Ok((
-                row.get::<Vec<i64>>(1)?.unwrap_or_default(),
-                row.get::<Vec<String>>(2)?.unwrap_or_default(),
-            ))
-        })?
-        .unwrap_or_default())
-}
 
 /// (parent's queue, parent as a task row) for each parent of task
 /// `task_id` of `queue`.

@@ -11,8 +11,10 @@ use pgrx::spi::SpiClient;
 use pgrx::{pg_sys, FromDatum, IntoDatum};
 
 use super::bulk::{self, Values};
+use super::flow::SlotChanges;
 use super::owner::OwnerRights;
 use super::{
+    SchemaLevel,
     execute, first_i64, with_client, Statement, Versioned, INT4, INT8, INT8_ARRAY, INTERVAL,
     JSONB_ARRAY, TEXT, TIMESTAMPTZ,
 };
@@ -29,7 +31,7 @@ static REGISTER_QUEUE: Statement = Statement {
 };
 
 /// The rows through the executor, when `bulk::write` declines. `$deps`
-/// lists the dependency columns, which schemas before 0.5.0 lack.
+/// lists the dependency and key columns, which older schemas lack.
 macro_rules! insert_tasks {
     ($deps:literal, $values:literal) => {
         concat!(
@@ -57,19 +59,24 @@ const INSERT_TASKS_ARGS: &[pgrx::pg_sys::PgBuiltInOids] = &[
     TEXT,
     TEXT,
     INT4,
+    TEXT,
 ];
 
 pub(super) static INSERT_TASKS: Versioned = Versioned {
     current: Statement {
+        sql: insert_tasks!(", waiting_on, concurrency_key", ", $13, $14"),
+        args: INSERT_TASKS_ARGS,
+        clock: false,
+    },
+    older: &[(SchemaLevel::V060, Statement {
         sql: insert_tasks!(", waiting_on", ", $13"),
         args: INSERT_TASKS_ARGS,
         clock: false,
-    },
-    before_0_5_0: Statement {
+    }), (SchemaLevel::V050, Statement {
         sql: insert_tasks!("", ""),
         args: INSERT_TASKS_ARGS,
         clock: false,
-    },
+    })],
 };
 
 /// Takes the key, waiting for a concurrent holder to commit or roll back;
@@ -112,6 +119,8 @@ pub struct NewTask<'a> {
     pub max_attempts: i32,
     pub backoff_base: Interval,
     pub backoff_max: Interval,
+    /// Its slots decide when a due task of the key is ready (`flow`).
+    pub concurrency_key: Option<&'a str>,
 }
 
 /// Inserts one task, under `task_id` (a reserved idempotency key's) or a
@@ -168,6 +177,11 @@ fn insert(
     };
     if !written {
         with_client(|client| insert_through_executor(client, task, &rows, &shared))?;
+    }
+    if let (Some(key), "blocked") = (task.concurrency_key, shared.state_label) {
+        let mut slots = SlotChanges::default();
+        slots.arrived(task.queue, key);
+        with_client(|client| super::flow::settle_in(client, slots))?;
     }
     Ok(rows.ids)
 }
@@ -226,6 +240,7 @@ impl Shared {
             .into_datum()
             .ok_or_else(|| internal("the task's delay is NULL"))?;
         let (state_label, label) = match task.state {
+            NewState::Ready if task.concurrency_key.is_some() => ("blocked", c"blocked"),
             NewState::Ready => ("ready", c"ready"),
             NewState::Scheduled => ("scheduled", c"scheduled"),
             NewState::Waiting(_) => ("waiting", c"waiting"),
@@ -293,6 +308,9 @@ fn write(task: &NewTask<'_>, rows: &Rows<'_>, shared: &Shared) -> Result<bool> {
     if let Some(key) = rows.key {
         columns.push((c"idempotency_key", Values::Same(datum(key.into_datum())?)));
     }
+    if let Some(key) = task.concurrency_key {
+        columns.push((c"concurrency_key", Values::Same(datum(key.into_datum())?)));
+    }
     match task.state {
         NewState::Waiting(parents) => {
             columns.push((c"waiting_on", Values::Same(datum(parents.into_datum())?)))
@@ -340,6 +358,7 @@ fn insert_through_executor(
             _ => None,
         }
         .into(),
+        task.concurrency_key.into(),
     ];
     execute(client, INSERT_TASKS.get(), &args)?;
     Ok(())

@@ -18,6 +18,7 @@ pub(crate) mod bulk;
 mod cron;
 mod dependency;
 mod fence;
+pub(crate) mod flow;
 pub(crate) mod index_cache;
 mod insert;
 mod memory;
@@ -69,26 +70,32 @@ impl Statement {
     }
 }
 
-/// A statement in two versions: the current schema's, and the one a
-/// database still on 0.4.0's schema (no task dependencies) runs until
-/// `ALTER EXTENSION aedb_queue UPDATE` (see [`SchemaLevel`]).
+/// A statement as the current schema needs it, and as databases still on an
+/// older version's schema run it until `ALTER EXTENSION aedb_queue UPDATE`
+/// (see [`SchemaLevel`]): `older` lists `(level, statement)` newest first,
+/// each statement serving the schemas below its level.
 pub(crate) struct Versioned {
     pub(crate) current: Statement,
-    pub(crate) before_0_5_0: Statement,
+    pub(crate) older: &'static [(SchemaLevel, Statement)],
 }
 
 impl Versioned {
     pub(crate) fn get(&'static self) -> &'static Statement {
-        if schema_level() >= SchemaLevel::V050 {
-            &self.current
-        } else {
-            &self.before_0_5_0
+        let level = schema_level();
+        let mut chosen = &self.current;
+        for (below, statement) in self.older {
+            if level >= *below {
+                break;
+            }
+            chosen = statement;
         }
+        chosen
     }
 }
 
 pub(crate) const BOOL: PgBuiltInOids = PgBuiltInOids::BOOLOID;
 pub(crate) const INT4: PgBuiltInOids = PgBuiltInOids::INT4OID;
+pub(crate) const INT4_ARRAY: PgBuiltInOids = PgBuiltInOids::INT4ARRAYOID;
 pub(crate) const INT8: PgBuiltInOids = PgBuiltInOids::INT8OID;
 pub(crate) const INT8_ARRAY: PgBuiltInOids = PgBuiltInOids::INT8ARRAYOID;
 pub(crate) const INTERVAL: PgBuiltInOids = PgBuiltInOids::INTERVALOID;
@@ -231,7 +238,9 @@ pub enum SchemaLevel {
     V030,
     /// No schedule table.
     V040,
+    /// No concurrency keys.
     V050,
+    V060,
 }
 
 pub fn schema_level() -> SchemaLevel {
@@ -242,7 +251,9 @@ pub fn schema_level() -> SchemaLevel {
     match LEVEL.with(|c| c.get()) {
         Some((seen, level)) if seen == generation => level,
         _ => {
-            let level = if crate::catalog::relation_oid(c"schedule").is_some() {
+            let level = if crate::catalog::relation_oid(c"concurrency_slot").is_some() {
+                SchemaLevel::V060
+            } else if crate::catalog::relation_oid(c"schedule").is_some() {
                 SchemaLevel::V050
             } else if crate::catalog::function_oid_in(c"aedb_queue_internal", c"fence_holds")
                 .is_some()

@@ -9,7 +9,9 @@ use aedb_queue_core::scan_hint::ScanHints;
 use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::spi::SpiClient;
 
+use super::flow::{self, SlotChanges};
 use super::{
+    SchemaLevel,
     execute, with_client, Rows, Statement, Versioned, INT4, INT8, INT8_ARRAY, INTERVAL, JSONB,
     TEXT, TIMESTAMPTZ,
 };
@@ -43,13 +45,16 @@ static REAP_NEEDED: Statement = Statement {
 /// not that the work failed: back to ready at once (no backoff), or dead when
 /// no attempt is left.
 /// `$deps` is the task's has_dependents column, or NULL on schemas before
-/// 0.5.0 (see `Versioned`).
+/// 0.5.0; `$key` its concurrency key and `$due` the state a due task
+/// enters (see `COLUMNS_0_6_0`), NULL and ready on schemas before 0.6.0.
+/// Returns the counts, the dead tasks with dependents, and the keys of
+/// tasks that became due and of dead ones (their slots freed).
 macro_rules! reap {
-    ($deps:literal) => {
+    ($deps:literal, $key:literal, $due:literal) => {
         concat!(
             "WITH promoted AS (
               UPDATE aedb_queue.task
-              SET state = 'ready', updated_at = $5
+              SET state = ", $due, ", updated_at = $5
               WHERE task_id = ANY(ARRAY(
                   SELECT task_id FROM aedb_queue.task
                   WHERE queue = $1 AND state = 'scheduled'
@@ -57,7 +62,7 @@ macro_rules! reap {
                   ORDER BY not_before
                   LIMIT $2
                   FOR UPDATE SKIP LOCKED))
-              RETURNING 1),
+              RETURNING ", $key, " AS key),
           reclaimed AS (
               UPDATE aedb_queue.task
               SET state = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'ready' END::aedb_queue.task_state,
@@ -72,26 +77,33 @@ macro_rules! reap {
                   ORDER BY lease_deadline
                   LIMIT $3
                   FOR UPDATE SKIP LOCKED))
-              RETURNING task_id, state = 'dead' AS dead, ", $deps, " IS TRUE AS has_dependents)
+              RETURNING task_id, state = 'dead' AS dead, ", $deps, " IS TRUE AS has_dependents,
+                        ", $key, " AS key)
           SELECT (SELECT count(*) FROM promoted),
                  (SELECT count(*) FROM reclaimed WHERE NOT dead),
                  (SELECT count(*) FROM reclaimed WHERE dead),
-                 ARRAY(SELECT task_id FROM reclaimed WHERE dead AND has_dependents)"
+                 ARRAY(SELECT task_id FROM reclaimed WHERE dead AND has_dependents),
+                 ARRAY(SELECT key FROM promoted WHERE key IS NOT NULL),
+                 ARRAY(SELECT key FROM reclaimed WHERE dead AND key IS NOT NULL)"
         )
     };
 }
 
 static REAP: Versioned = Versioned {
     current: Statement {
-        sql: reap!("has_dependents"),
+        sql: reap!("has_dependents", "concurrency_key", "CASE WHEN concurrency_key IS NULL THEN 'ready' ELSE 'blocked' END::aedb_queue.task_state"),
         args: &[TEXT, INT4, INT4, TIMESTAMPTZ],
         clock: true,
     },
-    before_0_5_0: Statement {
-        sql: reap!("NULL::boolean"),
+    older: &[(SchemaLevel::V060, Statement {
+        sql: reap!("has_dependents", "NULL::text", "'ready'"),
         args: &[TEXT, INT4, INT4, TIMESTAMPTZ],
         clock: true,
-    },
+    }), (SchemaLevel::V050, Statement {
+        sql: reap!("NULL::boolean", "NULL::text", "'ready'"),
+        args: &[TEXT, INT4, INT4, TIMESTAMPTZ],
+        clock: true,
+    })],
 };
 
 /// One claim statement around the subquery that picks and locks the tasks.
@@ -171,31 +183,37 @@ static CLAIM_AFTER: Statement = Statement {
 };
 
 /// The fence: a settlement applies only to the task in flight under this
-/// token. A parent (has_dependents) is left to `complete_parent`.
+/// token. A parent (has_dependents) is left to `complete_parent`. Returns
+/// the task's concurrency key (`$key`), whose slot it frees.
 macro_rules! complete {
-    ($deps:literal) => {
+    ($deps:literal, $key:literal) => {
         concat!(
             "DELETE FROM aedb_queue.task
              WHERE task_id = $1 AND queue = $2 AND state = 'in_flight' AND fencing_token = $3
                AND ",
             $deps,
             " IS NOT TRUE
-             RETURNING task_id"
+             RETURNING task_id, ",
+            $key
         )
     };
 }
 
 static COMPLETE: Versioned = Versioned {
     current: Statement {
-        sql: complete!("has_dependents"),
+        sql: complete!("has_dependents", "concurrency_key"),
         args: &[INT8, TEXT, INT8],
         clock: false,
     },
-    before_0_5_0: Statement {
-        sql: complete!("NULL::boolean"),
+    older: &[(SchemaLevel::V060, Statement {
+        sql: complete!("has_dependents", "NULL::text"),
         args: &[INT8, TEXT, INT8],
         clock: false,
-    },
+    }), (SchemaLevel::V050, Statement {
+        sql: complete!("NULL::boolean", "NULL::text"),
+        args: &[INT8, TEXT, INT8],
+        clock: false,
+    })],
 };
 
 /// The same fence as COMPLETE, for many tasks in one statement. The tasks
@@ -205,7 +223,7 @@ static COMPLETE: Versioned = Versioned {
 /// lookup per pair; hashing them in SQL (COMPLETE_MANY_0_3_0) cost about
 /// 4,000 instructions per pair.
 macro_rules! complete_many {
-    ($deps:literal) => {
+    ($deps:literal, $key:literal) => {
         concat!(
             "DELETE FROM aedb_queue.task t
              WHERE t.task_id = ANY($2) AND t.queue = $1 AND t.state = 'in_flight'
@@ -213,22 +231,27 @@ macro_rules! complete_many {
                AND ",
             $deps,
             " IS NOT TRUE
-             RETURNING t.task_id, t.fencing_token"
+             RETURNING t.task_id, t.fencing_token, ",
+            $key
         )
     };
 }
 
 static COMPLETE_MANY: Versioned = Versioned {
     current: Statement {
-        sql: complete_many!("t.has_dependents"),
+        sql: complete_many!("t.has_dependents", "t.concurrency_key"),
         args: &[TEXT, INT8_ARRAY],
         clock: false,
     },
-    before_0_5_0: Statement {
-        sql: complete_many!("NULL::boolean"),
+    older: &[(SchemaLevel::V060, Statement {
+        sql: complete_many!("t.has_dependents", "NULL::text"),
         args: &[TEXT, INT8_ARRAY],
         clock: false,
-    },
+    }), (SchemaLevel::V050, Statement {
+        sql: complete_many!("NULL::boolean", "NULL::text"),
+        args: &[TEXT, INT8_ARRAY],
+        clock: false,
+    })],
 };
 
 /// COMPLETE_MANY for schemas before 0.4.0, which have no `fence_holds`: the
@@ -239,7 +262,7 @@ static COMPLETE_MANY_0_3_0: Statement = Statement {
           WHERE t.task_id = ANY($2) AND t.queue = $1 AND t.state = 'in_flight'
             AND ((t.task_id, t.fencing_token) IN
                  (SELECT * FROM unnest($2::bigint[], $3::bigint[]))) IS TRUE
-          RETURNING t.task_id, t.fencing_token",
+          RETURNING t.task_id, t.fencing_token, NULL::text",
     args: &[TEXT, INT8_ARRAY, INT8_ARRAY],
     clock: false,
 };
@@ -253,9 +276,10 @@ static LOCK_FOR_FAIL: Statement = Statement {
 };
 
 /// `$2` is the new state (scheduled, ready or dead); `$3` the retry delay,
-/// NULL for dead. Returns whether the task has dependents.
+/// NULL for dead. Returns whether the task has dependents, and its
+/// concurrency key (the slot is freed unless it stays ready).
 macro_rules! settle_failure {
-    ($deps:literal) => {
+    ($deps:literal, $key:literal) => {
         concat!(
             "UPDATE aedb_queue.task
              SET state = $2::aedb_queue.task_state,
@@ -265,22 +289,27 @@ macro_rules! settle_failure {
              WHERE task_id = $1
              RETURNING ",
             $deps,
-            " IS TRUE"
+            " IS TRUE, ",
+            $key
         )
     };
 }
 
 static SETTLE_FAILURE: Versioned = Versioned {
     current: Statement {
-        sql: settle_failure!("has_dependents"),
+        sql: settle_failure!("has_dependents", "concurrency_key"),
         args: &[INT8, TEXT, INTERVAL, TEXT],
         clock: true,
     },
-    before_0_5_0: Statement {
-        sql: settle_failure!("NULL::boolean"),
+    older: &[(SchemaLevel::V060, Statement {
+        sql: settle_failure!("has_dependents", "NULL::text"),
         args: &[INT8, TEXT, INTERVAL, TEXT],
         clock: true,
-    },
+    }), (SchemaLevel::V050, Statement {
+        sql: settle_failure!("NULL::boolean", "NULL::text"),
+        args: &[INT8, TEXT, INTERVAL, TEXT],
+        clock: true,
+    })],
 };
 
 static HEARTBEAT: Statement = Statement {
@@ -293,29 +322,35 @@ static HEARTBEAT: Statement = Statement {
     clock: true,
 };
 
-/// Returns whether the task had dependents.
+/// Returns whether the task had dependents, and the concurrency key whose
+/// slot it held (when it was ready or in flight).
 macro_rules! cancel {
-    ($deps:literal) => {
+    ($deps:literal, $key:literal) => {
         concat!(
             "DELETE FROM aedb_queue.task WHERE task_id = $1 AND queue = $2
              RETURNING ",
             $deps,
-            " IS TRUE"
+            " IS TRUE, ",
+            $key
         )
     };
 }
 
 static CANCEL: Versioned = Versioned {
     current: Statement {
-        sql: cancel!("has_dependents"),
+        sql: cancel!("has_dependents", "CASE WHEN state IN ('ready', 'in_flight') THEN concurrency_key END"),
         args: &[INT8, TEXT],
         clock: false,
     },
-    before_0_5_0: Statement {
-        sql: cancel!("NULL::boolean"),
+    older: &[(SchemaLevel::V060, Statement {
+        sql: cancel!("has_dependents", "NULL::text"),
         args: &[INT8, TEXT],
         clock: false,
-    },
+    }), (SchemaLevel::V050, Statement {
+        sql: cancel!("NULL::boolean", "NULL::text"),
+        args: &[INT8, TEXT],
+        clock: false,
+    })],
 };
 
 /// Every registered queue (the 0.1.0 schema has nothing better to go by).
@@ -413,11 +448,13 @@ pub(crate) static LIFECYCLE_STATEMENTS: &[(&str, &Statement)] = &[
     ("HEARTBEAT", &HEARTBEAT),
     ("CANCEL", &CANCEL.current),
     ("LINK_PARENTS", &super::dependency::LINK_PARENTS),
-    ("COMPLETE_PARENT", &super::dependency::COMPLETE_PARENT),
-    ("COMPLETE_PARENTS", &super::dependency::COMPLETE_PARENTS),
-    ("RELEASE_CHILDREN", &super::dependency::RELEASE_CHILDREN),
-    ("PARENTS_FAILED", &super::dependency::PARENTS_FAILED),
+    ("COMPLETE_PARENT", &super::dependency::COMPLETE_PARENT.current),
+    ("COMPLETE_PARENTS", &super::dependency::COMPLETE_PARENTS.current),
+    ("RELEASE_CHILDREN", &super::dependency::RELEASE_CHILDREN.current),
+    ("PARENTS_FAILED", &super::dependency::PARENTS_FAILED.current),
     ("PARENTS_OF", &super::dependency::PARENTS_OF),
+    ("LOCK_SLOTS", &super::flow::LOCK_SLOTS),
+    ("SETTLE_SLOTS", &super::flow::SETTLE_SLOTS),
 ];
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -447,7 +484,10 @@ fn reap_in(
         reclaim.into(),
         due_after.into(),
     ];
+    let mut slots = SlotChanges::default();
     let reaped = execute(client, REAP.get(), &args)?.first(|row| {
+        slots.all(queue, &row.get::<Vec<String>>(5)?.unwrap_or_default(), false);
+        slots.all(queue, &row.get::<Vec<String>>(6)?.unwrap_or_default(), true);
         Ok((
             Reaped {
                 promoted: row.get::<i64>(1)?.unwrap_or(0),
@@ -458,6 +498,7 @@ fn reap_in(
         ))
     })?;
     let (reaped, dead_parents) = reaped.unwrap_or_default();
+    flow::settle_in(client, slots)?;
     if !dead_parents.is_empty() {
         super::dependency::parents_failed_in(client, dead_parents, "was dead-lettered")?;
     }
@@ -655,10 +696,17 @@ pub fn complete(
             let args = [task_id.into(), queue.into(), fencing_token.into()];
             execute(client, COMPLETE.get(), &args)?
         };
-        Ok(!rows.is_empty())
+        let Some(key) = rows.first(|row| row.get::<String>(2))? else {
+            return Ok(None);
+        };
+        let mut slots = SlotChanges::default();
+        if let Some(key) = key {
+            slots.freed(queue, &key);
+        }
+        flow::settle_in(client, slots).map(Some)
     })?;
-    if done {
-        return Ok(Some(Vec::new()));
+    if let Some(woken) = done {
+        return Ok(Some(woken));
     }
     complete_if_parent(queue, task_id, fencing_token, result)
 }
@@ -678,29 +726,38 @@ pub(super) fn complete_if_parent(
 }
 
 /// Deletes each task in flight under its token; returns the (id, token)
-/// pairs that were.
+/// pairs that were, and the queues where tasks became ready (given the
+/// slots the completed ones freed).
 pub fn complete_many(
     queue: &str,
     task_ids: &[i64],
     fencing_tokens: &[i64],
-) -> Result<Vec<(i64, i64)>> {
-    let completed = |row: &super::Row<'_>| Ok((row.required::<i64>(1)?, row.required::<i64>(2)?));
+) -> Result<(Vec<(i64, i64)>, Vec<String>)> {
     with_client(|client| {
-        if super::schema_level() < super::SchemaLevel::V040 {
+        let mut slots = SlotChanges::default();
+        let mut completed = |row: &super::Row<'_>| {
+            if let Some(key) = row.get::<String>(3)? {
+                slots.freed(queue, &key);
+            }
+            Ok((row.required::<i64>(1)?, row.required::<i64>(2)?))
+        };
+        let pairs = if super::schema_level() < super::SchemaLevel::V040 {
             let args = [
                 queue.into(),
                 task_ids.to_vec().into(),
                 fencing_tokens.to_vec().into(),
             ];
-            return execute(client, &COMPLETE_MANY_0_3_0, &args)?.map(completed);
-        }
-        let _fence = super::fence::Active::enter(FencePairs::new(task_ids, fencing_tokens));
-        execute(
-            client,
-            COMPLETE_MANY.get(),
-            &[queue.into(), task_ids.to_vec().into()],
-        )?
-        .map(completed)
+            execute(client, &COMPLETE_MANY_0_3_0, &args)?.map(&mut completed)?
+        } else {
+            let _fence = super::fence::Active::enter(FencePairs::new(task_ids, fencing_tokens));
+            execute(
+                client,
+                COMPLETE_MANY.get(),
+                &[queue.into(), task_ids.to_vec().into()],
+            )?
+            .map(&mut completed)?
+        };
+        Ok((pairs, flow::settle_in(client, slots)?))
     })
 }
 
@@ -726,9 +783,11 @@ pub fn lock_for_fail(queue: &str, task_id: i64, fencing_token: i64) -> Result<Op
     })
 }
 
-/// Retries or dead-letters the locked task; a dead parent's children
-/// follow their policies. Returns the queues where children became ready.
+/// Retries or dead-letters the locked task of `queue`, freeing its slot
+/// unless it stays ready; a dead parent's children follow their policies.
+/// Returns the queues where tasks became ready.
 pub fn settle_failure(
+    queue: &str,
     task_id: i64,
     state: &str,
     delay: Option<Interval>,
@@ -740,15 +799,22 @@ pub fn settle_failure(
             SETTLE_FAILURE.get(),
             &[task_id.into(), state.into(), delay.into(), error.into()],
         )?;
-        let has_dependents = rows.first(|row| row.get::<bool>(1))?.flatten() == Some(true);
+        let (has_dependents, key) = rows
+            .first(|row| Ok((row.get::<bool>(1)? == Some(true), row.get::<String>(2)?)))?
+            .unwrap_or_default();
+        let mut slots = SlotChanges::default();
+        if let (Some(key), false) = (key, state == "ready") {
+            slots.freed(queue, &key);
+        }
+        let mut woken = flow::settle_in(client, slots)?;
         if state == "dead" && has_dependents {
-            return super::dependency::parents_failed_in(
+            woken.extend(super::dependency::parents_failed_in(
                 client,
                 vec![task_id],
                 "was dead-lettered",
-            );
+            )?);
         }
-        Ok(Vec::new())
+        Ok(woken)
     })
 }
 
@@ -776,14 +842,24 @@ pub fn heartbeat(
 pub fn cancel(queue: &str, task_id: i64) -> Result<Option<Vec<String>>> {
     with_client(|client| {
         let rows = execute(client, CANCEL.get(), &[task_id.into(), queue.into()])?;
-        match rows.first(|row| row.get::<bool>(1))? {
-            None => Ok(None),
-            Some(Some(true)) => {
-                super::dependency::parents_failed_in(client, vec![task_id], "was cancelled")
-                    .map(Some)
-            }
-            Some(_) => Ok(Some(Vec::new())),
+        let Some((has_dependents, key)) =
+            rows.first(|row| Ok((row.get::<bool>(1)? == Some(true), row.get::<String>(2)?)))?
+        else {
+            return Ok(None);
+        };
+        let mut slots = SlotChanges::default();
+        if let Some(key) = key {
+            slots.freed(queue, &key);
         }
+        let mut woken = flow::settle_in(client, slots)?;
+        if has_dependents {
+            woken.extend(super::dependency::parents_failed_in(
+                client,
+                vec![task_id],
+                "was cancelled",
+            )?);
+        }
+        Ok(Some(woken))
     })
 }
 

@@ -1,0 +1,228 @@
+//! Concurrency keys' slots (`aedb_queue.concurrency_slot`).
+//!
+//! A task with a concurrency key that becomes due (enqueued, its timer or
+//! retry delay passed, its parents completed, re-driven) enters `blocked`,
+//! and a task that stops being ready or in flight (completed, cancelled,
+//! retried later, dead) frees its slot. Every statement that does either
+//! returns the keys it touched; `settle_in` then locks those keys' rows and
+//! hands each free slot to the key's first blocked task. A claim never
+//! looks at keys: it finds only ready tasks, each of which holds a slot, so
+//! a key's blocked tasks cost a claim nothing (docs/flow-control.md).
+
+use std::collections::BTreeMap;
+
+use pgrx::spi::SpiClient;
+
+use super::{execute, Statement, INT4, INT4_ARRAY, TEXT, TEXT_ARRAY};
+use crate::errors::Result;
+
+/// Takes the rows of keys `($1[i], $2[i])`, in that order (sorted, so two
+/// transactions never wait for each other's keys in a cycle), creating the
+/// missing ones. `WHERE false` locks an existing row without writing it.
+pub(super) static LOCK_SLOTS: Statement = Statement {
+    sql: "INSERT INTO aedb_queue.concurrency_slot AS s (queue, key, taken)
+          SELECT r.queue, r.key, 0
+          FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS r(queue, key, i)
+          ORDER BY r.i
+          ON CONFLICT (queue, key) DO UPDATE SET taken = s.taken WHERE false",
+    args: &[TEXT_ARRAY, TEXT_ARRAY],
+    clock: false,
+};
+
+/// Run after LOCK_SLOTS, in a snapshot that sees every blocked task of the
+/// locked keys committed before the locks were granted: frees `$3[i]` slots
+/// of each key, gives the free slots to its first blocked tasks in service
+/// order, and drops the rows left with no slot taken (unless they hold a
+/// key's limit). Returns the queues where tasks became ready.
+pub(super) static SETTLE_SLOTS: Statement = Statement {
+    sql: "WITH slot AS (
+              SELECT s.queue, s.key, s.taken - r.freed AS taken,
+                     coalesce(s.concurrency_limit, q.concurrency_limit, 1) AS cap,
+                     s.concurrency_limit IS NOT NULL AS has_limit
+              FROM unnest($1::text[], $2::text[], $3::int[]) AS r(queue, key, freed)
+              JOIN aedb_queue.concurrency_slot s ON s.queue = r.queue AND s.key = r.key
+              LEFT JOIN aedb_queue.queue q ON q.name = r.queue),
+          given AS (
+              UPDATE aedb_queue.task t SET state = 'ready', updated_at = $4
+              WHERE t.task_id = ANY(ARRAY(
+                  SELECT b.task_id FROM slot s CROSS JOIN LATERAL (
+                      SELECT task_id FROM aedb_queue.task
+                      WHERE queue = s.queue AND concurrency_key = s.key AND state = 'blocked'
+                      ORDER BY priority DESC, -task_id DESC
+                      LIMIT greatest(s.cap - s.taken, 0)) b))
+                AND t.state = 'blocked'
+              RETURNING t.queue, t.concurrency_key),
+          counted AS (
+              SELECT s.queue, s.key, s.has_limit,
+                     s.taken + (SELECT count(*) FROM given g
+                                WHERE g.queue = s.queue AND g.concurrency_key = s.key) AS taken
+              FROM slot s),
+          kept AS (
+              UPDATE aedb_queue.concurrency_slot s SET taken = c.taken
+              FROM counted c
+              WHERE s.queue = c.queue AND s.key = c.key AND (c.taken > 0 OR c.has_limit)
+              RETURNING 1),
+          dropped AS (
+              DELETE FROM aedb_queue.concurrency_slot s
+              USING counted c
+              WHERE s.queue = c.queue AND s.key = c.key AND c.taken <= 0 AND NOT c.has_limit
+              RETURNING 1)
+          SELECT ARRAY(SELECT DISTINCT queue FROM given),
+                 (SELECT count(*) FROM kept) + (SELECT count(*) FROM dropped)",
+    args: &[TEXT_ARRAY, TEXT_ARRAY, INT4_ARRAY],
+    clock: true,
+};
+
+/// The keys of every queue a statement touched: per (queue, key), how many
+/// slots it freed (0: it only made tasks of the key blocked).
+#[derive(Debug, Default)]
+pub(crate) struct SlotChanges {
+    freed: BTreeMap<(String, String), i32>,
+}
+
+impl SlotChanges {
+    /// Tasks of the key became due (blocked, waiting for a slot).
+    pub(crate) fn arrived(&mut self, queue: &str, key: &str) {
+        self.freed
+            .entry((queue.to_owned(), key.to_owned()))
+            .or_insert(0);
+    }
+
+    /// A task of the key stopped holding one of its slots.
+    pub(crate) fn freed(&mut self, queue: &str, key: &str) {
+        *self
+            .freed
+            .entry((queue.to_owned(), key.to_owned()))
+            .or_insert(0) += 1;
+    }
+
+    /// Every key of `keys` (one queue's) arrived, or freed a slot.
+    pub(crate) fn all(&mut self, queue: &str, keys: &[String], freed: bool) {
+        for key in keys {
+            if freed {
+                self.freed(queue, key);
+            } else {
+                self.arrived(queue, key);
+            }
+        }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.freed.is_empty()
+    }
+}
+
+/// Locks the changed keys and gives their free slots to blocked tasks;
+/// returns the queues where tasks became ready (none when nothing changed).
+pub(crate) fn settle_in(client: &mut SpiClient<'_>, changes: SlotChanges) -> Result<Vec<String>> {
+    if changes.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut queues = Vec::with_capacity(changes.freed.len());
+    let mut keys = Vec::with_capacity(changes.freed.len());
+    let mut freed = Vec::with_capacity(changes.freed.len());
+    for ((queue, key), n) in changes.freed {
+        queues.push(queue);
+        keys.push(key);
+        freed.push(n);
+    }
+    execute(
+        client,
+        &LOCK_SLOTS,
+        &[queues.clone().into(), keys.clone().into()],
+    )?;
+    let rows = execute(
+        client,
+        &SETTLE_SLOTS,
+        &[queues.into(), keys.into(), freed.into()],
+    )?;
+    Ok(rows
+        .first(|row| row.get::<Vec<String>>(1))?
+        .flatten()
+        .unwrap_or_default())
+}
+
+/// The keys of queue $1 that have a row, in order.
+static QUEUE_KEYS: Statement = Statement {
+    sql: "SELECT key FROM aedb_queue.concurrency_slot WHERE queue = $1 ORDER BY key",
+    args: &[TEXT],
+    clock: false,
+};
+
+/// Sets key ($1, $2)'s own limit ($3; NULL: the queue's), taking its row.
+static SET_KEY_LIMIT: Statement = Statement {
+    sql: "INSERT INTO aedb_queue.concurrency_slot AS s (queue, key, taken, concurrency_limit)
+          VALUES ($1, $2, 0, $3)
+          ON CONFLICT (queue, key) DO UPDATE SET concurrency_limit = $3",
+    args: &[TEXT, TEXT, INT4],
+    clock: false,
+};
+
+/// After a limit was lowered (the keys' rows locked): the ready tasks of
+/// each key of queue $1 in $2 beyond its limit go back to blocked, the last
+/// in service order first, so no more than the limit can be claimed.
+/// Tasks already in flight keep running.
+static DEMOTE_EXCESS: Statement = Statement {
+    sql: "WITH over AS (
+              SELECT s.key,
+                     s.taken - coalesce(s.concurrency_limit, q.concurrency_limit, 1) AS excess
+              FROM aedb_queue.concurrency_slot s
+              LEFT JOIN aedb_queue.queue q ON q.name = s.queue
+              WHERE s.queue = $1 AND s.key = ANY($2)),
+          ranked AS (
+              SELECT t.task_id, t.concurrency_key,
+                     row_number() OVER (PARTITION BY t.concurrency_key
+                                        ORDER BY t.priority, t.task_id DESC) AS n
+              FROM aedb_queue.task t
+              WHERE t.queue = $1 AND t.state = 'ready'
+                AND t.concurrency_key IN (SELECT key FROM over WHERE excess > 0)),
+          demoted AS (
+              UPDATE aedb_queue.task t SET state = 'blocked', updated_at = $3
+              FROM ranked r JOIN over o ON o.key = r.concurrency_key
+              WHERE t.task_id = r.task_id AND r.n <= o.excess AND t.state = 'ready'
+              RETURNING t.concurrency_key),
+          counted AS (SELECT concurrency_key AS key, count(*) AS n FROM demoted GROUP BY 1)
+          UPDATE aedb_queue.concurrency_slot s SET taken = s.taken - c.n
+          FROM counted c WHERE s.queue = $1 AND s.key = c.key",
+    args: &[TEXT, TEXT_ARRAY],
+    clock: true,
+};
+
+/// After the limit of `key` (None: of the queue, so of every key) changed:
+/// ready tasks over a lowered limit go back to blocked, and blocked ones get
+/// the slots a raised limit adds.
+pub(crate) fn limits_changed_in(
+    client: &mut SpiClient<'_>,
+    queue: &str,
+    key: Option<&str>,
+) -> Result<Vec<String>> {
+    let keys = match key {
+        Some(key) => vec![key.to_owned()],
+        None => execute(client, &QUEUE_KEYS, &[queue.into()])?.map(|row| row.required(1))?,
+    };
+    let mut changes = SlotChanges::default();
+    changes.all(queue, &keys, false);
+    if keys.is_empty() {
+        return Ok(Vec::new());
+    }
+    let queues = vec![queue.to_owned(); keys.len()];
+    execute(
+        client,
+        &LOCK_SLOTS,
+        &[queues.into(), keys.clone().into()],
+    )?;
+    execute(client, &DEMOTE_EXCESS, &[queue.into(), keys.into()])?;
+    settle_in(client, changes)
+}
+
+/// Sets (or with None clears) the key's own limit and applies it.
+pub(crate) fn set_key_limit(queue: &str, key: &str, limit: Option<i32>) -> Result<Vec<String>> {
+    super::with_client(|client| {
+        execute(
+            client,
+            &SET_KEY_LIMIT,
+            &[queue.into(), key.into(), limit.into()],
+        )?;
+        limits_changed_in(client, queue, Some(key))
+    })
+}
