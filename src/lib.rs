@@ -38,6 +38,8 @@ mod tests_cron;
 #[cfg(any(test, feature = "pg_test"))]
 mod tests_dependency;
 #[cfg(any(test, feature = "pg_test"))]
+mod tests_flow;
+#[cfg(any(test, feature = "pg_test"))]
 mod tests_errors;
 #[cfg(any(test, feature = "pg_test"))]
 mod tests_lifecycle;

@@ -220,11 +220,46 @@ pub(crate) mod tests {
            OR (state <> 'in_flight' AND owner_id IS NOT NULL)
            OR attempts < 0 OR fencing_token < attempts";
 
+    /// Concurrency keys whose row disagrees with their tasks: taken is not
+    /// the count of the key's ready and in-flight tasks, a task is blocked
+    /// while a slot is free, or a key with a task holding a slot has no row.
+    pub(crate) const SLOT_INVARIANT_VIOLATIONS: &str = "
+        WITH held AS (
+            SELECT queue, concurrency_key AS key,
+                   count(*) FILTER (WHERE state IN ('ready', 'in_flight')) AS taken,
+                   count(*) FILTER (WHERE state = 'blocked') AS blocked
+            FROM aedb_queue.task WHERE concurrency_key IS NOT NULL GROUP BY 1, 2)
+        SELECT hashtext(coalesce(s.queue, h.queue) || '/' || coalesce(s.key, h.key))::bigint
+        FROM aedb_queue.concurrency_slot s
+        FULL JOIN held h ON h.queue = s.queue AND h.key = s.key
+        LEFT JOIN aedb_queue.queue q ON q.name = coalesce(s.queue, h.queue)
+        WHERE coalesce(s.taken, 0) <> coalesce(h.taken, 0)
+           OR (coalesce(h.blocked, 0) > 0
+               AND coalesce(s.taken, 0) < coalesce(s.concurrency_limit, q.concurrency_limit, 1))
+           OR (s.key IS NULL AND h.taken + h.blocked > 0)";
+
     pub(crate) fn assert_task_invariants(after: &str) {
         let bad = ints(TASK_INVARIANT_VIOLATIONS);
         assert!(
             bad.is_empty(),
             "after {after}: tasks {bad:?} break the invariants"
+        );
+        let keys: Vec<String> = Spi::connect(|client| {
+            client
+                .select(
+                    "SELECT s.queue || '/' || s.key || ' taken ' || s.taken FROM aedb_queue.concurrency_slot s",
+                    None,
+                    &[],
+                )
+                .unwrap()
+                .map(|row| row.get::<String>(1).unwrap().unwrap_or_default())
+                .collect()
+        });
+        let bad = ints(SLOT_INVARIANT_VIOLATIONS);
+        assert!(
+            bad.is_empty(),
+            "after {after}: {} concurrency keys break the slot invariants (slots: {keys:?})",
+            bad.len()
         );
     }
 

@@ -430,7 +430,7 @@ mod tests {
     }
 
     #[pg_test(
-        error = "invalid argument \"state\": must be one of waiting, scheduled, ready, in_flight, dead, completed; got \"bogus\""
+        error = "invalid argument \"state\": must be one of waiting, scheduled, blocked, ready, in_flight, dead, completed; got \"bogus\""
     )]
     fn error_list_state_bogus() {
         exec("SELECT * FROM aedb_queue.queue_list('q', 'bogus')");
@@ -520,7 +520,7 @@ mod tests {
     }
 
     #[pg_test(
-        error = "invalid argument \"follow_ups[1].colour\": is not a known key (expected one of queue, payload, delay, priority, max_attempts, backoff_base, backoff_max, idempotency_key, wait_for, on_parent_failure)"
+        error = "invalid argument \"follow_ups[1].colour\": is not a known key (expected one of queue, payload, delay, priority, max_attempts, backoff_base, backoff_max, idempotency_key, wait_for, on_parent_failure, concurrency_key)"
     )]
     fn error_follow_up_unknown_key() {
         exec(
