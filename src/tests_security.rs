@@ -10,7 +10,7 @@ mod tests {
     use pgrx::prelude::*;
 
     use crate::tests::tests::{
-        claim_one, count, enqueue, error_of, exec, expect_error, field, ints, make_due, one,
+        assert_task_invariants, claim_one, count, enqueue, error_of, exec, expect_error, field, ints, make_due, one, opt,
         state_of, text_field,
     };
 
@@ -110,6 +110,53 @@ mod tests {
                 "permission denied to read on queue \"b.secret\": no aedb_queue grant of this role covers it",
             )
         });
+    }
+
+    /// Keys are per queue: a tenant's task under another tenant's key name
+    /// neither waits for nor takes that tenant's slots. A confined admin
+    /// cannot set another tenant's key limit (refused, nothing written), nor
+    /// see its keys in `concurrency_keys`; a confined producer cannot put a
+    /// task on another tenant's key.
+    #[pg_test]
+    fn a_tenant_cannot_block_take_or_see_another_tenants_keys() {
+        tenants();
+        let theirs = enqueue("b.jobs", ", concurrency_key => 'acct'");
+        assert_eq!(state_of("b.jobs", theirs).as_deref(), Some("ready"));
+        let (mine, mine_too) = as_login("tenant_producer", None, || {
+            (
+                one::<i64>("SELECT task_id FROM aedb_queue.queue_enqueue('a.jobs', concurrency_key => 'acct')"),
+                one::<i64>("SELECT task_id FROM aedb_queue.queue_enqueue('a.jobs', concurrency_key => 'acct')"),
+            )
+        });
+        assert_eq!(state_of("a.jobs", mine).as_deref(), Some("ready"), "its own slot");
+        assert_eq!(state_of("a.jobs", mine_too).as_deref(), Some("blocked"));
+        assert_eq!(state_of("b.jobs", theirs).as_deref(), Some("ready"), "untouched");
+        as_login("tenant_producer", None, || {
+            assert_eq!(
+                sqlstate_of("SELECT aedb_queue.queue_enqueue('b.jobs', concurrency_key => 'acct')"),
+                Some("42501".into())
+            );
+        });
+        as_login("tenant_admin", None, || {
+            expect_error(
+                "SELECT aedb_queue.queue_configure_key('b.jobs', 'acct', 50)",
+                "42501",
+                "permission denied to administer on queue \"b.jobs\": no aedb_queue grant of this role covers it",
+            );
+            assert_eq!(
+                count("aedb_queue.concurrency_keys WHERE queue = 'b.jobs'"),
+                0,
+                "another tenant's keys are not shown"
+            );
+            assert_eq!(count("aedb_queue.concurrency_keys WHERE queue = 'a.jobs'"), 1);
+        });
+        assert_eq!(
+            opt::<i32>("SELECT concurrency_limit FROM aedb_queue.concurrency_slot WHERE queue = 'b.jobs'"),
+            None,
+            "the refused call wrote nothing"
+        );
+        assert_eq!(count("aedb_queue.task WHERE queue = 'b.jobs'"), 1);
+        assert_task_invariants("tenants' keys");
     }
 
     const GROUP_ROLES: [&str; 3] = [

@@ -1,6 +1,8 @@
 -- Idempotency keys: one task per key and queue, even after the task finished.
-SELECT * FROM aedb_queue.queue_enqueue('orders', '{"order": 7}', idempotency_key => 'order-7');
-SELECT * FROM aedb_queue.queue_enqueue('orders', '{"order": 7, "again": true}', idempotency_key => 'order-7');
+SELECT task_id AS first, deduplicated FROM aedb_queue.queue_enqueue('orders', '{"order": 7}', idempotency_key => 'order-7') \gset
+SELECT :'deduplicated' AS deduplicated;
+-- The same key again: the first task's id, deduplicated.
+SELECT task_id = :first AS same_task, deduplicated FROM aedb_queue.queue_enqueue('orders', '{"order": 7, "again": true}', idempotency_key => 'order-7');
 -- The same key in another queue is a different task.
 SELECT deduplicated FROM aedb_queue.queue_enqueue('invoices', '{"order": 7}', idempotency_key => 'order-7');
 

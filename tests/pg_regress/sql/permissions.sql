@@ -246,7 +246,12 @@ BEGIN
               (36, 'queue_cron_preview',
                   'SELECT count(*) = 2 FROM aedb_queue.queue_cron_preview(''0 0 1 1 *'', count => 2)'),
               (37, 'queue_parents',
-                  format('SELECT count(*) = 0 FROM aedb_queue.queue_parents(%L, %s)', q, id->'get'))
+                  format('SELECT count(*) = 0 FROM aedb_queue.queue_parents(%L, %s)', q, id->'get')),
+              -- concurrency keys: a key's own limit is the queue admin's
+              (38, 'queue_configure_key',
+                  format('SELECT aedb_queue.queue_configure_key(%L, ''k_'' || session_user, 3)', q)),
+              (39, 'SELECT FROM aedb_queue.concurrency_keys',
+                  format('SELECT CASE WHEN count(*) > 0 THEN ''rows'' ELSE ''no rows'' END FROM aedb_queue.concurrency_keys WHERE queue = %L', q))
             ) AS v(seq, entry, sql);
         END LOOP;
     END LOOP;
@@ -268,6 +273,10 @@ BEGIN
     RETURN format('session_user %s, current_user %s', session_user, current_user);
 END
 $$;
+
+-- For the concurrency_keys view: a keyed task in each queue.
+SELECT count(*) FROM (SELECT aedb_queue.queue_enqueue(q, '{}', concurrency_key => 'viewed')
+                      FROM unnest(ARRAY['perm_a.jobs', 'perm_b.jobs']) q) e;
 
 -- For the hostile-tenant checks below: a task with an idempotency key in perm_b.jobs.
 SELECT task_id AS keyed FROM aedb_queue.queue_enqueue('perm_b.jobs', '{"keyed": true}', idempotency_key => 'perm-key') \gset
