@@ -28,6 +28,18 @@ CREATE TABLE aedb_queue.concurrency_slot (
 SELECT pg_catalog.pg_extension_config_dump('aedb_queue.concurrency_slot', '');
 REVOKE ALL ON aedb_queue.concurrency_slot FROM PUBLIC;
 
+-- 2. Rate limits: the queue's settings and its token bucket.
+ALTER TABLE aedb_queue.queue ADD COLUMN rate_limit integer CHECK (rate_limit >= 1),
+                             ADD COLUMN rate_interval interval,
+                             ADD COLUMN rate_burst integer CHECK (rate_burst >= 1);
+CREATE TABLE aedb_queue.rate_bucket (
+    queue        text PRIMARY KEY,
+    micro_tokens bigint NOT NULL,
+    at           timestamptz NOT NULL
+);
+SELECT pg_catalog.pg_extension_config_dump('aedb_queue.rate_bucket', '');
+REVOKE ALL ON aedb_queue.rate_bucket FROM PUBLIC;
+
 -- queue_enqueue and queue_enqueue_batch gain concurrency_key, queue_configure
 -- concurrency_limit: new signatures, so made anew (0.5.0's symbols stay in
 -- the library).
@@ -78,7 +90,10 @@ CREATE FUNCTION "queue_configure"(
 	"keep_idempotency_keys" interval DEFAULT NULL, /* Option < Interval > */
 	"notify" bool DEFAULT NULL, /* Option < bool > */
 	"reset" bool DEFAULT false, /* Option < bool > */
-	"concurrency_limit" INT DEFAULT NULL /* Option < i32 > */
+	"concurrency_limit" INT DEFAULT NULL, /* Option < i32 > */
+	"rate_limit" INT DEFAULT NULL, /* Option < i32 > */
+	"rate_interval" interval DEFAULT NULL, /* Option < Interval > */
+	"rate_burst" INT DEFAULT NULL /* Option < i32 > */
 ) RETURNS TABLE (
 	"queue" TEXT,  /* String */
 	"max_attempts" INT,  /* Option < i32 > */
@@ -90,7 +105,10 @@ CREATE FUNCTION "queue_configure"(
 	"keep_idempotency_keys" interval,  /* Option < Interval > */
 	"notify" bool,  /* bool */
 	"paused" bool,  /* bool */
-	"concurrency_limit" INT  /* Option < i32 > */
+	"concurrency_limit" INT,  /* Option < i32 > */
+	"rate_limit" INT,  /* Option < i32 > */
+	"rate_interval" interval,  /* Option < Interval > */
+	"rate_burst" INT  /* Option < i32 > */
 )
 
 LANGUAGE c /* Rust */
@@ -162,7 +180,15 @@ SELECT q.name AS queue,
          WHERE t.queue = q.name AND t.state = 'in_flight' AND t.lease_deadline IS NOT NULL
            AND t.lease_deadline < now()) AS expired_leases,
        q.paused,
-       q.concurrency_limit
+       q.concurrency_limit,
+       q.rate_limit,
+       -- Whole tokens in the bucket now: claims that may start at once.
+       (SELECT floor(least(coalesce(q.rate_burst, q.rate_limit),
+                           (b.micro_tokens
+                            + greatest(extract(epoch FROM now() - b.at), 0) * 1000000 * q.rate_limit
+                              / extract(epoch FROM coalesce(q.rate_interval, interval '1 second')))
+                           / 1000000))::bigint
+         FROM aedb_queue.rate_bucket b WHERE b.queue = q.name) AS rate_tokens
 FROM aedb_queue.queue q
 WHERE aedb_queue_internal.can_read(q.name);
 

@@ -58,7 +58,15 @@ SELECT q.name AS queue,
          WHERE t.queue = q.name AND t.state = 'in_flight' AND t.lease_deadline IS NOT NULL
            AND t.lease_deadline < now()) AS expired_leases,
        q.paused,
-       q.concurrency_limit
+       q.concurrency_limit,
+       q.rate_limit,
+       -- Whole tokens in the bucket now: claims that may start at once.
+       (SELECT floor(least(coalesce(q.rate_burst, q.rate_limit),
+                           (b.micro_tokens
+                            + greatest(extract(epoch FROM now() - b.at), 0) * 1000000 * q.rate_limit
+                              / extract(epoch FROM coalesce(q.rate_interval, interval '1 second')))
+                           / 1000000))::bigint
+         FROM aedb_queue.rate_bucket b WHERE b.queue = q.name) AS rate_tokens
 FROM aedb_queue.queue q
 WHERE aedb_queue_internal.can_read(q.name);
 

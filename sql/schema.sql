@@ -60,7 +60,24 @@ CREATE TABLE aedb_queue.queue (
     paused                boolean NOT NULL DEFAULT false,
     -- How many tasks of one concurrency key may be ready or in flight at
     -- once; NULL: 1 (concurrency_slot may override it per key).
-    concurrency_limit     integer CHECK (concurrency_limit >= 1)
+    concurrency_limit     integer CHECK (concurrency_limit >= 1),
+    -- At most rate_limit claims per rate_interval, rate_burst at once (a
+    -- token bucket, rate_bucket); NULL rate_limit: no limit, NULL
+    -- rate_interval: 1 second, NULL rate_burst: rate_limit.
+    rate_limit            integer CHECK (rate_limit >= 1),
+    rate_interval         interval,
+    rate_burst            integer CHECK (rate_burst >= 1)
+);
+
+-- The token bucket of each rate-limited queue, apart from the queue's row:
+-- every claim writes it, and every write to aedb_queue.queue drops every
+-- backend's copy of the settings. Claims take the row with SKIP LOCKED: a
+-- claim that finds it taken gets no tokens rather than waiting.
+CREATE TABLE aedb_queue.rate_bucket (
+    queue        text PRIMARY KEY,
+    -- Millionths of a token, as of at.
+    micro_tokens bigint NOT NULL,
+    at           timestamptz NOT NULL
 );
 
 -- No CHECK constraints: PostgreSQL re-reads each one from its stored text
@@ -311,3 +328,4 @@ SELECT pg_catalog.pg_extension_config_dump('aedb_queue.confined_role', '');
 SELECT pg_catalog.pg_extension_config_dump('aedb_queue.schedule', '');
 SELECT pg_catalog.pg_extension_config_dump('aedb_queue.task_dependency', '');
 SELECT pg_catalog.pg_extension_config_dump('aedb_queue.concurrency_slot', '');
+SELECT pg_catalog.pg_extension_config_dump('aedb_queue.rate_bucket', '');

@@ -319,4 +319,80 @@ mod tests {
         );
         assert_eq!(count("aedb_queue.concurrency_slot WHERE queue = 'fl.bad'"), 0);
     }
+
+    // ------------------------------------------------------------------
+    // Rate limits.
+    // ------------------------------------------------------------------
+
+    fn tokens(queue: &str) -> i64 {
+        one(&format!(
+            "SELECT rate_tokens FROM aedb_queue.queue_stats WHERE queue = '{queue}'"
+        ))
+    }
+
+    /// A burst, then tokens at the rate (1 per millisecond here, at most 2
+    /// held): a claim after a pause of 5 ms gets the burst back, not 5.
+    #[pg_test]
+    fn the_bucket_refills_at_the_rate_up_to_the_burst() {
+        exec("SELECT count(*) FROM aedb_queue.queue_enqueue_batch('rl.refill', ARRAY(SELECT '{}'::jsonb FROM generate_series(1, 20)))");
+        exec("SELECT aedb_queue.queue_configure('rl.refill', rate_limit => 1000, rate_interval => '1 second', rate_burst => 2)");
+        assert_eq!(claim("rl.refill", ", max => 10").len(), 2, "the burst");
+        exec("SELECT pg_sleep(0.005)");
+        assert_eq!(claim("rl.refill", ", max => 10").len(), 2, "refilled to the burst");
+        assert_task_invariants("rate-limited claims");
+    }
+
+    /// Every claiming call takes tokens: settle-and-claim as well; a paused
+    /// queue's claims take none.
+    #[pg_test]
+    fn settle_and_claim_takes_tokens_and_a_paused_queue_takes_none() {
+        exec("SELECT count(*) FROM aedb_queue.queue_enqueue_batch('rl.loop', ARRAY(SELECT '{}'::jsonb FROM generate_series(1, 5)))");
+        exec("SELECT aedb_queue.queue_configure('rl.loop', rate_limit => 2, rate_interval => '1 hour')");
+        exec("SELECT aedb_queue.queue_pause('rl.loop')");
+        assert_eq!(claim("rl.loop", ", max => 5").len(), 0);
+        assert_eq!(tokens("rl.loop"), 2, "a paused queue's claim took no tokens");
+        exec("SELECT aedb_queue.queue_resume('rl.loop')");
+        let (id, token) = claim_one("rl.loop");
+        let next: Vec<i64> = ints(&format!(
+            "SELECT unnest(ARRAY[task_id, fencing_token])
+             FROM aedb_queue.queue_complete_and_claim('rl.loop', 'w', {id}, {token}, max => 5)
+             WHERE task_id IS NOT NULL"
+        ));
+        assert_eq!(next.len(), 2, "one token left for the loop");
+        assert_eq!(tokens("rl.loop"), 0);
+        let settled: Vec<String> = Spi::connect(|c| {
+            c.select(
+                &format!(
+                    "SELECT settled::text FROM aedb_queue.queue_complete_and_claim('rl.loop', 'w', {}, {})",
+                    next[0], next[1]
+                ),
+                None,
+                &[],
+            )
+            .unwrap()
+            .map(|r| r.get::<String>(1).unwrap().unwrap())
+            .collect()
+        });
+        assert_eq!(settled, ["applied"], "settled, nothing claimed");
+        assert_eq!(count("aedb_queue.task WHERE queue = 'rl.loop' AND state = 'ready'"), 3);
+    }
+
+    /// Claims of other queues, and queues without a limit, touch no bucket.
+    #[pg_test]
+    fn only_limited_queues_have_buckets() {
+        exec("SELECT aedb_queue.queue_enqueue('rl.none', '{}')");
+        claim_one("rl.none");
+        exec("SELECT aedb_queue.queue_configure('rl.none', max_attempts => 3)");
+        assert_eq!(count("aedb_queue.rate_bucket WHERE queue = 'rl.none'"), 0);
+        exec("SELECT aedb_queue.queue_configure('rl.some', rate_limit => 7)");
+        assert_eq!(
+            one::<i64>("SELECT micro_tokens FROM aedb_queue.rate_bucket WHERE queue = 'rl.some'"),
+            7_000_000,
+            "a new limit starts with a full burst"
+        );
+        // A bucket lost (restored without it) is made again, full.
+        exec("DELETE FROM aedb_queue.rate_bucket WHERE queue = 'rl.some'");
+        exec("SELECT count(*) FROM aedb_queue.queue_enqueue_batch('rl.some', ARRAY(SELECT '{}'::jsonb FROM generate_series(1, 9)))");
+        assert_eq!(claim("rl.some", ", max => 9").len(), 7);
+    }
 }

@@ -25,6 +25,9 @@ type SettingsRow = (
     bool,             // notify
     bool,             // paused
     Option<i32>,      // concurrency_limit
+    Option<i32>,      // rate_limit
+    Option<Interval>, // rate_interval
+    Option<i32>,      // rate_burst
 );
 
 fn settings_row(queue: &str, s: QueueSettings) -> SettingsRow {
@@ -41,6 +44,9 @@ fn settings_row(queue: &str, s: QueueSettings) -> SettingsRow {
         s.notify,
         s.paused,
         s.concurrency_limit,
+        s.rate_limit,
+        s.rate_interval,
+        s.rate_burst,
     )
 }
 
@@ -63,7 +69,9 @@ fn at_least_one(arg: &'static str, value: Option<i32>) -> Result<Option<i32>> {
 /// Sets per-queue defaults (NULL leaves a setting as it is; `reset` first
 /// returns every setting not given to the extension's default). Defaults
 /// apply to tasks enqueued afterwards; a task's own options still win.
-/// `concurrency_limit` applies at once: to the slots of every key.
+/// `concurrency_limit` applies at once: to the slots of every key;
+/// `rate_limit` (per `rate_interval`, default 1 second, with bursts of
+/// `rate_burst`, default `rate_limit`) to the next claim.
 /// Returns the settings now in force.
 #[pg_extern(name = "queue_configure")]
 #[allow(clippy::too_many_arguments, clippy::type_complexity)]
@@ -79,6 +87,9 @@ fn configure_v060(
     notify: default!(Option<bool>, "NULL"),
     reset: default!(Option<bool>, false),
     concurrency_limit: default!(Option<i32>, "NULL"),
+    rate_limit: default!(Option<i32>, "NULL"),
+    rate_interval: default!(Option<Interval>, "NULL"),
+    rate_burst: default!(Option<i32>, "NULL"),
 ) -> TableIterator<
     'static,
     (
@@ -93,6 +104,9 @@ fn configure_v060(
         name!(notify, bool),
         name!(paused, bool),
         name!(concurrency_limit, Option<i32>),
+        name!(rate_limit, Option<i32>),
+        name!(rate_interval, Option<Interval>),
+        name!(rate_burst, Option<i32>),
     ),
 > {
     run(|| {
@@ -107,6 +121,9 @@ fn configure_v060(
             keep_idempotency_keys: positive("keep_idempotency_keys", keep_idempotency_keys)?,
             notify,
             concurrency_limit: at_least_one("concurrency_limit", concurrency_limit)?,
+            rate_limit: at_least_one("rate_limit", rate_limit)?,
+            rate_interval: positive("rate_interval", rate_interval)?,
+            rate_burst: at_least_one("rate_burst", rate_burst)?,
             reset: required("reset", reset)?,
         };
         Ok(TableIterator::once(settings_row(queue, configure(queue, &change)?)))
@@ -174,6 +191,9 @@ fn queue_configure(
         keep_idempotency_keys,
         notify,
         reset,
+        None,
+        None,
+        None,
         None,
     );
     rows.map_rows(|r| (r.0, r.1, r.2, r.3, r.4, r.5, r.6, r.7, r.8, r.9))

@@ -3,6 +3,7 @@
 
 use std::cell::RefCell;
 
+use aedb_queue_core::flow::RateLimit;
 use aedb_queue_core::validate::RetryDefaults;
 use pgrx::datum::Interval;
 
@@ -29,17 +30,34 @@ pub struct QueueSettings {
     pub paused: bool,
     /// Tasks of one concurrency key ready or in flight at once (None: 1).
     pub concurrency_limit: Option<i32>,
+    /// Claims per interval, as stored (None: no limit).
+    pub rate_limit: Option<i32>,
+    pub rate_interval: Option<Interval>,
+    pub rate_burst: Option<i32>,
     /// Read from the queue's registry row (false: the queue has none yet).
     pub registered: bool,
 }
 
-/// `$limit` is the concurrency_limit column, NULL on schemas before 0.6.0.
+impl QueueSettings {
+    /// The rate limit in force, with its defaults filled in.
+    pub fn rate(&self) -> Option<RateLimit> {
+        let rate = self.rate_limit?;
+        Some(RateLimit {
+            rate: rate.max(1) as u32,
+            per_micros: self.rate_interval.map_or(1_000_000, micros),
+            burst: self.rate_burst.unwrap_or(rate).max(1) as u32,
+        })
+    }
+}
+
+/// `$flow` lists the flow-control settings (concurrency_limit, rate_limit,
+/// rate_interval, rate_burst), NULLs on schemas before 0.6.0.
 macro_rules! load_settings {
-    ($limit:literal) => {
+    ($flow:literal) => {
         concat!(
             "SELECT max_attempts, backoff_base, backoff_max, default_lease, max_payload_bytes,
                     keep_completed, keep_idempotency_keys, notify, paused, ",
-            $limit,
+            $flow,
             " FROM aedb_queue.queue WHERE name = $1"
         )
     };
@@ -47,14 +65,14 @@ macro_rules! load_settings {
 
 static LOAD_SETTINGS: Versioned = Versioned {
     current: Statement {
-        sql: load_settings!("concurrency_limit"),
+        sql: load_settings!("concurrency_limit, rate_limit, rate_interval, rate_burst"),
         args: &[TEXT],
         clock: false,
     },
     older: &[(
         SchemaLevel::V060,
         Statement {
-            sql: load_settings!("NULL::integer"),
+            sql: load_settings!("NULL::integer, NULL::integer, NULL::interval, NULL::integer"),
             args: &[TEXT],
             clock: false,
         },
@@ -62,15 +80,15 @@ static LOAD_SETTINGS: Versioned = Versioned {
 };
 
 /// Sets the given settings, or with $10 first resets every one to the
-/// default. The `$limit_*` pieces set concurrency_limit ($11), which
-/// schemas before 0.6.0 lack.
+/// default. The `$flow_*` pieces set the flow-control settings ($11 to
+/// $14, as `load_settings`), which schemas before 0.6.0 lack.
 macro_rules! configure {
-    ($limit_column:literal, $limit_value:literal, $limit_set:literal, $limit:literal) => {
+    ($flow_columns:literal, $flow_values:literal, $flow_set:literal, $flow:literal) => {
         concat!(
             "INSERT INTO aedb_queue.queue AS q
               (name, max_attempts, backoff_base, backoff_max, default_lease, max_payload_bytes,
-               keep_completed, keep_idempotency_keys, notify", $limit_column, ")
-          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, coalesce($9, false)", $limit_value, ")
+               keep_completed, keep_idempotency_keys, notify", $flow_columns, ")
+          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, coalesce($9, false)", $flow_values, ")
           ON CONFLICT (name) DO UPDATE SET
               max_attempts = coalesce($2, CASE WHEN $10 THEN NULL ELSE q.max_attempts END),
               backoff_base = coalesce($3, CASE WHEN $10 THEN NULL ELSE q.backoff_base END),
@@ -79,25 +97,29 @@ macro_rules! configure {
               max_payload_bytes = coalesce($6, CASE WHEN $10 THEN NULL ELSE q.max_payload_bytes END),
               keep_completed = coalesce($7, CASE WHEN $10 THEN NULL ELSE q.keep_completed END),
               keep_idempotency_keys = coalesce($8, CASE WHEN $10 THEN NULL ELSE q.keep_idempotency_keys END),
-              notify = coalesce($9, CASE WHEN $10 THEN false ELSE q.notify END)", $limit_set, "
+              notify = coalesce($9, CASE WHEN $10 THEN false ELSE q.notify END)", $flow_set, "
           RETURNING max_attempts, backoff_base, backoff_max, default_lease, max_payload_bytes,
-                    keep_completed, keep_idempotency_keys, notify, paused, ", $limit
+                    keep_completed, keep_idempotency_keys, notify, paused, ", $flow
         )
     };
 }
 
 const CONFIGURE_ARGS: &[pgrx::pg_sys::PgBuiltInOids] = &[
-    TEXT, INT4, INTERVAL, INTERVAL, INTERVAL, INT4, INTERVAL, INTERVAL, BOOL, BOOL, INT4,
+    TEXT, INT4, INTERVAL, INTERVAL, INTERVAL, INT4, INTERVAL, INTERVAL, BOOL, BOOL, INT4, INT4,
+    INTERVAL, INT4,
 ];
 
 static CONFIGURE: Versioned = Versioned {
     current: Statement {
         sql: configure!(
-            ", concurrency_limit",
-            ", $11",
+            ", concurrency_limit, rate_limit, rate_interval, rate_burst",
+            ", $11, $12, $13, $14",
             ",
-              concurrency_limit = coalesce($11, CASE WHEN $10 THEN NULL ELSE q.concurrency_limit END)",
-            "concurrency_limit"
+              concurrency_limit = coalesce($11, CASE WHEN $10 THEN NULL ELSE q.concurrency_limit END),
+              rate_limit = coalesce($12, CASE WHEN $10 THEN NULL ELSE q.rate_limit END),
+              rate_interval = coalesce($13, CASE WHEN $10 THEN NULL ELSE q.rate_interval END),
+              rate_burst = coalesce($14, CASE WHEN $10 THEN NULL ELSE q.rate_burst END)",
+            "concurrency_limit, rate_limit, rate_interval, rate_burst"
         ),
         args: CONFIGURE_ARGS,
         clock: false,
@@ -105,7 +127,7 @@ static CONFIGURE: Versioned = Versioned {
     older: &[(
         SchemaLevel::V060,
         Statement {
-            sql: configure!("", "", "", "NULL::integer"),
+            sql: configure!("", "", "", "NULL::integer, NULL::integer, NULL::interval, NULL::integer"),
             args: CONFIGURE_ARGS,
             clock: false,
         },
@@ -454,6 +476,9 @@ fn settings_of(row: &Row<'_>) -> Result<QueueSettings> {
         notify: row.get(8)?.unwrap_or(false),
         paused: row.get(9)?.unwrap_or(false),
         concurrency_limit: row.get(10)?,
+        rate_limit: row.get(11)?,
+        rate_interval: row.get(12)?,
+        rate_burst: row.get(13)?,
         registered: true,
     })
 }
@@ -469,6 +494,9 @@ pub struct SettingsChange {
     pub keep_idempotency_keys: Option<Interval>,
     pub notify: Option<bool>,
     pub concurrency_limit: Option<i32>,
+    pub rate_limit: Option<i32>,
+    pub rate_interval: Option<Interval>,
+    pub rate_burst: Option<i32>,
     /// Reset every setting not given to its default first.
     pub reset: bool,
 }
@@ -488,6 +516,9 @@ pub fn configure(queue: &str, change: &SettingsChange) -> Result<QueueSettings> 
             change.notify.into(),
             change.reset.into(),
             change.concurrency_limit.into(),
+            change.rate_limit.into(),
+            change.rate_interval.into(),
+            change.rate_burst.into(),
         ];
         let settings = execute(client, CONFIGURE.get(), &args)?
             .first(settings_of)?
@@ -495,6 +526,7 @@ pub fn configure(queue: &str, change: &SettingsChange) -> Result<QueueSettings> 
         if change.concurrency_limit.is_some() || change.reset {
             super::flow::limits_changed_in(client, queue, None)?;
         }
+        super::flow::rate_changed_in(client, queue, settings.rate())?;
         Ok(settings)
     })?;
     super::copies_stale_without_trigger(c"queue");
