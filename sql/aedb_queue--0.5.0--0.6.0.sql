@@ -40,6 +40,20 @@ CREATE TABLE aedb_queue.rate_bucket (
 SELECT pg_catalog.pg_extension_config_dump('aedb_queue.rate_bucket', '');
 REVOKE ALL ON aedb_queue.rate_bucket FROM PUBLIC;
 
+-- 3. Ordering keys: a task's key, the queue's policy for dead tasks, the
+-- head of each key's line.
+ALTER TABLE aedb_queue.queue ADD COLUMN ordering_on_dead text CHECK (ordering_on_dead IN ('block', 'release'));
+ALTER TABLE aedb_queue.task ADD COLUMN ordering_key text;
+CREATE INDEX task_ordering_idx  ON aedb_queue.task (queue, ordering_key, task_id) WHERE state > 'waiting' AND ordering_key IS NOT NULL;
+CREATE TABLE aedb_queue.ordering_slot (
+    queue text NOT NULL,
+    key   text NOT NULL,
+    head  bigint,
+    PRIMARY KEY (queue, key)
+);
+SELECT pg_catalog.pg_extension_config_dump('aedb_queue.ordering_slot', '');
+REVOKE ALL ON aedb_queue.ordering_slot FROM PUBLIC;
+
 -- queue_enqueue and queue_enqueue_batch gain concurrency_key, queue_configure
 -- concurrency_limit: new signatures, so made anew (0.5.0's symbols stay in
 -- the library).
@@ -55,7 +69,8 @@ CREATE FUNCTION "queue_enqueue"(
 	"idempotency_key" TEXT DEFAULT NULL, /* Option < & str > */
 	"wait_for" bigint[] DEFAULT NULL, /* :: std :: option :: Option < Array < '_, i64 > > */
 	"on_parent_failure" TEXT DEFAULT 'dead_letter', /* Option < & str > */
-	"concurrency_key" TEXT DEFAULT NULL /* Option < & str > */
+	"concurrency_key" TEXT DEFAULT NULL, /* Option < & str > */
+	"ordering_key" TEXT DEFAULT NULL /* Option < & str > */
 ) RETURNS aedb_queue.enqueued /* Enqueued */
 
 LANGUAGE c /* Rust */
@@ -72,7 +87,8 @@ CREATE FUNCTION "queue_enqueue_batch"(
 	"backoff_max" interval DEFAULT NULL, /* Option < Interval > */
 	"wait_for" bigint[] DEFAULT NULL, /* :: std :: option :: Option < Array < '_, i64 > > */
 	"on_parent_failure" TEXT DEFAULT 'dead_letter', /* Option < & str > */
-	"concurrency_key" TEXT DEFAULT NULL /* Option < & str > */
+	"concurrency_key" TEXT DEFAULT NULL, /* Option < & str > */
+	"ordering_key" TEXT DEFAULT NULL /* Option < & str > */
 ) RETURNS SETOF bigint /* i64 */
 
 LANGUAGE c /* Rust */
@@ -93,7 +109,8 @@ CREATE FUNCTION "queue_configure"(
 	"concurrency_limit" INT DEFAULT NULL, /* Option < i32 > */
 	"rate_limit" INT DEFAULT NULL, /* Option < i32 > */
 	"rate_interval" interval DEFAULT NULL, /* Option < Interval > */
-	"rate_burst" INT DEFAULT NULL /* Option < i32 > */
+	"rate_burst" INT DEFAULT NULL, /* Option < i32 > */
+	"ordering_on_dead" TEXT DEFAULT NULL /* Option < & str > */
 ) RETURNS TABLE (
 	"queue" TEXT,  /* String */
 	"max_attempts" INT,  /* Option < i32 > */
@@ -108,7 +125,8 @@ CREATE FUNCTION "queue_configure"(
 	"concurrency_limit" INT,  /* Option < i32 > */
 	"rate_limit" INT,  /* Option < i32 > */
 	"rate_interval" interval,  /* Option < Interval > */
-	"rate_burst" INT  /* Option < i32 > */
+	"rate_burst" INT,  /* Option < i32 > */
+	"ordering_on_dead" TEXT  /* Option < String > */
 )
 
 LANGUAGE c /* Rust */
@@ -126,8 +144,9 @@ REVOKE ALL ON FUNCTION "queue_enqueue", "queue_enqueue_batch", "queue_configure"
 GRANT EXECUTE ON FUNCTION "queue_enqueue", "queue_enqueue_batch" TO aedb_queue_producer;
 GRANT EXECUTE ON FUNCTION "queue_enqueue", "queue_enqueue_batch", "queue_configure", "queue_configure_key" TO aedb_queue_admin;
 
--- The views show keys: tasks.concurrency_key, queue_stats.blocked and
--- concurrency_limit, and concurrency_keys.
+-- The views show keys: tasks.concurrency_key and ordering_key,
+-- queue_stats.blocked, concurrency_limit, rate_limit and rate_tokens, and the
+-- new concurrency_keys and ordering_keys.
 DROP VIEW aedb_queue.queue_stats;
 DROP VIEW aedb_queue.tasks;
 CREATE VIEW aedb_queue.tasks WITH (security_barrier) AS
@@ -135,6 +154,7 @@ SELECT t.task_id,
        t.queue,
        t.state,
        t.concurrency_key,
+       t.ordering_key,
        -- The parents a waiting task still waits for (those not completed).
        CASE WHEN t.waiting_on > 0 THEN ARRAY(
            SELECT d.parent_id FROM aedb_queue.task_dependency d
@@ -208,5 +228,16 @@ FROM aedb_queue.concurrency_slot s
 LEFT JOIN aedb_queue.queue q ON q.name = s.queue
 WHERE aedb_queue_internal.can_read(s.queue);
 
-REVOKE ALL ON aedb_queue.tasks, aedb_queue.queue_stats, aedb_queue.concurrency_keys FROM PUBLIC;
-GRANT SELECT ON aedb_queue.tasks, aedb_queue.queue_stats, aedb_queue.concurrency_keys TO aedb_queue_admin;
+CREATE VIEW aedb_queue.ordering_keys WITH (security_barrier) AS
+SELECT o.queue,
+       o.key AS ordering_key,
+       o.head AS head_task_id,
+       h.state AS head_state,
+       (SELECT count(*) FROM aedb_queue.task t
+         WHERE t.queue = o.queue AND t.state > 'waiting' AND t.ordering_key = o.key) AS in_line,
+       h.state = 'dead' AS stopped_by_dead
+FROM aedb_queue.ordering_slot o
+LEFT JOIN aedb_queue.task h ON h.task_id = o.head
+WHERE aedb_queue_internal.can_read(o.queue);
+REVOKE ALL ON aedb_queue.tasks, aedb_queue.queue_stats, aedb_queue.concurrency_keys, aedb_queue.ordering_keys FROM PUBLIC;
+GRANT SELECT ON aedb_queue.tasks, aedb_queue.queue_stats, aedb_queue.concurrency_keys, aedb_queue.ordering_keys TO aedb_queue_admin;

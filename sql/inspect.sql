@@ -9,6 +9,7 @@ SELECT t.task_id,
        t.queue,
        t.state,
        t.concurrency_key,
+       t.ordering_key,
        -- The parents a waiting task still waits for (those not completed).
        CASE WHEN t.waiting_on > 0 THEN ARRAY(
            SELECT d.parent_id FROM aedb_queue.task_dependency d
@@ -91,3 +92,20 @@ SELECT s.queue,
 FROM aedb_queue.concurrency_slot s
 LEFT JOIN aedb_queue.queue q ON q.name = s.queue
 WHERE aedb_queue_internal.can_read(s.queue);
+
+-- One row per ordering key with tasks in line: the head (the one task of
+-- the key that may run: ready, in flight, scheduled for a retry, or dead
+-- while the queue's ordering_on_dead is 'block'), and how many wait behind
+-- it. stopped_by_dead: the line waits for the dead head to be re-driven,
+-- cancelled or purged.
+CREATE VIEW aedb_queue.ordering_keys WITH (security_barrier) AS
+SELECT o.queue,
+       o.key AS ordering_key,
+       o.head AS head_task_id,
+       h.state AS head_state,
+       (SELECT count(*) FROM aedb_queue.task t
+         WHERE t.queue = o.queue AND t.state > 'waiting' AND t.ordering_key = o.key) AS in_line,
+       h.state = 'dead' AS stopped_by_dead
+FROM aedb_queue.ordering_slot o
+LEFT JOIN aedb_queue.task h ON h.task_id = o.head
+WHERE aedb_queue_internal.can_read(o.queue);

@@ -66,7 +66,11 @@ CREATE TABLE aedb_queue.queue (
     -- rate_interval: 1 second, NULL rate_burst: rate_limit.
     rate_limit            integer CHECK (rate_limit >= 1),
     rate_interval         interval,
-    rate_burst            integer CHECK (rate_burst >= 1)
+    rate_burst            integer CHECK (rate_burst >= 1),
+    -- What a dead task does to its ordering key: 'block' (NULL) keeps the
+    -- key's later tasks waiting until it is re-driven, cancelled or
+    -- purged; 'release' lets the next one run.
+    ordering_on_dead      text CHECK (ordering_on_dead IN ('block', 'release'))
 );
 
 -- The token bucket of each rate-limited queue, apart from the queue's row:
@@ -122,7 +126,11 @@ CREATE TABLE aedb_queue.task (
     has_dependents  boolean,
     -- Tasks sharing a key in a queue take its slots (concurrency_slot);
     -- NULL for a task with no key, whose paths never look at slots.
-    concurrency_key text
+    concurrency_key text,
+    -- Tasks sharing an ordering key in a queue run one at a time in task
+    -- id order (ordering_slot names the one that may); never set together
+    -- with concurrency_key.
+    ordering_key    text
 ) WITH (fillfactor = 50);
 ALTER SEQUENCE aedb_queue.task_id_seq OWNED BY aedb_queue.task.task_id;
 
@@ -149,6 +157,8 @@ CREATE INDEX task_waiting_idx   ON aedb_queue.task (queue, task_id)             
 -- first. The predicate means state = 'blocked' (the last label): an
 -- upgrade cannot name a label in the transaction that adds it.
 CREATE INDEX task_blocked_idx   ON aedb_queue.task (queue, concurrency_key, priority DESC, (-task_id) DESC) WHERE state > 'waiting';
+-- The line of each ordering key: its blocked tasks in id order.
+CREATE INDEX task_ordering_idx  ON aedb_queue.task (queue, ordering_key, task_id) WHERE state > 'waiting' AND ordering_key IS NOT NULL;
 
 -- The slots of each concurrency key in use: taken counts the key's tasks
 -- that are ready or in flight, never more than the limit while others of
@@ -163,6 +173,18 @@ CREATE TABLE aedb_queue.concurrency_slot (
     taken             integer NOT NULL,
     -- This key's limit; NULL: the queue's.
     concurrency_limit integer CHECK (concurrency_limit >= 1),
+    PRIMARY KEY (queue, key)
+);
+
+-- The head of each ordering key with tasks in line: the one task of the
+-- key that may be ready, in flight, scheduled for a retry, or (with
+-- ordering_on_dead 'block') dead. Changed, as concurrency_slot, only under
+-- the row's lock, the next head picked by a statement started after it.
+CREATE TABLE aedb_queue.ordering_slot (
+    queue text NOT NULL,
+    key   text NOT NULL,
+    -- NULL only inside the transaction that is picking the next head.
+    head  bigint,
     PRIMARY KEY (queue, key)
 );
 
@@ -329,3 +351,4 @@ SELECT pg_catalog.pg_extension_config_dump('aedb_queue.schedule', '');
 SELECT pg_catalog.pg_extension_config_dump('aedb_queue.task_dependency', '');
 SELECT pg_catalog.pg_extension_config_dump('aedb_queue.concurrency_slot', '');
 SELECT pg_catalog.pg_extension_config_dump('aedb_queue.rate_bucket', '');
+SELECT pg_catalog.pg_extension_config_dump('aedb_queue.ordering_slot', '');

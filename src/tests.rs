@@ -238,6 +238,21 @@ pub(crate) mod tests {
                AND coalesce(s.taken, 0) < coalesce(s.concurrency_limit, q.concurrency_limit, 1))
            OR (s.key IS NULL AND h.taken + h.blocked > 0)";
 
+    /// Ordering keys whose line disagrees with its head: a task that may
+    /// run (ready, in flight, scheduled) but is not its key's head, a task
+    /// in line with no head ahead of it, a head that is gone or cannot be
+    /// one.
+    pub(crate) const LINE_INVARIANT_VIOLATIONS: &str = "
+        SELECT t.task_id FROM aedb_queue.task t
+        LEFT JOIN aedb_queue.ordering_slot o ON o.queue = t.queue AND o.key = t.ordering_key
+        WHERE t.ordering_key IS NOT NULL
+          AND ((t.state IN ('ready', 'in_flight', 'scheduled') AND o.head IS DISTINCT FROM t.task_id)
+               OR (t.state = 'blocked' AND o.head IS NULL))
+        UNION ALL
+        SELECT o.head FROM aedb_queue.ordering_slot o
+        LEFT JOIN aedb_queue.task t ON t.task_id = o.head
+        WHERE t.task_id IS NULL OR t.state NOT IN ('ready', 'in_flight', 'scheduled', 'dead')";
+
     pub(crate) fn assert_task_invariants(after: &str) {
         let bad = ints(TASK_INVARIANT_VIOLATIONS);
         assert!(
@@ -255,6 +270,11 @@ pub(crate) mod tests {
                 .map(|row| row.get::<String>(1).unwrap().unwrap_or_default())
                 .collect()
         });
+        let bad = ints(LINE_INVARIANT_VIOLATIONS);
+        assert!(
+            bad.is_empty(),
+            "after {after}: tasks {bad:?} break the ordering keys' lines"
+        );
         let bad = ints(SLOT_INVARIANT_VIOLATIONS);
         assert!(
             bad.is_empty(),

@@ -395,4 +395,199 @@ mod tests {
         exec("SELECT count(*) FROM aedb_queue.queue_enqueue_batch('rl.some', ARRAY(SELECT '{}'::jsonb FROM generate_series(1, 9)))");
         assert_eq!(claim("rl.some", ", max => 9").len(), 7);
     }
+
+    // ------------------------------------------------------------------
+    // Ordering keys.
+    // ------------------------------------------------------------------
+
+    fn in_line(queue: &str, n: usize) -> Vec<i64> {
+        (0..n)
+            .map(|_| enqueue(queue, ", ordering_key => 'k'"))
+            .collect()
+    }
+
+    /// The live tasks of `ids` out of line: the head (and a dead task that
+    /// released its key).
+    fn head_of(_queue: &str, ids: &[i64]) -> Vec<i64> {
+        ids.iter()
+            .copied()
+            .filter(|&id| text_field(id, "state::text").is_some_and(|s| s != "blocked"))
+            .collect()
+    }
+
+    /// Runs `path` on the head (claimed) of a line of three; returns the
+    /// line's tasks that are not blocked afterwards.
+    fn line_after(queue: &str, path: impl FnOnce(i64, i64)) -> (Vec<i64>, Vec<i64>) {
+        let ids = in_line(queue, 3);
+        let (id, token) = claim_one(queue);
+        assert_eq!(id, ids[0], "only the head is claimable");
+        assert!(claim(queue, ", max => 5").is_empty());
+        path(id, token);
+        assert_task_invariants(queue);
+        (ids.clone(), head_of(queue, &ids))
+    }
+
+    #[pg_test]
+    fn the_line_moves_when_its_head_completes_on_any_path() {
+        let (ids, heads) = line_after("ol.complete", |id, t| {
+            assert_eq!(complete("ol.complete", id, t, ""), "applied")
+        });
+        assert_eq!(heads, [ids[1]]);
+        let (ids, heads) = line_after("ol.batch", |id, t| {
+            exec(&format!(
+                "SELECT aedb_queue.queue_complete_batch('ol.batch', ARRAY[{id}], ARRAY[{t}])"
+            ))
+        });
+        assert_eq!(heads, [ids[1]]);
+        exec("SELECT aedb_queue.queue_configure('ol.kept', keep_completed => '1 hour')");
+        let (ids, heads) =
+            line_after("ol.kept", |id, t| assert_eq!(complete("ol.kept", id, t, ""), "applied"));
+        assert_eq!(heads, [ids[1]]);
+        // The settle-and-claim call claims the next of the line itself.
+        let (ids, heads) = line_after("ol.loop", |id, t| {
+            let next: i64 = one(&format!(
+                "SELECT task_id FROM aedb_queue.queue_complete_and_claim('ol.loop', 'w', {id}, {t})"
+            ));
+            assert_eq!(state_of("ol.loop", next).as_deref(), Some("in_flight"));
+        });
+        assert_eq!(heads, [ids[1]]);
+        let (ids, heads) = line_after("ol.cancel", |id, _| assert!(cancel("ol.cancel", id)));
+        assert_eq!(heads, [ids[1]]);
+        let (ids, heads) = line_after("ol.purge", |_, _| {
+            exec("SELECT aedb_queue.queue_purge('ol.purge', 'in_flight', force => true)")
+        });
+        assert_eq!(heads, [ids[1]]);
+    }
+
+    /// Retries, reclaimed leases and (by default) dead letters keep the
+    /// key: the line waits for its head.
+    #[pg_test]
+    fn the_line_waits_while_its_head_retries_is_reclaimed_or_is_dead() {
+        let (ids, heads) = line_after("ol.retry", |id, t| {
+            fail("ol.retry", id, t, ", retry_in => '1 hour'");
+        });
+        assert_eq!(heads, [ids[0]]);
+        let (ids, heads) = line_after("ol.retry_now", |id, t| {
+            fail("ol.retry_now", id, t, ", retry_in => '0'");
+        });
+        assert_eq!(heads, [ids[0]]);
+        let (ids, heads) = line_after("ol.reclaim", |id, _| {
+            expire_lease(id);
+            exec("SELECT aedb_queue.queue_reap('ol.reclaim')");
+        });
+        assert_eq!(heads, [ids[0]]);
+        assert_eq!(state_of("ol.reclaim", ids[0]).as_deref(), Some("ready"));
+        let (ids, heads) = line_after("ol.dead", |id, t| {
+            fail("ol.dead", id, t, ", dead_letter => true");
+        });
+        assert_eq!(heads, [ids[0]], "a dead head blocks its key");
+        // Purging the dead head lets the line move.
+        exec("SELECT aedb_queue.queue_purge('ol.dead', 'dead')");
+        assert_eq!(head_of("ol.dead", &ids), [ids[1]]);
+        assert_task_invariants("the dead head purged");
+    }
+
+    #[pg_test]
+    fn with_release_a_dead_head_lets_the_line_move_on() {
+        exec("SELECT aedb_queue.queue_configure('ol.release', ordering_on_dead => 'release')");
+        let (ids, heads) = line_after("ol.release", |id, t| {
+            fail("ol.release", id, t, ", dead_letter => true");
+        });
+        assert_eq!(heads, [ids[0], ids[1]], "the dead task and the new head");
+        assert_eq!(state_of("ol.release", ids[0]).as_deref(), Some("dead"));
+        assert_eq!(state_of("ol.release", ids[1]).as_deref(), Some("ready"));
+        // An exhausted lease dead-letters through the reaper: the same.
+        exec("SELECT aedb_queue.queue_configure('ol.release2', ordering_on_dead => 'release')");
+        let (ids, heads) = line_after("ol.release2", |id, _| {
+            exec(&format!("UPDATE aedb_queue.task SET max_attempts = 1 WHERE task_id = {id}"));
+            expire_lease(id);
+            exec("SELECT aedb_queue.queue_reap('ol.release2')");
+        });
+        assert_eq!(heads, [ids[0], ids[1]]);
+        assert_eq!(state_of("ol.release2", ids[0]).as_deref(), Some("dead"));
+    }
+
+    /// A blocked task leaving does not move the line; a delayed head holds
+    /// the key while it waits; a child with a key joins the line when its
+    /// parents complete; a follow-up joins it too.
+    #[pg_test]
+    fn tasks_join_the_line_when_they_could_run() {
+        let ids = in_line("ol.join", 3);
+        assert!(cancel("ol.join", ids[1]));
+        assert_eq!(head_of("ol.join", &ids), [ids[0]]);
+        let delayed = enqueue("ol.delay", ", delay => '1 hour', ordering_key => 'k'");
+        let after = enqueue("ol.delay", ", ordering_key => 'k'");
+        assert_eq!(state_of("ol.delay", delayed).as_deref(), Some("scheduled"));
+        assert_eq!(state_of("ol.delay", after).as_deref(), Some("blocked"));
+
+        let parent = enqueue("ol.parent", "");
+        let child: i64 = one(&format!(
+            "SELECT task_id FROM aedb_queue.queue_enqueue('ol.join', wait_for => ARRAY[{parent}],
+                                                         ordering_key => 'k')"
+        ));
+        assert_eq!(state_of("ol.join", child).as_deref(), Some("waiting"));
+        let (_, token) = claim_one("ol.parent");
+        assert_eq!(complete("ol.parent", parent, token, ""), "applied");
+        assert_eq!(state_of("ol.join", child).as_deref(), Some("blocked"));
+
+        let (head, token) = claim_one("ol.join");
+        assert_eq!(head, ids[0]);
+        assert_eq!(
+            complete(
+                "ol.join",
+                head,
+                token,
+                r#", follow_ups => '[{"queue": "ol.join", "ordering_key": "k"}]'"#
+            ),
+            "applied"
+        );
+        assert_eq!(head_of("ol.join", &ids), [ids[2]]);
+        assert_eq!(state_of("ol.join", child).as_deref(), Some("blocked"));
+        assert_eq!(count("aedb_queue.task WHERE queue = 'ol.join' AND state = 'blocked'"), 2);
+        assert_task_invariants("joining the line");
+    }
+
+    /// Strict order over a whole line, run one claim at a time with
+    /// unrelated tasks interleaved.
+    #[pg_test]
+    fn a_line_runs_in_enqueue_order() {
+        let ids = in_line("ol.order", 6);
+        exec("SELECT count(*) FROM aedb_queue.queue_enqueue_batch('ol.order', ARRAY(SELECT '{}'::jsonb FROM generate_series(1, 4)), priority => 5)");
+        let mut ran = Vec::new();
+        while let Some((id, token)) = claim("ol.order", "").first().copied() {
+            if ids.contains(&id) {
+                ran.push(id);
+            }
+            assert_eq!(complete("ol.order", id, token, ""), "applied");
+        }
+        assert_eq!(ran, ids);
+        assert_eq!(count("aedb_queue.ordering_slot WHERE queue = 'ol.order'"), 0);
+    }
+
+    #[pg_test]
+    fn ordering_keys_are_checked_naming_the_argument() {
+        expect_error(
+            "SELECT aedb_queue.queue_enqueue('ol.bad', ordering_key => '')",
+            "22023",
+            "invalid argument \"ordering_key\": must not be empty",
+        );
+        expect_error(
+            "SELECT aedb_queue.queue_enqueue('ol.bad', ordering_key => 'a', concurrency_key => 'b')",
+            "22023",
+            "invalid argument \"ordering_key\": cannot be given with concurrency_key: a task has one or the other",
+        );
+        expect_error(
+            r#"SELECT aedb_queue.queue_enqueue('ol.bad', '{}') FROM (SELECT 1) x WHERE false
+               UNION ALL SELECT aedb_queue.queue_complete('ol.bad', 1, 1,
+                   follow_ups => '[{"queue": "ol.bad", "ordering_key": ["x"]}]')::text::aedb_queue.enqueued"#,
+            "22023",
+            "invalid argument \"follow_ups[0].ordering_key\": must be a string",
+        );
+        expect_error(
+            "SELECT aedb_queue.queue_configure('ol.bad', ordering_on_dead => 'skip')",
+            "22023",
+            "invalid argument \"ordering_on_dead\": must be block or release, got \"skip\"",
+        );
+        assert_eq!(count("aedb_queue.task WHERE queue = 'ol.bad'"), 0);
+    }
 }

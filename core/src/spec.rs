@@ -27,6 +27,7 @@ const KNOWN_KEYS: &[&str] = &[
     "wait_for",
     "on_parent_failure",
     "concurrency_key",
+    "ordering_key",
 ];
 
 /// One value of a spec's key, as the jsonb holds it: scalars with their
@@ -60,6 +61,7 @@ pub struct EnqueueSpec {
     pub wait_for: Vec<i64>,
     pub on_parent_failure: Option<String>,
     pub concurrency_key: Option<String>,
+    pub ordering_key: Option<String>,
 }
 
 /// Checks the size of the whole `follow_ups` argument, before it is read.
@@ -178,6 +180,7 @@ pub fn parse_spec(path: &str, fields: &[(&str, Json<'_>)]) -> Result<EnqueueSpec
         },
         on_parent_failure: string("on_parent_failure")?,
         concurrency_key: string("concurrency_key")?,
+        ordering_key: string("ordering_key")?,
     })
 }
 

@@ -152,6 +152,17 @@ pub fn listed_state(value: &str) -> Result<(), QueueError> {
     }
 }
 
+/// What a dead task does to its ordering key: `block` or `release`.
+pub fn ordering_on_dead<'a>(arg: &str, value: &'a str) -> Result<&'a str, QueueError> {
+    match value {
+        "block" | "release" => Ok(value),
+        _ => Err(QueueError::invalid(
+            arg,
+            format!("must be block or release, got {value:?}"),
+        )),
+    }
+}
+
 pub fn state(value: &str) -> Result<(), QueueError> {
     match value {
         "scheduled" | "ready" | "in_flight" | "dead" => Ok(()),
@@ -172,6 +183,7 @@ pub struct EnqueueOptions {
     pub backoff_max_micros: Option<i64>,
     pub idempotency_key: Option<String>,
     pub concurrency_key: Option<String>,
+    pub ordering_key: Option<String>,
 }
 
 /// Enqueue options checked and with defaults filled in: what is stored on the task.
@@ -184,6 +196,7 @@ pub struct ResolvedEnqueue {
     pub backoff_max_micros: i64,
     pub idempotency_key: Option<String>,
     pub concurrency_key: Option<String>,
+    pub ordering_key: Option<String>,
 }
 
 impl ResolvedEnqueue {
@@ -267,6 +280,15 @@ pub fn resolve_enqueue(
     if let Some(key) = &options.concurrency_key {
         name(&arg("concurrency_key"), key)?;
     }
+    if let Some(key) = &options.ordering_key {
+        name(&arg("ordering_key"), key)?;
+        if options.concurrency_key.is_some() {
+            return Err(QueueError::invalid(
+                arg("ordering_key"),
+                "cannot be given with concurrency_key: a task has one or the other",
+            ));
+        }
+    }
     Ok(ResolvedEnqueue {
         delay_micros: options.delay_micros,
         priority: options.priority,
@@ -275,6 +297,7 @@ pub fn resolve_enqueue(
         backoff_max_micros: ceiling,
         idempotency_key: options.idempotency_key,
         concurrency_key: options.concurrency_key,
+        ordering_key: options.ordering_key,
     })
 }
 

@@ -28,6 +28,7 @@ type SettingsRow = (
     Option<i32>,      // rate_limit
     Option<Interval>, // rate_interval
     Option<i32>,      // rate_burst
+    Option<String>,   // ordering_on_dead
 );
 
 fn settings_row(queue: &str, s: QueueSettings) -> SettingsRow {
@@ -47,6 +48,7 @@ fn settings_row(queue: &str, s: QueueSettings) -> SettingsRow {
         s.rate_limit,
         s.rate_interval,
         s.rate_burst,
+        s.ordering_on_dead,
     )
 }
 
@@ -71,7 +73,9 @@ fn at_least_one(arg: &'static str, value: Option<i32>) -> Result<Option<i32>> {
 /// apply to tasks enqueued afterwards; a task's own options still win.
 /// `concurrency_limit` applies at once: to the slots of every key;
 /// `rate_limit` (per `rate_interval`, default 1 second, with bursts of
-/// `rate_burst`, default `rate_limit`) to the next claim.
+/// `rate_burst`, default `rate_limit`) to the next claim;
+/// `ordering_on_dead` ('block', the default, or 'release') to dead tasks'
+/// ordering keys, at once.
 /// Returns the settings now in force.
 #[pg_extern(name = "queue_configure")]
 #[allow(clippy::too_many_arguments, clippy::type_complexity)]
@@ -90,6 +94,7 @@ fn configure_v060(
     rate_limit: default!(Option<i32>, "NULL"),
     rate_interval: default!(Option<Interval>, "NULL"),
     rate_burst: default!(Option<i32>, "NULL"),
+    ordering_on_dead: default!(Option<&str>, "NULL"),
 ) -> TableIterator<
     'static,
     (
@@ -107,6 +112,7 @@ fn configure_v060(
         name!(rate_limit, Option<i32>),
         name!(rate_interval, Option<Interval>),
         name!(rate_burst, Option<i32>),
+        name!(ordering_on_dead, Option<String>),
     ),
 > {
     run(|| {
@@ -124,6 +130,9 @@ fn configure_v060(
             rate_limit: at_least_one("rate_limit", rate_limit)?,
             rate_interval: positive("rate_interval", rate_interval)?,
             rate_burst: at_least_one("rate_burst", rate_burst)?,
+            ordering_on_dead: ordering_on_dead
+                .map(|p| validate::ordering_on_dead("ordering_on_dead", p).map(str::to_string))
+                .transpose()?,
             reset: required("reset", reset)?,
         };
         Ok(TableIterator::once(settings_row(queue, configure(queue, &change)?)))
@@ -191,6 +200,7 @@ fn queue_configure(
         keep_idempotency_keys,
         notify,
         reset,
+        None,
         None,
         None,
         None,

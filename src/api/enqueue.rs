@@ -168,6 +168,7 @@ impl CheckedEnqueue {
             backoff_max_micros: spec.backoff_max,
             idempotency_key: spec.idempotency_key,
             concurrency_key: spec.concurrency_key,
+            ordering_key: spec.ordering_key,
         };
         let parents = Parents::checked(
             &spec.path,
@@ -255,6 +256,7 @@ fn new_task<'a>(
         backoff_base: interval(options.backoff_base_micros),
         backoff_max: interval(options.backoff_max_micros),
         concurrency_key: options.concurrency_key.as_deref(),
+        ordering_key: options.ordering_key.as_deref(),
     }
 }
 
@@ -265,7 +267,7 @@ fn options(
     backoff_base: Option<Interval>,
     backoff_max: Option<Interval>,
     idempotency_key: Option<&str>,
-    concurrency_key: Option<&str>,
+    keys: (Option<&str>, Option<&str>),
 ) -> Result<EnqueueOptions> {
     Ok(EnqueueOptions {
         delay_micros: micros(required("delay", delay)?),
@@ -274,13 +276,15 @@ fn options(
         backoff_base_micros: backoff_base.map(micros),
         backoff_max_micros: backoff_max.map(micros),
         idempotency_key: idempotency_key.map(str::to_string),
-        concurrency_key: concurrency_key.map(str::to_string),
+        concurrency_key: keys.0.map(str::to_string),
+        ordering_key: keys.1.map(str::to_string),
     })
 }
 
 /// Enqueues one task in the caller's transaction; with `wait_for`, it
 /// waits until every one of those tasks has completed; with
-/// `concurrency_key`, it runs only while its key has a free slot.
+/// `concurrency_key`, it runs only while its key has a free slot; with
+/// `ordering_key`, after the key's earlier tasks, one at a time.
 #[pg_extern(name = "queue_enqueue")]
 #[allow(clippy::too_many_arguments)]
 fn enqueue_v060(
@@ -295,6 +299,7 @@ fn enqueue_v060(
     wait_for: default!(Option<Array<'_, i64>>, "NULL"),
     on_parent_failure: default!(Option<&str>, "'dead_letter'"),
     concurrency_key: default!(Option<&str>, "NULL"),
+    ordering_key: default!(Option<&str>, "NULL"),
 ) -> Enqueued {
     run(|| {
         let queue = required("queue", queue)?;
@@ -305,7 +310,7 @@ fn enqueue_v060(
             backoff_base,
             backoff_max,
             idempotency_key,
-            concurrency_key,
+            (concurrency_key, ordering_key),
         )?;
         let on_parent_failure = required("on_parent_failure", on_parent_failure)?;
         let wait_for = wait_for
@@ -350,6 +355,7 @@ fn enqueue(
         idempotency_key,
         wait_for,
         on_parent_failure,
+        None,
         None,
     )
 }
@@ -455,7 +461,8 @@ pub(crate) fn enqueue_many(
 
 /// Enqueues one task per payload in a single statement; returns their ids
 /// in payload order. With `wait_for`, every one of them waits for those
-/// tasks; with `concurrency_key`, every one takes that key's slots.
+/// tasks; with `concurrency_key`, every one takes that key's slots; with
+/// `ordering_key`, they join that key's line in payload order.
 #[pg_extern(name = "queue_enqueue_batch")]
 #[allow(clippy::too_many_arguments)]
 fn enqueue_batch_v060(
@@ -469,6 +476,7 @@ fn enqueue_batch_v060(
     wait_for: default!(Option<Array<'_, i64>>, "NULL"),
     on_parent_failure: default!(Option<&str>, "'dead_letter'"),
     concurrency_key: default!(Option<&str>, "NULL"),
+    ordering_key: default!(Option<&str>, "NULL"),
 ) -> SetOfIterator<'static, i64> {
     run(|| {
         let queue = checked_name("queue", queue)?;
@@ -486,7 +494,7 @@ fn enqueue_batch_v060(
             backoff_base,
             backoff_max,
             None,
-            concurrency_key,
+            (concurrency_key, ordering_key),
         )?;
         let payloads = payloads.elements();
         let parents = Parents::checked("", wait_for, Some(on_parent_failure), payloads.len())?;
@@ -520,6 +528,7 @@ fn enqueue_batch(
         backoff_max,
         wait_for,
         on_parent_failure,
+        None,
         None,
     )
 }

@@ -69,6 +69,7 @@ fn queue_schedule_upsert(
             backoff_max_micros: backoff_max.map(micros),
             idempotency_key: None,
             concurrency_key: None,
+            ordering_key: None,
         };
         validate::resolve_enqueue(options, settings.retry, "")?;
         if let (Some(_), Some(json)) = (fire_time_key, payload) {

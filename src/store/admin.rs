@@ -34,6 +34,8 @@ pub struct QueueSettings {
     pub rate_limit: Option<i32>,
     pub rate_interval: Option<Interval>,
     pub rate_burst: Option<i32>,
+    /// "block" (None) or "release": what a dead task does to its ordering key.
+    pub ordering_on_dead: Option<String>,
     /// Read from the queue's registry row (false: the queue has none yet).
     pub registered: bool,
 }
@@ -51,7 +53,8 @@ impl QueueSettings {
 }
 
 /// `$flow` lists the flow-control settings (concurrency_limit, rate_limit,
-/// rate_interval, rate_burst), NULLs on schemas before 0.6.0.
+/// rate_interval, rate_burst, ordering_on_dead), NULLs on schemas before
+/// 0.6.0.
 macro_rules! load_settings {
     ($flow:literal) => {
         concat!(
@@ -65,14 +68,18 @@ macro_rules! load_settings {
 
 static LOAD_SETTINGS: Versioned = Versioned {
     current: Statement {
-        sql: load_settings!("concurrency_limit, rate_limit, rate_interval, rate_burst"),
+        sql: load_settings!(
+            "concurrency_limit, rate_limit, rate_interval, rate_burst, ordering_on_dead"
+        ),
         args: &[TEXT],
         clock: false,
     },
     older: &[(
         SchemaLevel::V060,
         Statement {
-            sql: load_settings!("NULL::integer, NULL::integer, NULL::interval, NULL::integer"),
+            sql: load_settings!(
+                "NULL::integer, NULL::integer, NULL::interval, NULL::integer, NULL::text"
+            ),
             args: &[TEXT],
             clock: false,
         },
@@ -81,7 +88,7 @@ static LOAD_SETTINGS: Versioned = Versioned {
 
 /// Sets the given settings, or with $10 first resets every one to the
 /// default. The `$flow_*` pieces set the flow-control settings ($11 to
-/// $14, as `load_settings`), which schemas before 0.6.0 lack.
+/// $15, as `load_settings`), which schemas before 0.6.0 lack.
 macro_rules! configure {
     ($flow_columns:literal, $flow_values:literal, $flow_set:literal, $flow:literal) => {
         concat!(
@@ -106,20 +113,21 @@ macro_rules! configure {
 
 const CONFIGURE_ARGS: &[pgrx::pg_sys::PgBuiltInOids] = &[
     TEXT, INT4, INTERVAL, INTERVAL, INTERVAL, INT4, INTERVAL, INTERVAL, BOOL, BOOL, INT4, INT4,
-    INTERVAL, INT4,
+    INTERVAL, INT4, TEXT,
 ];
 
 static CONFIGURE: Versioned = Versioned {
     current: Statement {
         sql: configure!(
-            ", concurrency_limit, rate_limit, rate_interval, rate_burst",
-            ", $11, $12, $13, $14",
+            ", concurrency_limit, rate_limit, rate_interval, rate_burst, ordering_on_dead",
+            ", $11, $12, $13, $14, $15",
             ",
               concurrency_limit = coalesce($11, CASE WHEN $10 THEN NULL ELSE q.concurrency_limit END),
               rate_limit = coalesce($12, CASE WHEN $10 THEN NULL ELSE q.rate_limit END),
               rate_interval = coalesce($13, CASE WHEN $10 THEN NULL ELSE q.rate_interval END),
-              rate_burst = coalesce($14, CASE WHEN $10 THEN NULL ELSE q.rate_burst END)",
-            "concurrency_limit, rate_limit, rate_interval, rate_burst"
+              rate_burst = coalesce($14, CASE WHEN $10 THEN NULL ELSE q.rate_burst END),
+              ordering_on_dead = coalesce($15, CASE WHEN $10 THEN NULL ELSE q.ordering_on_dead END)",
+            "concurrency_limit, rate_limit, rate_interval, rate_burst, ordering_on_dead"
         ),
         args: CONFIGURE_ARGS,
         clock: false,
@@ -127,7 +135,12 @@ static CONFIGURE: Versioned = Versioned {
     older: &[(
         SchemaLevel::V060,
         Statement {
-            sql: configure!("", "", "", "NULL::integer, NULL::integer, NULL::interval, NULL::integer"),
+            sql: configure!(
+                "",
+                "",
+                "",
+                "NULL::integer, NULL::integer, NULL::interval, NULL::integer, NULL::text"
+            ),
             args: CONFIGURE_ARGS,
             clock: false,
         },
@@ -144,12 +157,13 @@ static SET_PAUSED: Statement = Statement {
     clock: false,
 };
 
-/// Dead tasks back to ready (blocked, with a concurrency key: `$due`) with
-/// their attempts reset; $2 one task (NULL: all), up to $3. Both cases are
-/// one task-id range, so the dead index serves either. Returns the count
-/// and the keys of the tasks that became blocked.
+/// Dead tasks back to ready with their attempts reset (`$due`: blocked with
+/// a concurrency key, or with an ordering key whose head it no longer is,
+/// so it waits in line again); $2 one task (NULL: all), up to $3. Both
+/// cases are one task-id range, so the dead index serves either. Returns
+/// the count and the keys of the tasks that became blocked.
 macro_rules! retry_dead {
-    ($key:literal, $due:literal) => {
+    ($key:literal, $okey:literal, $due:literal) => {
         concat!(
             "WITH retried AS (
               UPDATE aedb_queue.task
@@ -160,8 +174,10 @@ macro_rules! retry_dead {
                   WHERE queue = $1 AND state = 'dead'
                     AND task_id >= coalesce($2, 0) AND task_id <= coalesce($2, 9223372036854775807)
                   ORDER BY task_id LIMIT $3 FOR UPDATE SKIP LOCKED))
-              RETURNING ", $key, " AS key)
-          SELECT count(*), ARRAY(SELECT key FROM retried WHERE key IS NOT NULL) FROM retried"
+              RETURNING ", $key, " AS key, ", $okey, " AS okey)
+          SELECT count(*), ARRAY(SELECT key FROM retried WHERE key IS NOT NULL),
+                 ARRAY(SELECT okey FROM retried WHERE okey IS NOT NULL)
+          FROM retried"
         )
     };
 }
@@ -170,7 +186,13 @@ static RETRY_DEAD: Versioned = Versioned {
     current: Statement {
         sql: retry_dead!(
             "concurrency_key",
-            "CASE WHEN concurrency_key IS NULL THEN 'ready' ELSE 'blocked' END::aedb_queue.task_state"
+            "CASE WHEN state = 'blocked' THEN ordering_key END",
+            "CASE WHEN concurrency_key IS NOT NULL
+                    OR (ordering_key IS NOT NULL AND NOT EXISTS (
+                          SELECT 1 FROM aedb_queue.ordering_slot o
+                          WHERE o.queue = aedb_queue.task.queue AND o.key = aedb_queue.task.ordering_key
+                            AND o.head = aedb_queue.task.task_id))
+                  THEN 'blocked' ELSE 'ready' END::aedb_queue.task_state"
         ),
         args: &[TEXT, INT8, INT4],
         clock: true,
@@ -178,17 +200,18 @@ static RETRY_DEAD: Versioned = Versioned {
     older: &[(
         SchemaLevel::V060,
         Statement {
-            sql: retry_dead!("NULL::text", "'ready'"),
+            sql: retry_dead!("NULL::text", "NULL::text", "'ready'"),
             args: &[TEXT, INT8, INT4],
             clock: true,
         },
     )],
 };
 
-/// Returns the count, the purged tasks that had dependents, and the
-/// concurrency keys of those that held slots.
+/// Returns the count, the purged tasks that had dependents, the
+/// concurrency keys of those that held slots, and the ordering keys and ids
+/// of those in their key's line ahead of the blocked ones.
 macro_rules! purge {
-    ($deps:literal, $key:literal) => {
+    ($deps:literal, $key:literal, $okey:literal) => {
         concat!(
             "WITH purged AS (
               DELETE FROM aedb_queue.task WHERE queue = $1 AND state = $2::aedb_queue.task_state
@@ -196,9 +219,13 @@ macro_rules! purge {
             $deps,
             " IS TRUE AS has_dependents, ",
             $key,
-            " AS key)
+            " AS key, ",
+            $okey,
+            " AS okey)
           SELECT count(*), ARRAY(SELECT task_id FROM purged WHERE has_dependents),
-                 ARRAY(SELECT key FROM purged WHERE key IS NOT NULL)
+                 ARRAY(SELECT key FROM purged WHERE key IS NOT NULL),
+                 ARRAY(SELECT okey FROM purged WHERE okey IS NOT NULL),
+                 ARRAY(SELECT task_id FROM purged WHERE okey IS NOT NULL)
           FROM purged"
         )
     };
@@ -208,17 +235,18 @@ static PURGE: Versioned = Versioned {
     current: Statement {
         sql: purge!(
             "has_dependents",
-            "CASE WHEN state IN ('ready', 'in_flight') THEN concurrency_key END"
+            "CASE WHEN state IN ('ready', 'in_flight') THEN concurrency_key END",
+            "CASE WHEN state <> 'blocked' THEN ordering_key END"
         ),
         args: &[TEXT, TEXT],
         clock: false,
     },
     older: &[(SchemaLevel::V060, Statement {
-        sql: purge!("has_dependents", "NULL::text"),
+        sql: purge!("has_dependents", "NULL::text", "NULL::text"),
         args: &[TEXT, TEXT],
         clock: false,
     }), (SchemaLevel::V050, Statement {
-        sql: purge!("NULL::boolean", "NULL::text"),
+        sql: purge!("NULL::boolean", "NULL::text", "NULL::text"),
         args: &[TEXT, TEXT],
         clock: false,
     })],
@@ -256,16 +284,16 @@ macro_rules! complete_keeping {
 
 pub(super) static COMPLETE_KEEPING: Versioned = Versioned {
     current: Statement {
-        sql: complete_keeping!("has_dependents", "concurrency_key"),
+        sql: complete_keeping!("has_dependents", "concurrency_key, ordering_key"),
         args: &[INT8, TEXT, INT8, JSONB],
         clock: true,
     },
     older: &[(SchemaLevel::V060, Statement {
-        sql: complete_keeping!("has_dependents", "NULL::text"),
+        sql: complete_keeping!("has_dependents", "NULL::text, NULL::text"),
         args: &[INT8, TEXT, INT8, JSONB],
         clock: true,
     }), (SchemaLevel::V050, Statement {
-        sql: complete_keeping!("NULL::boolean", "NULL::text"),
+        sql: complete_keeping!("NULL::boolean", "NULL::text, NULL::text"),
         args: &[INT8, TEXT, INT8, JSONB],
         clock: true,
     })],
@@ -479,6 +507,7 @@ fn settings_of(row: &Row<'_>) -> Result<QueueSettings> {
         rate_limit: row.get(11)?,
         rate_interval: row.get(12)?,
         rate_burst: row.get(13)?,
+        ordering_on_dead: row.get(14)?,
         registered: true,
     })
 }
@@ -497,6 +526,7 @@ pub struct SettingsChange {
     pub rate_limit: Option<i32>,
     pub rate_interval: Option<Interval>,
     pub rate_burst: Option<i32>,
+    pub ordering_on_dead: Option<String>,
     /// Reset every setting not given to its default first.
     pub reset: bool,
 }
@@ -519,6 +549,7 @@ pub fn configure(queue: &str, change: &SettingsChange) -> Result<QueueSettings> 
             change.rate_limit.into(),
             change.rate_interval.into(),
             change.rate_burst.into(),
+            change.ordering_on_dead.as_deref().into(),
         ];
         let settings = execute(client, CONFIGURE.get(), &args)?
             .first(settings_of)?
@@ -527,6 +558,9 @@ pub fn configure(queue: &str, change: &SettingsChange) -> Result<QueueSettings> 
             super::flow::limits_changed_in(client, queue, None)?;
         }
         super::flow::rate_changed_in(client, queue, settings.rate())?;
+        if settings.ordering_on_dead.as_deref() == Some("release") {
+            super::flow::release_dead_heads_in(client, queue)?;
+        }
         Ok(settings)
     })?;
     super::copies_stale_without_trigger(c"queue");
@@ -554,6 +588,9 @@ pub fn retry_dead(queue: &str, task_id: Option<i64>, max: i32) -> Result<i64> {
         let mut slots = SlotChanges::default();
         let retried = table.first(|row| {
             slots.all(queue, &row.get::<Vec<String>>(2)?.unwrap_or_default(), false);
+            for key in row.get::<Vec<String>>(3)?.unwrap_or_default() {
+                slots.joined(queue, &key);
+            }
             row.get::<i64>(1)
         })?;
         super::flow::settle_in(client, slots)?;
@@ -576,6 +613,11 @@ pub fn purge(queue: &str, state: &str) -> Result<(i64, Vec<String>)> {
         let (count, parents) = table
             .first(|row| {
                 slots.all(queue, &row.get::<Vec<String>>(3)?.unwrap_or_default(), true);
+                let lines = row.get::<Vec<String>>(4)?.unwrap_or_default();
+                let ids = row.get::<Vec<i64>>(5)?.unwrap_or_default();
+                for (key, &id) in lines.iter().zip(&ids) {
+                    slots.head_left(queue, key, id);
+                }
                 Ok((
                     row.get::<i64>(1)?.unwrap_or(0),
                     row.get::<Vec<i64>>(2)?.unwrap_or_default(),

@@ -98,14 +98,14 @@ macro_rules! complete_parent {
 
 pub(super) static COMPLETE_PARENT: Versioned = Versioned {
     current: Statement {
-        sql: complete_parent!("concurrency_key"),
+        sql: complete_parent!("concurrency_key, ordering_key"),
         args: &[INT8, TEXT, INT8, JSONB],
         clock: true,
     },
     older: &[(
         SchemaLevel::V060,
         Statement {
-            sql: complete_parent!("NULL::text"),
+            sql: complete_parent!("NULL::text, NULL::text"),
             args: &[INT8, TEXT, INT8, JSONB],
             clock: true,
         },
@@ -138,14 +138,14 @@ macro_rules! complete_parents {
 
 pub(super) static COMPLETE_PARENTS: Versioned = Versioned {
     current: Statement {
-        sql: complete_parents!("concurrency_key"),
+        sql: complete_parents!("concurrency_key, ordering_key"),
         args: &[TEXT, INT8_ARRAY],
         clock: true,
     },
     older: &[(
         SchemaLevel::V060,
         Statement {
-            sql: complete_parents!("NULL::text"),
+            sql: complete_parents!("NULL::text, NULL::text"),
             args: &[TEXT, INT8_ARRAY],
             clock: true,
         },
@@ -159,12 +159,12 @@ pub(super) static COMPLETE_PARENTS: Versioned = Versioned {
 /// key) of each that became blocked (`$key`). One statement, however many
 /// children.
 macro_rules! release_children {
-    ($key:literal, $due:literal) => {
+    ($key:literal, $okey:literal, $line:literal, $due:literal) => {
         concat!(
             "WITH released AS (
               UPDATE aedb_queue.task c
               SET waiting_on = c.waiting_on - r.n,
-                  state = CASE WHEN c.waiting_on > r.n THEN c.state
+                  state = CASE WHEN c.waiting_on > r.n THEN c.state", $line, "
                                WHEN c.not_before > $2 THEN 'scheduled'
                                ELSE ", $due, " END::aedb_queue.task_state,
                   updated_at = $2
@@ -172,10 +172,12 @@ macro_rules! release_children {
                     WHERE d.parent_id = ANY($1)
                     GROUP BY d.child_id) r
               WHERE c.task_id = r.child_id AND c.state = 'waiting'
-              RETURNING c.queue, c.state = 'ready' AS ready, ", $key, " AS key)
+              RETURNING c.queue, c.state = 'ready' AS ready, ", $key, " AS key, ", $okey, " AS okey)
           SELECT ARRAY(SELECT DISTINCT queue FROM released WHERE ready),
                  ARRAY(SELECT queue FROM released WHERE key IS NOT NULL),
-                 ARRAY(SELECT key FROM released WHERE key IS NOT NULL)"
+                 ARRAY(SELECT key FROM released WHERE key IS NOT NULL),
+                 ARRAY(SELECT queue FROM released WHERE okey IS NOT NULL),
+                 ARRAY(SELECT okey FROM released WHERE okey IS NOT NULL)"
         )
     };
 }
@@ -184,6 +186,9 @@ pub(super) static RELEASE_CHILDREN: Versioned = Versioned {
     current: Statement {
         sql: release_children!(
             "CASE WHEN c.state = 'blocked' THEN c.concurrency_key END",
+            "CASE WHEN c.state = 'blocked' THEN c.ordering_key END",
+            "
+                               WHEN c.ordering_key IS NOT NULL THEN 'blocked'",
             "CASE WHEN c.concurrency_key IS NULL THEN 'ready' ELSE 'blocked' END::aedb_queue.task_state"
         ),
         args: &[INT8_ARRAY],
@@ -192,7 +197,7 @@ pub(super) static RELEASE_CHILDREN: Versioned = Versioned {
     older: &[(
         SchemaLevel::V060,
         Statement {
-            sql: release_children!("NULL::text", "'ready'"),
+            sql: release_children!("NULL::text", "NULL::text", "", "'ready'"),
             args: &[INT8_ARRAY],
             clock: true,
         },
@@ -207,7 +212,7 @@ pub(super) static RELEASE_CHILDREN: Versioned = Versioned {
 /// where a child became ready, and the (queue, key) of each child that
 /// became blocked (`$key`, `$due`: as in RELEASE_CHILDREN).
 macro_rules! parents_failed {
-    ($key:literal, $due:literal) => {
+    ($key:literal, $okey:literal, $line:literal, $due:literal) => {
         concat!(
             "WITH gone AS (
               DELETE FROM aedb_queue.task_dependency WHERE parent_id = ANY($1)
@@ -220,7 +225,7 @@ macro_rules! parents_failed {
               UPDATE aedb_queue.task c
               SET waiting_on = CASE WHEN h.run THEN c.waiting_on - h.n ELSE 0 END,
                   state = CASE WHEN NOT h.run THEN 'dead'
-                               WHEN c.waiting_on > h.n THEN c.state
+                               WHEN c.waiting_on > h.n THEN c.state", $line, "
                                WHEN c.not_before > $3 THEN 'scheduled'
                                ELSE ", $due, " END::aedb_queue.task_state,
                   last_error = CASE WHEN h.run THEN c.last_error
@@ -229,11 +234,13 @@ macro_rules! parents_failed {
               FROM hit h
               WHERE c.task_id = h.child_id AND c.state = 'waiting'
               RETURNING c.task_id, c.queue, c.state, c.has_dependents IS TRUE AS has_dependents,
-                        ", $key, " AS key)
+                        ", $key, " AS key, ", $okey, " AS okey)
           SELECT ARRAY(SELECT task_id FROM changed WHERE state = 'dead' AND has_dependents),
                  ARRAY(SELECT DISTINCT queue FROM changed WHERE state = 'ready'),
                  ARRAY(SELECT queue FROM changed WHERE key IS NOT NULL),
-                 ARRAY(SELECT key FROM changed WHERE key IS NOT NULL)"
+                 ARRAY(SELECT key FROM changed WHERE key IS NOT NULL),
+                 ARRAY(SELECT queue FROM changed WHERE okey IS NOT NULL),
+                 ARRAY(SELECT okey FROM changed WHERE okey IS NOT NULL)"
         )
     };
 }
@@ -242,6 +249,9 @@ pub(super) static PARENTS_FAILED: Versioned = Versioned {
     current: Statement {
         sql: parents_failed!(
             "CASE WHEN c.state = 'blocked' THEN c.concurrency_key END",
+            "CASE WHEN c.state = 'blocked' THEN c.ordering_key END",
+            "
+                               WHEN c.ordering_key IS NOT NULL THEN 'blocked'",
             "CASE WHEN c.concurrency_key IS NULL THEN 'ready' ELSE 'blocked' END::aedb_queue.task_state"
         ),
         args: &[INT8_ARRAY, TEXT],
@@ -250,7 +260,7 @@ pub(super) static PARENTS_FAILED: Versioned = Versioned {
     older: &[(
         SchemaLevel::V060,
         Statement {
-            sql: parents_failed!("NULL::text", "'ready'"),
+            sql: parents_failed!("NULL::text", "NULL::text", "", "'ready'"),
             args: &[INT8_ARRAY, TEXT],
             clock: true,
         },
@@ -351,12 +361,12 @@ pub fn complete_parent(
             result.into(),
         ];
         let rows = execute(client, COMPLETE_PARENT.get(), &args)?;
-        let Some(key) = rows.first(|row| row.get::<String>(2))? else {
-            return Ok(None);
-        };
         let mut slots = SlotChanges::default();
-        if let Some(key) = key {
-            slots.freed(queue, &key);
+        if rows
+            .first(|row| super::tasks::keys_of(&mut slots, queue, task_id, row, 2, true))?
+            .is_none()
+        {
+            return Ok(None);
         }
         release_children_in(client, vec![task_id], slots).map(Some)
     })
@@ -388,10 +398,9 @@ pub fn complete_parents(
                 &[queue.into(), ids.clone().into()],
             )?
             .map(|row| {
-                if let Some(key) = row.get::<String>(3)? {
-                    slots.freed(queue, &key);
-                }
-                Ok((row.required::<i64>(1)?, row.required::<i64>(2)?))
+                let task_id = row.required::<i64>(1)?;
+                super::tasks::keys_of(&mut slots, queue, task_id, row, 3, true)?;
+                Ok((task_id, row.required::<i64>(2)?))
             })?
         };
         if applied.is_empty() {
@@ -422,12 +431,20 @@ fn release_children_in(
     Ok(woken)
 }
 
-/// Records the (queue, key) pairs of columns `at` and `at + 1` as arrived.
+/// Records the (queue, concurrency key) pairs of columns `at` and `at + 1`
+/// as arrived, and the (queue, ordering key) pairs of `at + 2` and `at + 3`
+/// as joined their lines.
 fn arrived(slots: &mut SlotChanges, row: &super::Row<'_>, at: usize) -> Result<()> {
-    let queues = row.get::<Vec<String>>(at)?.unwrap_or_default();
-    let keys = row.get::<Vec<String>>(at + 1)?.unwrap_or_default();
-    for (queue, key) in queues.iter().zip(&keys) {
-        slots.arrived(queue, key);
+    let pairs = |at: usize| -> Result<Vec<(String, String)>> {
+        let queues = row.get::<Vec<String>>(at)?.unwrap_or_default();
+        let keys = row.get::<Vec<String>>(at + 1)?.unwrap_or_default();
+        Ok(queues.into_iter().zip(keys).collect())
+    };
+    for (queue, key) in pairs(at)? {
+        slots.arrived(&queue, &key);
+    }
+    for (queue, key) in pairs(at + 2)? {
+        slots.joined(&queue, &key);
     }
     Ok(())
 }

@@ -14,7 +14,9 @@ use std::collections::BTreeMap;
 use aedb_queue_core::flow::{Bucket, RateLimit};
 use pgrx::spi::SpiClient;
 
-use super::{execute, Statement, INT4, INT4_ARRAY, INT8, TEXT, TEXT_ARRAY, TIMESTAMPTZ};
+use super::{
+    execute, Statement, INT4, INT4_ARRAY, INT8, INT8_ARRAY, TEXT, TEXT_ARRAY, TIMESTAMPTZ,
+};
 use crate::errors::Result;
 
 /// Takes the rows of keys `($1[i], $2[i])`, in that order (sorted, so two
@@ -34,7 +36,9 @@ pub(super) static LOCK_SLOTS: Statement = Statement {
 /// locked keys committed before the locks were granted: frees `$3[i]` slots
 /// of each key, gives the free slots to its first blocked tasks in service
 /// order, and drops the rows left with no slot taken (unless they hold a
-/// key's limit). Returns the queues where tasks became ready.
+/// key's limit). Returns the queues where tasks became ready. A blocked
+/// task being cancelled is waited for (`FOR UPDATE`), and passed over once
+/// gone, so a free slot never goes to a task that is not there.
 pub(super) static SETTLE_SLOTS: Statement = Statement {
     sql: "WITH slot AS (
               SELECT s.queue, s.key, s.taken - r.freed AS taken,
@@ -50,7 +54,8 @@ pub(super) static SETTLE_SLOTS: Statement = Statement {
                       SELECT task_id FROM aedb_queue.task
                       WHERE queue = s.queue AND concurrency_key = s.key AND state = 'blocked'
                       ORDER BY priority DESC, -task_id DESC
-                      LIMIT greatest(s.cap - s.taken, 0)) b))
+                      LIMIT greatest(s.cap - s.taken, 0)
+                      FOR UPDATE) b))
                 AND t.state = 'blocked'
               RETURNING t.queue, t.concurrency_key),
           counted AS (
@@ -75,10 +80,12 @@ pub(super) static SETTLE_SLOTS: Statement = Statement {
 };
 
 /// The keys of every queue a statement touched: per (queue, key), how many
-/// slots it freed (0: it only made tasks of the key blocked).
+/// slots it freed (0: it only made tasks of the key blocked); per ordering
+/// key, the head that left (None: tasks only joined its line).
 #[derive(Debug, Default)]
 pub(crate) struct SlotChanges {
     freed: BTreeMap<(String, String), i32>,
+    left: BTreeMap<(String, String), Option<i64>>,
 }
 
 impl SlotChanges {
@@ -108,21 +115,41 @@ impl SlotChanges {
         }
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
-        self.freed.is_empty()
+    /// A task of the ordering key joined its line (blocked).
+    pub(crate) fn joined(&mut self, queue: &str, key: &str) {
+        self.left
+            .entry((queue.to_owned(), key.to_owned()))
+            .or_insert(None);
+    }
+
+    /// Task `task_id` of the ordering key is done with it (completed,
+    /// cancelled, released when dead): if it is the head, the next may run.
+    pub(crate) fn head_left(&mut self, queue: &str, key: &str, task_id: i64) {
+        self.left
+            .insert((queue.to_owned(), key.to_owned()), Some(task_id));
     }
 }
 
-/// Locks the changed keys and gives their free slots to blocked tasks;
-/// returns the queues where tasks became ready (none when nothing changed).
+/// Locks the changed keys and gives their free slots to blocked tasks (and
+/// their lines' next tasks to ordering keys whose head left); returns the
+/// queues where tasks became ready (none when nothing changed).
 pub(crate) fn settle_in(client: &mut SpiClient<'_>, changes: SlotChanges) -> Result<Vec<String>> {
+    let mut woken = settle_slots_in(client, changes.freed)?;
+    woken.extend(settle_lines_in(client, changes.left)?);
+    Ok(woken)
+}
+
+fn settle_slots_in(
+    client: &mut SpiClient<'_>,
+    changes: BTreeMap<(String, String), i32>,
+) -> Result<Vec<String>> {
     if changes.is_empty() {
         return Ok(Vec::new());
     }
-    let mut queues = Vec::with_capacity(changes.freed.len());
-    let mut keys = Vec::with_capacity(changes.freed.len());
-    let mut freed = Vec::with_capacity(changes.freed.len());
-    for ((queue, key), n) in changes.freed {
+    let mut queues = Vec::with_capacity(changes.len());
+    let mut keys = Vec::with_capacity(changes.len());
+    let mut freed = Vec::with_capacity(changes.len());
+    for ((queue, key), n) in changes {
         queues.push(queue);
         keys.push(key);
         freed.push(n);
@@ -343,4 +370,110 @@ fn take_bucket(client: &mut SpiClient<'_>, queue: &str, limit: RateLimit) -> Res
     }
     let full = limit.full(0).micro_tokens;
     execute(client, &MAKE_BUCKET, &[queue.into(), full.into()])?.first(read)
+}
+
+/// LOCK_SLOTS for ordering keys: their rows (a new one with no head yet),
+/// taken in order.
+pub(super) static LOCK_LINES: Statement = Statement {
+    sql: "INSERT INTO aedb_queue.ordering_slot AS o (queue, key, head)
+          SELECT r.queue, r.key, NULL
+          FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS r(queue, key, i)
+          ORDER BY r.i
+          ON CONFLICT (queue, key) DO UPDATE SET head = o.head WHERE false",
+    args: &[TEXT_ARRAY, TEXT_ARRAY],
+    clock: false,
+};
+
+/// Run after LOCK_LINES, as SETTLE_SLOTS is: a key whose head is `$3[i]`
+/// (it completed or went) or that has none gets the first task of its line
+/// by id as its head, ready or, if its delay has not passed, scheduled; a
+/// key left with no task in line loses its row. Returns the queues where
+/// tasks became ready.
+pub(super) static SETTLE_LINES: Statement = Statement {
+    sql: "WITH line AS (
+              SELECT o.queue, o.key, CASE WHEN o.head = r.gone THEN NULL ELSE o.head END AS head
+              FROM unnest($1::text[], $2::text[], $3::bigint[]) AS r(queue, key, gone)
+              JOIN aedb_queue.ordering_slot o ON o.queue = r.queue AND o.key = r.key),
+          given AS (
+              UPDATE aedb_queue.task t
+              SET state = CASE WHEN t.not_before > $4 THEN 'scheduled' ELSE 'ready' END::aedb_queue.task_state,
+                  updated_at = $4
+              WHERE t.task_id = ANY(ARRAY(
+                  SELECT n.task_id FROM line l CROSS JOIN LATERAL (
+                      SELECT task_id FROM aedb_queue.task
+                      WHERE queue = l.queue AND ordering_key = l.key AND state = 'blocked'
+                      ORDER BY task_id LIMIT 1 FOR UPDATE) n
+                  WHERE l.head IS NULL))
+                AND t.state = 'blocked'
+              RETURNING t.queue, t.ordering_key, t.task_id, t.state),
+          heads AS (
+              SELECT l.queue, l.key,
+                     coalesce(l.head, (SELECT g.task_id FROM given g
+                                       WHERE g.queue = l.queue AND g.ordering_key = l.key)) AS head
+              FROM line l),
+          kept AS (
+              UPDATE aedb_queue.ordering_slot o SET head = h.head
+              FROM heads h WHERE o.queue = h.queue AND o.key = h.key AND h.head IS NOT NULL
+              RETURNING 1),
+          dropped AS (
+              DELETE FROM aedb_queue.ordering_slot o
+              USING heads h WHERE o.queue = h.queue AND o.key = h.key AND h.head IS NULL
+              RETURNING 1)
+          SELECT ARRAY(SELECT DISTINCT queue FROM given WHERE state = 'ready'),
+                 (SELECT count(*) FROM kept) + (SELECT count(*) FROM dropped)",
+    args: &[TEXT_ARRAY, TEXT_ARRAY, INT8_ARRAY],
+    clock: true,
+};
+
+fn settle_lines_in(
+    client: &mut SpiClient<'_>,
+    changes: BTreeMap<(String, String), Option<i64>>,
+) -> Result<Vec<String>> {
+    if changes.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut queues = Vec::with_capacity(changes.len());
+    let mut keys = Vec::with_capacity(changes.len());
+    let mut gone = Vec::with_capacity(changes.len());
+    for ((queue, key), head) in changes {
+        queues.push(queue);
+        keys.push(key);
+        gone.push(head);
+    }
+    execute(
+        client,
+        &LOCK_LINES,
+        &[queues.clone().into(), keys.clone().into()],
+    )?;
+    let rows = execute(
+        client,
+        &SETTLE_LINES,
+        &[queues.into(), keys.into(), gone.into()],
+    )?;
+    Ok(rows
+        .first(|row| row.get::<Vec<String>>(1))?
+        .flatten()
+        .unwrap_or_default())
+}
+
+/// The dead heads of queue $1's ordering keys.
+static DEAD_HEADS: Statement = Statement {
+    sql: "SELECT o.key, o.head FROM aedb_queue.ordering_slot o
+          JOIN aedb_queue.task t ON t.task_id = o.head
+          WHERE o.queue = $1 AND t.state = 'dead'
+          ORDER BY o.key",
+    args: &[TEXT],
+    clock: false,
+};
+
+/// The queue now releases dead heads: those dead already let their lines
+/// move on.
+pub(crate) fn release_dead_heads_in(client: &mut SpiClient<'_>, queue: &str) -> Result<Vec<String>> {
+    let mut changes = SlotChanges::default();
+    for (key, head) in execute(client, &DEAD_HEADS, &[queue.into()])?
+        .map(|row| Ok((row.required::<String>(1)?, row.required::<i64>(2)?)))?
+    {
+        changes.head_left(queue, &key, head);
+    }
+    settle_in(client, changes)
 }

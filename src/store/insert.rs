@@ -60,11 +60,12 @@ const INSERT_TASKS_ARGS: &[pgrx::pg_sys::PgBuiltInOids] = &[
     TEXT,
     INT4,
     TEXT,
+    TEXT,
 ];
 
 pub(super) static INSERT_TASKS: Versioned = Versioned {
     current: Statement {
-        sql: insert_tasks!(", waiting_on, concurrency_key", ", $13, $14"),
+        sql: insert_tasks!(", waiting_on, concurrency_key, ordering_key", ", $13, $14, $15"),
         args: INSERT_TASKS_ARGS,
         clock: false,
     },
@@ -121,6 +122,8 @@ pub struct NewTask<'a> {
     pub backoff_max: Interval,
     /// Its slots decide when a due task of the key is ready (`flow`).
     pub concurrency_key: Option<&'a str>,
+    /// Its line decides when it may run (`flow`).
+    pub ordering_key: Option<&'a str>,
 }
 
 /// Inserts one task, under `task_id` (a reserved idempotency key's) or a
@@ -178,9 +181,14 @@ fn insert(
     if !written {
         with_client(|client| insert_through_executor(client, task, &rows, &shared))?;
     }
-    if let (Some(key), "blocked") = (task.concurrency_key, shared.state_label) {
+    if shared.state_label == "blocked" {
         let mut slots = SlotChanges::default();
-        slots.arrived(task.queue, key);
+        if let Some(key) = task.concurrency_key {
+            slots.arrived(task.queue, key);
+        }
+        if let Some(key) = task.ordering_key {
+            slots.joined(task.queue, key);
+        }
         with_client(|client| super::flow::settle_in(client, slots))?;
     }
     Ok(rows.ids)
@@ -241,6 +249,10 @@ impl Shared {
             .ok_or_else(|| internal("the task's delay is NULL"))?;
         let (state_label, label) = match task.state {
             NewState::Ready if task.concurrency_key.is_some() => ("blocked", c"blocked"),
+            // In its key's line, even with a delay: the head decides.
+            NewState::Ready | NewState::Scheduled if task.ordering_key.is_some() => {
+                ("blocked", c"blocked")
+            }
             NewState::Ready => ("ready", c"ready"),
             NewState::Scheduled => ("scheduled", c"scheduled"),
             NewState::Waiting(_) => ("waiting", c"waiting"),
@@ -311,6 +323,9 @@ fn write(task: &NewTask<'_>, rows: &Rows<'_>, shared: &Shared) -> Result<bool> {
     if let Some(key) = task.concurrency_key {
         columns.push((c"concurrency_key", Values::Same(datum(key.into_datum())?)));
     }
+    if let Some(key) = task.ordering_key {
+        columns.push((c"ordering_key", Values::Same(datum(key.into_datum())?)));
+    }
     match task.state {
         NewState::Waiting(parents) => {
             columns.push((c"waiting_on", Values::Same(datum(parents.into_datum())?)))
@@ -359,6 +374,7 @@ fn insert_through_executor(
         }
         .into(),
         task.concurrency_key.into(),
+        task.ordering_key.into(),
     ];
     execute(client, INSERT_TASKS.get(), &args)?;
     Ok(())

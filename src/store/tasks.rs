@@ -45,12 +45,13 @@ static REAP_NEEDED: Statement = Statement {
 /// not that the work failed: back to ready at once (no backoff), or dead when
 /// no attempt is left.
 /// `$deps` is the task's has_dependents column, or NULL on schemas before
-/// 0.5.0; `$key` its concurrency key and `$due` the state a due task
-/// enters (see `COLUMNS_0_6_0`), NULL and ready on schemas before 0.6.0.
-/// Returns the counts, the dead tasks with dependents, and the keys of
-/// tasks that became due and of dead ones (their slots freed).
+/// 0.5.0; `$key` and `$okey` its concurrency and ordering keys and `$due`
+/// the state a due task enters (blocked for a concurrency key), NULL and
+/// ready on schemas before 0.6.0. Returns the counts, the dead tasks with
+/// dependents, the concurrency keys of tasks that became due and of dead
+/// ones (their slots freed), and the ordering keys and ids of dead ones.
 macro_rules! reap {
-    ($deps:literal, $key:literal, $due:literal) => {
+    ($deps:literal, $key:literal, $okey:literal, $due:literal) => {
         concat!(
             "WITH promoted AS (
               UPDATE aedb_queue.task
@@ -78,29 +79,31 @@ macro_rules! reap {
                   LIMIT $3
                   FOR UPDATE SKIP LOCKED))
               RETURNING task_id, state = 'dead' AS dead, ", $deps, " IS TRUE AS has_dependents,
-                        ", $key, " AS key)
+                        ", $key, " AS key, ", $okey, " AS okey)
           SELECT (SELECT count(*) FROM promoted),
                  (SELECT count(*) FROM reclaimed WHERE NOT dead),
                  (SELECT count(*) FROM reclaimed WHERE dead),
                  ARRAY(SELECT task_id FROM reclaimed WHERE dead AND has_dependents),
                  ARRAY(SELECT key FROM promoted WHERE key IS NOT NULL),
-                 ARRAY(SELECT key FROM reclaimed WHERE dead AND key IS NOT NULL)"
+                 ARRAY(SELECT key FROM reclaimed WHERE dead AND key IS NOT NULL),
+                 ARRAY(SELECT okey FROM reclaimed WHERE dead AND okey IS NOT NULL),
+                 ARRAY(SELECT task_id FROM reclaimed WHERE dead AND okey IS NOT NULL)"
         )
     };
 }
 
 static REAP: Versioned = Versioned {
     current: Statement {
-        sql: reap!("has_dependents", "concurrency_key", "CASE WHEN concurrency_key IS NULL THEN 'ready' ELSE 'blocked' END::aedb_queue.task_state"),
+        sql: reap!("has_dependents", "concurrency_key", "CASE WHEN state = 'dead' AND (SELECT q.ordering_on_dead FROM aedb_queue.queue q WHERE q.name = $1) = 'release' THEN ordering_key END", "CASE WHEN concurrency_key IS NULL THEN 'ready' ELSE 'blocked' END::aedb_queue.task_state"),
         args: &[TEXT, INT4, INT4, TIMESTAMPTZ],
         clock: true,
     },
     older: &[(SchemaLevel::V060, Statement {
-        sql: reap!("has_dependents", "NULL::text", "'ready'"),
+        sql: reap!("has_dependents", "NULL::text", "NULL::text", "'ready'"),
         args: &[TEXT, INT4, INT4, TIMESTAMPTZ],
         clock: true,
     }), (SchemaLevel::V050, Statement {
-        sql: reap!("NULL::boolean", "NULL::text", "'ready'"),
+        sql: reap!("NULL::boolean", "NULL::text", "NULL::text", "'ready'"),
         args: &[TEXT, INT4, INT4, TIMESTAMPTZ],
         clock: true,
     })],
@@ -201,16 +204,16 @@ macro_rules! complete {
 
 static COMPLETE: Versioned = Versioned {
     current: Statement {
-        sql: complete!("has_dependents", "concurrency_key"),
+        sql: complete!("has_dependents", "concurrency_key, ordering_key"),
         args: &[INT8, TEXT, INT8],
         clock: false,
     },
     older: &[(SchemaLevel::V060, Statement {
-        sql: complete!("has_dependents", "NULL::text"),
+        sql: complete!("has_dependents", "NULL::text, NULL::text"),
         args: &[INT8, TEXT, INT8],
         clock: false,
     }), (SchemaLevel::V050, Statement {
-        sql: complete!("NULL::boolean", "NULL::text"),
+        sql: complete!("NULL::boolean", "NULL::text, NULL::text"),
         args: &[INT8, TEXT, INT8],
         clock: false,
     })],
@@ -239,16 +242,16 @@ macro_rules! complete_many {
 
 static COMPLETE_MANY: Versioned = Versioned {
     current: Statement {
-        sql: complete_many!("t.has_dependents", "t.concurrency_key"),
+        sql: complete_many!("t.has_dependents", "t.concurrency_key, t.ordering_key"),
         args: &[TEXT, INT8_ARRAY],
         clock: false,
     },
     older: &[(SchemaLevel::V060, Statement {
-        sql: complete_many!("t.has_dependents", "NULL::text"),
+        sql: complete_many!("t.has_dependents", "NULL::text, NULL::text"),
         args: &[TEXT, INT8_ARRAY],
         clock: false,
     }), (SchemaLevel::V050, Statement {
-        sql: complete_many!("NULL::boolean", "NULL::text"),
+        sql: complete_many!("NULL::boolean", "NULL::text, NULL::text"),
         args: &[TEXT, INT8_ARRAY],
         clock: false,
     })],
@@ -262,7 +265,7 @@ static COMPLETE_MANY_0_3_0: Statement = Statement {
           WHERE t.task_id = ANY($2) AND t.queue = $1 AND t.state = 'in_flight'
             AND ((t.task_id, t.fencing_token) IN
                  (SELECT * FROM unnest($2::bigint[], $3::bigint[]))) IS TRUE
-          RETURNING t.task_id, t.fencing_token, NULL::text",
+          RETURNING t.task_id, t.fencing_token, NULL::text, NULL::text",
     args: &[TEXT, INT8_ARRAY, INT8_ARRAY],
     clock: false,
 };
@@ -276,8 +279,9 @@ static LOCK_FOR_FAIL: Statement = Statement {
 };
 
 /// `$2` is the new state (scheduled, ready or dead); `$3` the retry delay,
-/// NULL for dead. Returns whether the task has dependents, and its
-/// concurrency key (the slot is freed unless it stays ready).
+/// NULL for dead. Returns whether the task has dependents, its concurrency
+/// key (the slot is freed unless it stays ready), and its ordering key if
+/// it died and the queue releases dead heads.
 macro_rules! settle_failure {
     ($deps:literal, $key:literal) => {
         concat!(
@@ -297,16 +301,22 @@ macro_rules! settle_failure {
 
 static SETTLE_FAILURE: Versioned = Versioned {
     current: Statement {
-        sql: settle_failure!("has_dependents", "concurrency_key"),
+        sql: settle_failure!(
+            "has_dependents",
+            "concurrency_key,
+             CASE WHEN state = 'dead' AND (SELECT q.ordering_on_dead FROM aedb_queue.queue q
+                                           WHERE q.name = aedb_queue.task.queue) = 'release'
+                  THEN ordering_key END"
+        ),
         args: &[INT8, TEXT, INTERVAL, TEXT],
         clock: true,
     },
     older: &[(SchemaLevel::V060, Statement {
-        sql: settle_failure!("has_dependents", "NULL::text"),
+        sql: settle_failure!("has_dependents", "NULL::text, NULL::text"),
         args: &[INT8, TEXT, INTERVAL, TEXT],
         clock: true,
     }), (SchemaLevel::V050, Statement {
-        sql: settle_failure!("NULL::boolean", "NULL::text"),
+        sql: settle_failure!("NULL::boolean", "NULL::text, NULL::text"),
         args: &[INT8, TEXT, INTERVAL, TEXT],
         clock: true,
     })],
@@ -338,16 +348,20 @@ macro_rules! cancel {
 
 static CANCEL: Versioned = Versioned {
     current: Statement {
-        sql: cancel!("has_dependents", "CASE WHEN state IN ('ready', 'in_flight') THEN concurrency_key END"),
+        sql: cancel!(
+            "has_dependents",
+            "CASE WHEN state IN ('ready', 'in_flight') THEN concurrency_key END,
+             CASE WHEN state <> 'blocked' THEN ordering_key END"
+        ),
         args: &[INT8, TEXT],
         clock: false,
     },
     older: &[(SchemaLevel::V060, Statement {
-        sql: cancel!("has_dependents", "NULL::text"),
+        sql: cancel!("has_dependents", "NULL::text, NULL::text"),
         args: &[INT8, TEXT],
         clock: false,
     }), (SchemaLevel::V050, Statement {
-        sql: cancel!("NULL::boolean", "NULL::text"),
+        sql: cancel!("NULL::boolean", "NULL::text, NULL::text"),
         args: &[INT8, TEXT],
         clock: false,
     })],
@@ -488,6 +502,11 @@ fn reap_in(
     let reaped = execute(client, REAP.get(), &args)?.first(|row| {
         slots.all(queue, &row.get::<Vec<String>>(5)?.unwrap_or_default(), false);
         slots.all(queue, &row.get::<Vec<String>>(6)?.unwrap_or_default(), true);
+        let lines = row.get::<Vec<String>>(7)?.unwrap_or_default();
+        let dead = row.get::<Vec<i64>>(8)?.unwrap_or_default();
+        for (key, &id) in lines.iter().zip(&dead) {
+            slots.head_left(queue, key, id);
+        }
         Ok((
             Reaped {
                 promoted: row.get::<i64>(1)?.unwrap_or(0),
@@ -696,12 +715,9 @@ pub fn complete(
             let args = [task_id.into(), queue.into(), fencing_token.into()];
             execute(client, COMPLETE.get(), &args)?
         };
-        let Some(key) = rows.first(|row| row.get::<String>(2))? else {
-            return Ok(None);
-        };
         let mut slots = SlotChanges::default();
-        if let Some(key) = key {
-            slots.freed(queue, &key);
+        if rows.first(|row| keys_of(&mut slots, queue, task_id, row, 2, true))?.is_none() {
+            return Ok(None);
         }
         flow::settle_in(client, slots).map(Some)
     })?;
@@ -736,10 +752,9 @@ pub fn complete_many(
     with_client(|client| {
         let mut slots = SlotChanges::default();
         let mut completed = |row: &super::Row<'_>| {
-            if let Some(key) = row.get::<String>(3)? {
-                slots.freed(queue, &key);
-            }
-            Ok((row.required::<i64>(1)?, row.required::<i64>(2)?))
+            let task_id = row.required::<i64>(1)?;
+            keys_of(&mut slots, queue, task_id, row, 3, true)?;
+            Ok((task_id, row.required::<i64>(2)?))
         };
         let pairs = if super::schema_level() < super::SchemaLevel::V040 {
             let args = [
@@ -799,13 +814,13 @@ pub fn settle_failure(
             SETTLE_FAILURE.get(),
             &[task_id.into(), state.into(), delay.into(), error.into()],
         )?;
-        let (has_dependents, key) = rows
-            .first(|row| Ok((row.get::<bool>(1)? == Some(true), row.get::<String>(2)?)))?
-            .unwrap_or_default();
         let mut slots = SlotChanges::default();
-        if let (Some(key), false) = (key, state == "ready") {
-            slots.freed(queue, &key);
-        }
+        let has_dependents = rows
+            .first(|row| {
+                keys_of(&mut slots, queue, task_id, row, 2, state != "ready")?;
+                Ok(row.get::<bool>(1)? == Some(true))
+            })?
+            .unwrap_or_default();
         let mut woken = flow::settle_in(client, slots)?;
         if state == "dead" && has_dependents {
             woken.extend(super::dependency::parents_failed_in(
@@ -842,15 +857,14 @@ pub fn heartbeat(
 pub fn cancel(queue: &str, task_id: i64) -> Result<Option<Vec<String>>> {
     with_client(|client| {
         let rows = execute(client, CANCEL.get(), &[task_id.into(), queue.into()])?;
-        let Some((has_dependents, key)) =
-            rows.first(|row| Ok((row.get::<bool>(1)? == Some(true), row.get::<String>(2)?)))?
+        let mut slots = SlotChanges::default();
+        let Some(has_dependents) = rows.first(|row| {
+            keys_of(&mut slots, queue, task_id, row, 2, true)?;
+            Ok(row.get::<bool>(1)? == Some(true))
+        })?
         else {
             return Ok(None);
         };
-        let mut slots = SlotChanges::default();
-        if let Some(key) = key {
-            slots.freed(queue, &key);
-        }
         let mut woken = flow::settle_in(client, slots)?;
         if has_dependents {
             woken.extend(super::dependency::parents_failed_in(
@@ -873,4 +887,24 @@ pub fn queues_with_work() -> Result<Vec<String>> {
         };
         execute(client, statement, &[])?.map(|row| row.required::<String>(1))
     })
+}
+
+/// Reads the concurrency key (column `at`, its slot freed when `frees`) and
+/// the ordering key (column `at + 1`, whose line task `task_id` leaves) of a
+/// settled task.
+pub(super) fn keys_of(
+    slots: &mut SlotChanges,
+    queue: &str,
+    task_id: i64,
+    row: &super::Row<'_>,
+    at: usize,
+    frees: bool,
+) -> Result<()> {
+    if let (Some(key), true) = (row.get::<String>(at)?, frees) {
+        slots.freed(queue, &key);
+    }
+    if let Some(key) = row.get::<String>(at + 1)? {
+        slots.head_left(queue, &key, task_id);
+    }
+    Ok(())
 }
