@@ -42,8 +42,16 @@ mod tests {
         out
     }
 
-    /// 20,000 future timers, 20,000 dead tasks and a few ready ones in one queue.
+    /// 20,000 future timers, 20,000 dead tasks and a few ready ones in one
+    /// queue, and 2,000 blocked tasks of one concurrency key and of one
+    /// ordering key in another.
     fn fill_with_clutter() {
+        for key in ["concurrency_key", "ordering_key"] {
+            exec(&format!(
+                "SELECT count(*) FROM aedb_queue.queue_enqueue_batch('clutter.keys',
+                     ARRAY(SELECT '{{}}'::jsonb FROM generate_series(1, 2000)), {key} => 'hot')"
+            ));
+        }
         exec(
             "INSERT INTO aedb_queue.task (queue, state, not_before, max_attempts, backoff_base, backoff_max,
                                           attempts, created_at, updated_at)
@@ -87,6 +95,10 @@ mod tests {
         ("HEARTBEAT", &[("task_pkey", "task_id")]),
         ("CANCEL", &[("task_pkey", "task_id")]),
         ("LOOKUP_KEY", &[("idempotency_key_pkey", "key")]),
+        // A key's first blocked tasks, from its own range of the index.
+        ("SETTLE_SLOTS", &[("task_blocked_idx", "concurrency_key")]),
+        ("SETTLE_ONE_SLOT", &[("task_blocked_idx", "concurrency_key")]),
+        ("SETTLE_LINES", &[("task_ordering_idx", "ordering_key")]),
         (
             "QUEUES_WITH_WORK",
             &[
@@ -110,6 +122,10 @@ mod tests {
         "PARENTS_FAILED",
         "PARENTS_OF",
     ];
+
+    /// The statements that give slots and lines to blocked tasks: the
+    /// tasks they pick, locked, are written by ctid.
+    const FLOW_SETTLES: &[&str] = &["SETTLE_SLOTS", "SETTLE_ONE_SLOT", "SETTLE_LINES"];
 
     fn is_task_index(index: &str) -> bool {
         index.starts_with("task_") && !index.starts_with("task_dependency")
@@ -152,7 +168,7 @@ mod tests {
                     "{name}: {nodes:?}"
                 );
             }
-            if name.starts_with("CLAIM") {
+            if name.starts_with("CLAIM") || FLOW_SETTLES.contains(name) {
                 // The picked rows are fetched by the ctid their lock returned,
                 // not looked up again in the primary key (nor is the resumed
                 // pick a walk of the primary key in task-id order).
@@ -192,6 +208,14 @@ mod tests {
                 nodes.iter().all(|(kind, _, _)| kind != "Seq Scan"),
                 "{name} scans the task table: {nodes:?}"
             );
+            if FLOW_SETTLES.contains(name) {
+                // Not a bitmap of every blocked task: the picked ones by ctid.
+                assert!(
+                    nodes.iter().any(|(kind, _, _)| kind == "Tid Scan")
+                        && nodes.iter().all(|(kind, _, _)| !kind.starts_with("Bitmap")),
+                    "{name}: {nodes:?}"
+                );
+            }
             // And planned as execute plans it, through the planner hook.
             assert_eq!(
                 crate::store::planner::seq_scans_of(stmt),

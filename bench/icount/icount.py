@@ -168,6 +168,14 @@ def workloads(m):
              prepare="PREPARE s(text, bigint, bigint) AS SELECT aedb_queue.queue_complete($1, $2, $3)",
              execute=lambda i: f"EXECUTE s({q}, {i + 1}, 1)",
              check=("SELECT count(*) FROM aedb_queue.task", lambda k: m - k)),
+        # The keyed template: tasks 1..m in flight at token 1, each the first
+        # of its own concurrency key (limit 1), m+1..2m the second of each,
+        # blocked: each completion hands its key's slot to the next.
+        dict(call="complete, keyed (unblocks the next)", system="aedb_queue", template="inflight-keyed",
+             simple=lambda i: f"SELECT aedb_queue.queue_complete({q}, {i + 1}, 1)",
+             prepare="PREPARE s(text, bigint, bigint) AS SELECT aedb_queue.queue_complete($1, $2, $3)",
+             execute=lambda i: f"EXECUTE s({q}, {i + 1}, 1)",
+             check=("SELECT count(*) FROM aedb_queue.task WHERE state = 'ready'", lambda k: k)),
         dict(call="complete", system="baseline", template="inflight",
              simple=lambda i: f"DELETE FROM jobs WHERE id = {i + 1}",
              prepare="PREPARE s(bigint) AS DELETE FROM jobs WHERE id = $1",
@@ -280,6 +288,15 @@ class Bench:
         got = self.query_values(inflight_many, "SELECT min(task_id)::text || ',' || max(task_id) || ',' || count(*) || ',' || "
                                 "min(fencing_token) || ',' || max(fencing_token) FROM aedb_queue.task WHERE state = 'in_flight'")
         assert got == [f"1,{mm},{mm},1,1"], f"in-flight tasks are not 1..{mm} at token 1: {got}"
+        keyed = os.path.join(self.work, "tmpl-inflight-keyed")
+        self.copy(base, keyed)
+        self.single(keyed, [
+            f"SELECT count(*) FROM (SELECT aedb_queue.queue_enqueue('q', {lit(PAYLOAD)}, concurrency_key => 'k' || (g % {m})) "
+            f"FROM generate_series(0, {2 * m - 1}) g) e",
+        ] + claims)
+        got = self.query_values(keyed, "SELECT count(*)::text || ',' || min(task_id) || ',' || max(task_id) "
+                                "FROM aedb_queue.task WHERE state = 'in_flight'")
+        assert got == [f"{m},1,{m}"], f"keyed in-flight tasks are not 1..{m}: {got}"
         hold = os.path.join(self.work, "tmpl-hold")
         self.copy(base, hold)
         self.single(hold, fill + [

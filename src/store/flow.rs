@@ -38,7 +38,10 @@ pub(super) static LOCK_SLOTS: Statement = Statement {
 /// order, and drops the rows left with no slot taken (unless they hold a
 /// key's limit). Returns the queues where tasks became ready. A blocked
 /// task being cancelled is waited for (`FOR UPDATE`), and passed over once
-/// gone, so a free slot never goes to a task that is not there.
+/// gone, so a free slot never goes to a task that is not there; the locked
+/// tasks are then written by the ctid their lock returned (a Tid Scan, as
+/// claims do; a condition on their state would let the planner read every
+/// blocked task of every key instead).
 pub(super) static SETTLE_SLOTS: Statement = Statement {
     sql: "WITH slot AS (
               SELECT s.queue, s.key, s.taken - r.freed AS taken,
@@ -49,14 +52,13 @@ pub(super) static SETTLE_SLOTS: Statement = Statement {
               LEFT JOIN aedb_queue.queue q ON q.name = r.queue),
           given AS (
               UPDATE aedb_queue.task t SET state = 'ready', updated_at = $4
-              WHERE t.task_id = ANY(ARRAY(
-                  SELECT b.task_id FROM slot s CROSS JOIN LATERAL (
-                      SELECT task_id FROM aedb_queue.task
+              WHERE t.ctid = ANY(ARRAY(
+                  SELECT b.ctid FROM slot s CROSS JOIN LATERAL (
+                      SELECT ctid FROM aedb_queue.task
                       WHERE queue = s.queue AND concurrency_key = s.key AND state = 'blocked'
                       ORDER BY priority DESC, -task_id DESC
                       LIMIT greatest(s.cap - s.taken, 0)
                       FOR UPDATE) b))
-                AND t.state = 'blocked'
               RETURNING t.queue, t.concurrency_key),
           counted AS (
               SELECT s.queue, s.key, s.has_limit,
@@ -146,6 +148,10 @@ fn settle_slots_in(
     if changes.is_empty() {
         return Ok(Vec::new());
     }
+    if changes.len() == 1 {
+        let ((queue, key), freed) = changes.into_iter().next().expect("one change");
+        return settle_one_slot_in(client, &queue, &key, freed);
+    }
     let mut queues = Vec::with_capacity(changes.len());
     let mut keys = Vec::with_capacity(changes.len());
     let mut freed = Vec::with_capacity(changes.len());
@@ -168,6 +174,79 @@ fn settle_slots_in(
         .first(|row| row.get::<Vec<String>>(1))?
         .flatten()
         .unwrap_or_default())
+}
+
+/// LOCK_SLOTS for one key whose row exists (a slot is freed): a plain lock.
+static LOCK_ONE_SLOT: Statement = Statement {
+    sql: "SELECT 1 FROM aedb_queue.concurrency_slot WHERE queue = $1 AND key = $2 FOR UPDATE",
+    args: &[TEXT, TEXT],
+    clock: false,
+};
+
+/// SETTLE_SLOTS for one key ($1, $2) freeing $3 slots: fewer plan nodes,
+/// so about a third of the instructions. Returns the slots now taken (no
+/// row: the key has none) and whether a task became ready.
+pub(super) static SETTLE_ONE_SLOT: Statement = Statement {
+    sql: "WITH slot AS (
+              SELECT s.taken - $3 AS taken,
+                     coalesce(s.concurrency_limit,
+                              (SELECT q.concurrency_limit FROM aedb_queue.queue q WHERE q.name = $1), 1) AS cap
+              FROM aedb_queue.concurrency_slot s WHERE s.queue = $1 AND s.key = $2),
+          given AS (
+              UPDATE aedb_queue.task t SET state = 'ready', updated_at = $4
+              WHERE t.ctid = ANY(ARRAY(
+                  SELECT ctid FROM aedb_queue.task
+                  WHERE queue = $1 AND concurrency_key = $2 AND state = 'blocked'
+                  ORDER BY priority DESC, -task_id DESC
+                  LIMIT (SELECT greatest(cap - taken, 0) FROM slot)
+                  FOR UPDATE))
+              RETURNING 1)
+          UPDATE aedb_queue.concurrency_slot s SET taken = s.taken - $3 + (SELECT count(*) FROM given)
+          WHERE s.queue = $1 AND s.key = $2
+          RETURNING s.taken, (SELECT count(*) FROM given) > 0, s.concurrency_limit IS NOT NULL",
+    args: &[TEXT, TEXT, INT4],
+    clock: true,
+};
+
+/// A key's row with no slot taken and no limit of its own goes.
+static DROP_IDLE_SLOT: Statement = Statement {
+    sql: "DELETE FROM aedb_queue.concurrency_slot
+          WHERE queue = $1 AND key = $2 AND taken <= 0 AND concurrency_limit IS NULL",
+    args: &[TEXT, TEXT],
+    clock: false,
+};
+
+/// `settle_slots_in` for one key: lock (creating its row if a task of a new
+/// key arrived), settle, and drop the row when nothing is taken.
+fn settle_one_slot_in(
+    client: &mut SpiClient<'_>,
+    queue: &str,
+    key: &str,
+    freed: i32,
+) -> Result<Vec<String>> {
+    let locked = !execute(client, &LOCK_ONE_SLOT, &[queue.into(), key.into()])?.is_empty();
+    if !locked {
+        let (queues, keys) = (vec![queue.to_owned()], vec![key.to_owned()]);
+        execute(client, &LOCK_SLOTS, &[queues.into(), keys.into()])?;
+    }
+    let rows = execute(
+        client,
+        &SETTLE_ONE_SLOT,
+        &[queue.into(), key.into(), freed.into()],
+    )?;
+    let (taken, woke, has_limit) = rows
+        .first(|row| {
+            Ok((
+                row.get::<i32>(1)?.unwrap_or(0),
+                row.get::<bool>(2)? == Some(true),
+                row.get::<bool>(3)? == Some(true),
+            ))
+        })?
+        .unwrap_or((0, false, true));
+    if taken <= 0 && !has_limit {
+        execute(client, &DROP_IDLE_SLOT, &[queue.into(), key.into()])?;
+    }
+    Ok(if woke { vec![queue.to_owned()] } else { Vec::new() })
 }
 
 /// The keys of queue $1 that have a row, in order.
@@ -398,13 +477,12 @@ pub(super) static SETTLE_LINES: Statement = Statement {
               UPDATE aedb_queue.task t
               SET state = CASE WHEN t.not_before > $4 THEN 'scheduled' ELSE 'ready' END::aedb_queue.task_state,
                   updated_at = $4
-              WHERE t.task_id = ANY(ARRAY(
-                  SELECT n.task_id FROM line l CROSS JOIN LATERAL (
-                      SELECT task_id FROM aedb_queue.task
+              WHERE t.ctid = ANY(ARRAY(
+                  SELECT n.ctid FROM line l CROSS JOIN LATERAL (
+                      SELECT ctid FROM aedb_queue.task
                       WHERE queue = l.queue AND ordering_key = l.key AND state = 'blocked'
                       ORDER BY task_id LIMIT 1 FOR UPDATE) n
                   WHERE l.head IS NULL))
-                AND t.state = 'blocked'
               RETURNING t.queue, t.ordering_key, t.task_id, t.state),
           heads AS (
               SELECT l.queue, l.key,

@@ -469,6 +469,9 @@ pub(crate) static LIFECYCLE_STATEMENTS: &[(&str, &Statement)] = &[
     ("PARENTS_OF", &super::dependency::PARENTS_OF),
     ("LOCK_SLOTS", &super::flow::LOCK_SLOTS),
     ("SETTLE_SLOTS", &super::flow::SETTLE_SLOTS),
+    ("SETTLE_ONE_SLOT", &super::flow::SETTLE_ONE_SLOT),
+    ("LOCK_LINES", &super::flow::LOCK_LINES),
+    ("SETTLE_LINES", &super::flow::SETTLE_LINES),
 ];
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
