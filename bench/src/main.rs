@@ -21,7 +21,7 @@ use clap::Parser;
 
 use db::{Cluster, Result};
 use report::{Results, Unit};
-use scenarios::{Clutter, Ctx, EnqueueMode, Measured};
+use scenarios::{Clutter, Ctx, EnqueueMode, KeyLoad, Measured};
 use systems::System;
 
 #[derive(Parser)]
@@ -68,8 +68,8 @@ struct Args {
     host: String,
     #[arg(long, default_value_t = 54329)]
     port: u16,
-    /// Run only these scenarios (floor, enqueue, drain, steady, clutter,
-    /// long_tx, churn), for investigating one; the default runs them all.
+    /// Run only these scenarios (floor, enqueue, drain, keys, steady,
+    /// clutter, long_tx, churn), for investigating one; the default runs them all.
     #[arg(long, value_delimiter = ',')]
     only: Option<Vec<String>>,
     /// Where latest.md and throughput.png go.
@@ -105,6 +105,10 @@ struct Plan {
     clutter_dead: usize,
     other_queues: usize,
     other_each: usize,
+    /// Concurrency keys: the keys the spread cell's tasks share, and the
+    /// tasks of the one saturated key in front of the drained ones.
+    keys: usize,
+    saturated_key: usize,
     long_clean: Duration,
     long_hold: Duration,
     long_after: Duration,
@@ -135,6 +139,8 @@ impl Plan {
             clutter_dead: 25_000,
             other_queues: 20,
             other_each: 1_000,
+            keys: 1_000,
+            saturated_key: 100_000,
             long_clean: Duration::from_secs(5),
             long_hold: Duration::from_secs(10),
             long_after: Duration::from_secs(10),
@@ -166,6 +172,8 @@ impl Plan {
             clutter_dead: 100_000,
             other_queues: 100,
             other_each: 2_000,
+            keys: 1_000,
+            saturated_key: 100_000,
             long_clean: Duration::from_secs(10),
             long_hold: Duration::from_secs(60),
             long_after: Duration::from_secs(30),
@@ -177,6 +185,8 @@ impl Plan {
 }
 
 const PER_JOB: &str = "drain_per_job";
+const KEYS: &str = "keys";
+const KEYS_UNKEYED: &str = "unkeyed";
 const FLOOR_ROW: &str = "insert + delete (pgbench)";
 const NOTIFY_COLUMN: &str = "single, 8 producers, NOTIFY on";
 
@@ -191,6 +201,14 @@ fn churn_columns(total: u64, rounds: u64) -> Vec<String> {
         .map(|i| churn_column(total / 5 * i))
         .chain((2..=rounds).map(|r| churn_column(r * total)))
         .collect()
+}
+
+fn keys_spread_column(keys: usize) -> String {
+    format!("{keys} keys, limit 1")
+}
+
+fn keys_saturated_column(tasks: usize) -> String {
+    format!("behind {tasks} of one key")
 }
 
 fn batched_table(batch: i32) -> String {
@@ -527,6 +545,40 @@ impl Bench {
         }
     }
 
+    /// Concurrency keys, aedb_queue only (no peer has them). The unkeyed
+    /// drain runs between the two keyed cells (the order turned in every
+    /// second repetition), so both ratios pair adjacent cells.
+    async fn keys(&mut self) {
+        if !self.systems_now().contains(&System::Aedb) {
+            return;
+        }
+        let p = &self.plan;
+        let mut cases = [
+            (keys_spread_column(p.keys), KeyLoad::Spread { keys: p.keys }),
+            (KEYS_UNKEYED.to_string(), KeyLoad::Unkeyed),
+            (
+                keys_saturated_column(p.saturated_key),
+                KeyLoad::Saturated {
+                    tasks: p.saturated_key,
+                },
+            ),
+        ];
+        if self.rep.is_multiple_of(2) {
+            cases.reverse();
+        }
+        for (col, load) in cases {
+            let m = scenarios::keys(
+                &self.ctx(System::Aedb),
+                load,
+                self.plan.drain_jobs,
+                8,
+                self.plan.window,
+            )
+            .await;
+            self.record(KEYS, System::Aedb, &col, m);
+        }
+    }
+
     async fn long_transaction(&mut self) {
         for system in self
             .systems
@@ -751,6 +803,9 @@ async fn main() -> Result<()> {
             bench
                 .drain(&batched_table(100), 100, batched_workers.clone())
                 .await;
+        }
+        if runs("keys") {
+            bench.keys().await;
         }
     }
     // Long scenarios are not paired across systems (see `Results::paired_ratio`).
@@ -998,6 +1053,7 @@ async fn render(bench: &Bench, elapsed: Duration) -> Result<String> {
         r.table("clutter", &names, &cc, Unit::PerSecond, base)
     );
     let _ = writeln!(md, "{}", cost_block(r, "clutter", &names, &cc));
+    let _ = writeln!(md, "{}", keys_section(bench));
 
     let mut long_cols = vec!["clean".to_string(), "snapshot held".to_string()];
     long_cols
@@ -1085,6 +1141,54 @@ async fn render(bench: &Bench, elapsed: Duration) -> Result<String> {
 }
 
 const COST_NOTE: &str = "Commits per job and WAL bytes per job (the tables after each jobs/s table) are the differences of `pg_stat_database.xact_commit` (the bench database; read-only transactions count too) and of `pg_current_wal_lsn()` (`pg_wal_lsn_diff`, the whole cluster) across the measured window, divided by the jobs settled in it. Statistics reach the shared counters lazily, but every backend flushes its own when it exits, so each window is opened and closed with no client connected to the bench database and the counters are read from another database. The window covers the timed part only: not the install or the preload, but the workers' connecting and stopping (the enqueue cells' producers connect and make their rolled-back first call inside the window, before their clock starts; and for pg-boss and graphile-worker the client's start-up: pg-boss's `start()` and its maintenance; the driver's own counting queries are subtracted). WAL includes full-page images after the CHECKPOINT that ends every preload.";
+
+/// The concurrency-key cells: their workload, table, costs and targets.
+fn keys_section(bench: &Bench) -> String {
+    let (r, p) = (&bench.results, &bench.plan);
+    let spread = keys_spread_column(p.keys);
+    let saturated = keys_saturated_column(p.saturated_key);
+    let cols = [KEYS_UNKEYED, spread.as_str(), saturated.as_str()];
+    let table = r.table(KEYS, &["aedb_queue"], &cols, Unit::PerSecond, None);
+    if table.lines().count() <= 2 {
+        return String::new();
+    }
+    let mut out = format!(
+        "## Concurrency keys (aedb_queue only: no peer has them; drain of {jobs} tasks, 8 workers, claim then complete per job as in the per-job drain, {secs} s window; queue limit 1 per key)\n\n\
+         Every cell starts from a fresh database, the tasks loaded with `queue_enqueue_batch` in batches of at most 1,000 and one key, then VACUUM ANALYZE and CHECKPOINT, not timed; the keyed cells' queue is set to `queue_configure(concurrency_limit => 1)` (also the default). \
+         *{KEYS_UNKEYED}*: {jobs} tasks with no key in an unconfigured queue, the unlimited drain rate (and the clean rate of the saturated cell). \
+         *{spread}*: the {jobs} tasks spread evenly over {keys} keys, one batch per key ({per} each), so each key has one task ready and the rest blocked, and every completion hands its key's slot to the key's next task. \
+         *{saturated}*: {tasks} tasks of one key enqueued first, its one ready task claimed by another owner with a lease of 1 hour (so the key stays full, 1 in flight and {blocked} blocked, and the drain never settles any of them), then the {jobs} unkeyed tasks, which alone are drained. \
+         In each repetition the three run one after the other with the unkeyed cell in the middle (the order reversed in every second repetition), so both ratios pair adjacent cells. \
+         Targets: {spread} ≥ 0.8× the unlimited drain; {saturated} ≥ 0.8× the clean drain.\n\n{table}\n",
+        jobs = p.drain_jobs,
+        secs = p.window.as_secs(),
+        keys = p.keys,
+        per = p.drain_jobs / p.keys.max(1),
+        tasks = p.saturated_key,
+        blocked = p.saturated_key.saturating_sub(1),
+    );
+    out.push_str(&cost_block(r, KEYS, &["aedb_queue"], &cols));
+    for col in [&spread, &saturated] {
+        if let Some((_, text)) = keys_ratio(r, col) {
+            let _ = writeln!(out, "\n{col}: {text} the unkeyed drain.");
+        }
+    }
+    out
+}
+
+/// A keyed cell against the unkeyed one: the ratio of the medians, and the
+/// text with the paired ratio beside it.
+fn keys_ratio(r: &report::Results, col: &str) -> Option<(f64, String)> {
+    let ratio = r.median(KEYS, "aedb_queue", col)? / r.median(KEYS, "aedb_queue", KEYS_UNKEYED)?;
+    let paired = r
+        .paired_cells(
+            (KEYS, "aedb_queue", col),
+            (KEYS, "aedb_queue", KEYS_UNKEYED),
+        )
+        .map(|p| format!(" (paired {p:.2}×)"))
+        .unwrap_or_default();
+    Some((ratio, format!("{ratio:.2}×{paired}")))
+}
 
 /// How each system was driven: the rows of every table.
 fn systems_section(names: &[&str]) -> String {
@@ -1359,6 +1463,27 @@ fn targets(bench: &Bench) -> String {
             }
         }
     }
+    for (col, against, limit) in [
+        (
+            keys_spread_column(bench.plan.keys),
+            "the unlimited drain",
+            LIMIT_KEYS_SPREAD,
+        ),
+        (
+            keys_saturated_column(bench.plan.saturated_key),
+            "the clean drain",
+            LIMIT_KEYS_SATURATED,
+        ),
+    ] {
+        if let Some((ratio, text)) = keys_ratio(r, &col) {
+            line(
+                format!("concurrency keys, {col}: ≥ 0.8× {against}"),
+                Some(text),
+                Some(ratio >= 0.8),
+                limit,
+            );
+        }
+    }
     if let (Some(clean), Some(held)) = (
         r.median("long_tx", aedb, "clean"),
         r.median("long_tx", aedb, "snapshot held"),
@@ -1426,6 +1551,8 @@ const LIMIT_SINGLE_ENQUEUE: &str = "the row goes straight to the heap and the tw
 const LIMIT_CLAIM_BATCH: &str = "per 100 tasks, the claim costs 6.96M instructions against the baseline's 5.94M and the batch settle, reading back only the fenced-out tasks, 2.04M against 1.26M (bench/results/instructions.md). Of the claim's 1.01M more, 0.95M is the in-flight index: with it dropped the claim of 100 costs 6,007,233 (`bench/icount/icount.py --setup-sql` with `DROP INDEX aedb_queue.task_in_flight_idx`). Every claimed task gets an entry in it, which the lease reaper and the expiry check read; the baseline's running jobs have none and can only be found again by a full scan. The settle's extra is its fence (each row checked against the pairs named), RETURNING the settled pairs through SPI, and a set-returning function's rows. Reordering the columns so the fence's reads come first saved 52,000 (claim) and 83,000 (settle) per 100 in a trial and was not adopted.";
 const LIMIT_ENQUEUE: &str = "batches are written the way COPY writes them (heap_multi_insert, then each index), so what is left is per-call work the plain INSERT does not have (the grant and settings checks, the owner switch, the ids returned to the client) and a wider row: 256 bytes on average against 188 for the baseline's (pg_column_size of 1,000 rows with the benchmark's payload), for the per-task retry policy, the fencing token and two timestamps.";
 const LIMIT_CLUTTER: &str = "the claim reads only its own queue's ready index; a miss here comes from the dead index entries that a large drain leaves at the head of that index until vacuum.";
+const LIMIT_KEYS_SPREAD: &str = "each completion of a keyed task also hands its key's slot on, in the same transaction and through two more statements over SPI (src/store/flow.rs): it locks the key's row of aedb_queue.concurrency_slot, then moves the key's next blocked task to ready (an update of that task, with its entry in the ready index) and writes the key's row, or deletes it after the key's last task. The unkeyed completion does none of this; the difference in WAL bytes per job above is that work.";
+const LIMIT_KEYS_SATURATED: &str = "the claim reads only the queue's ready index, which holds none of the blocked tasks (they are in task_blocked_idx, which no claim reads), and the held task's lease is an hour from expiry, beyond the range the claim's check for expired leases reads; what is left to differ is a heap and indexes larger by the blocked tasks.";
 const LIMIT_LONG_TX: &str = "a held snapshot keeps VACUUM from removing the index entries of claimed and completed tasks. Claims resume where the session's last claim stopped and the reap check reads only the recently due range, so each session walks those entries once per aedb_queue.claim_rescan_interval (1 s) instead of on every claim; what is left is that periodic rescan, which grows with the snapshot's age, and heap pages full of dead versions until autovacuum runs after the snapshot ends.";
 const LIMIT_CHURN: &str = "every task is inserted, updated when claimed and deleted when completed, so the hot table holds the dead versions made between autovacuum runs; the size levels off only if autovacuum keeps up with the churn.";
 

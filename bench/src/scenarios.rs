@@ -499,6 +499,103 @@ pub async fn clutter(
     drain_loaded(ctx, target, workers, 1, window).await
 }
 
+/// What a concurrency-key cell loads before its drain (aedb_queue only).
+#[derive(Clone, Copy)]
+pub enum KeyLoad {
+    /// Unkeyed tasks: the unlimited drain rate, and the clean one.
+    Unkeyed,
+    /// The tasks spread evenly over `keys` keys, one batch per key.
+    Spread { keys: usize },
+    /// `tasks` tasks of one key first, its one ready task held (see
+    /// `hold_saturated_key`), then the unkeyed tasks to drain.
+    Saturated { tasks: usize },
+}
+
+/// The key whose every slot the saturated cell keeps taken.
+const SATURATED_KEY: &str = "saturated";
+
+/// Drains `jobs` tasks after `load` (not timed). Every cell loads through
+/// the same statement and ends with the same VACUUM ANALYZE and CHECKPOINT,
+/// so the cells differ in their keys only.
+pub async fn keys(
+    ctx: &Ctx,
+    load: KeyLoad,
+    jobs: usize,
+    workers: usize,
+    window: Duration,
+) -> Result<Measured> {
+    let mut conn = ctx.fresh().await?;
+    // The unkeyed queue is left as the per-job drain's, unconfigured; the
+    // keyed ones state their limit (1, also the default).
+    if !matches!(load, KeyLoad::Unkeyed) {
+        conn.batch(&format!(
+            "SELECT * FROM aedb_queue.queue_configure('{QUEUE}', concurrency_limit => 1)"
+        ))
+        .await?;
+    }
+    match load {
+        KeyLoad::Unkeyed => enqueue_keyed(&mut conn, None, jobs).await?,
+        KeyLoad::Spread { keys } => {
+            for k in 0..keys {
+                let share = jobs / keys + usize::from(k < jobs % keys);
+                enqueue_keyed(&mut conn, Some(&format!("k{k}")), share).await?;
+            }
+        }
+        KeyLoad::Saturated { tasks } => {
+            enqueue_keyed(&mut conn, Some(SATURATED_KEY), tasks).await?;
+            hold_saturated_key(&mut conn, tasks).await?;
+            enqueue_keyed(&mut conn, None, jobs).await?;
+        }
+    }
+    // The held claim leaves a dead version; vacuum every cell alike.
+    conn.batch("VACUUM ANALYZE").await?;
+    settle_storage(&conn).await?;
+    drop(conn);
+    drain_loaded(ctx, jobs as u64, workers, 1, window).await
+}
+
+/// `n` tasks of `key` (None: unkeyed) in batches of 1,000, as `preload`.
+async fn enqueue_keyed(conn: &mut Conn, key: Option<&str>, n: usize) -> Result<()> {
+    let mut left = n;
+    while left > 0 {
+        let k = left.min(1_000);
+        let batch: Vec<Value> = (0..k).map(|_| payload()).collect();
+        systems::enqueue_batch_keyed(conn, QUEUE, &batch, key).await?;
+        left -= k;
+    }
+    Ok(())
+}
+
+/// Claims the saturated key's one ready task (the queue's only one yet) for
+/// an hour, longer than any window, and checks the key is full: one task in
+/// flight, the rest blocked. Otherwise the drain would settle the key's
+/// tasks one after the other, each freeing the slot for the next, and count
+/// them. The claim commits: no connection holds it open, as the window's
+/// counters are read with no client connected.
+async fn hold_saturated_key(conn: &mut Conn, tasks: usize) -> Result<()> {
+    conn.batch(&format!(
+        "SELECT * FROM aedb_queue.queue_claim('{QUEUE}', 'holder', '1 hour', 1)"
+    ))
+    .await?;
+    let row = conn
+        .client
+        .query_one(
+            "SELECT count(*) FILTER (WHERE state = 'in_flight'), count(*) FILTER (WHERE state = 'blocked')
+             FROM aedb_queue.task WHERE concurrency_key = $1",
+            &[&SATURATED_KEY],
+        )
+        .await?;
+    let (held, blocked): (i64, i64) = (row.get(0), row.get(1));
+    if held != 1 || blocked != tasks as i64 - 1 {
+        return Err(format!(
+            "saturated key: {held} in flight and {blocked} blocked, expected 1 and {}",
+            tasks - 1
+        )
+        .into());
+    }
+    Ok(())
+}
+
 const PAYLOAD_SQL: &str = "jsonb_build_object('t', (extract(epoch from clock_timestamp()) * 1e6)::bigint, 'kind', 'bench', 'pad', repeat('x', 64))";
 
 /// Batches of aedb_queue hold at most 10,000 tasks (SQLSTATE 54000 above).

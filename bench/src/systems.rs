@@ -311,6 +311,22 @@ pub async fn enqueue_batch(
     Ok(())
 }
 
+/// aedb_queue's batch enqueue with one concurrency key for the whole batch
+/// (None: unkeyed, the same statement, so keyed and unkeyed loads compare).
+pub async fn enqueue_batch_keyed(
+    conn: &mut Conn,
+    queue: &str,
+    payloads: &[Value],
+    key: Option<&str>,
+) -> Result<()> {
+    conn.query(
+        "SELECT count(*) FROM aedb_queue.queue_enqueue_batch($1, $2::jsonb[], concurrency_key => $3)",
+        &[&queue, &payloads, &key],
+    )
+    .await?;
+    Ok(())
+}
+
 /// One claim transaction: up to `max` jobs leased to `owner`.
 pub async fn claim(
     system: System,
