@@ -156,6 +156,18 @@ mod tests {
             "the refused call wrote nothing"
         );
         assert_eq!(count("aedb_queue.task WHERE queue = 'b.jobs'"), 1);
+        // Ordering keys likewise: another tenant's line of the same name
+        // neither holds up nor is held up by this one's.
+        let their_head = enqueue("b.jobs", ", ordering_key => 'acct'");
+        let my_head: i64 = as_login("tenant_producer", None, || {
+            one("SELECT task_id FROM aedb_queue.queue_enqueue('a.jobs', ordering_key => 'acct')")
+        });
+        assert_eq!(state_of("a.jobs", my_head).as_deref(), Some("ready"));
+        assert_eq!(state_of("b.jobs", their_head).as_deref(), Some("ready"));
+        as_login("tenant_admin", None, || {
+            assert_eq!(count("aedb_queue.ordering_keys WHERE queue = 'b.jobs'"), 0);
+            assert_eq!(count("aedb_queue.ordering_keys WHERE queue = 'a.jobs'"), 1);
+        });
         assert_task_invariants("tenants' keys");
     }
 

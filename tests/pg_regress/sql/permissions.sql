@@ -251,7 +251,9 @@ BEGIN
               (38, 'queue_configure_key',
                   format('SELECT aedb_queue.queue_configure_key(%L, ''k_'' || session_user, 3)', q)),
               (39, 'SELECT FROM aedb_queue.concurrency_keys',
-                  format('SELECT CASE WHEN count(*) > 0 THEN ''rows'' ELSE ''no rows'' END FROM aedb_queue.concurrency_keys WHERE queue = %L', q))
+                  format('SELECT CASE WHEN count(*) > 0 THEN ''rows'' ELSE ''no rows'' END FROM aedb_queue.concurrency_keys WHERE queue = %L', q)),
+              (40, 'SELECT FROM aedb_queue.ordering_keys',
+                  format('SELECT CASE WHEN count(*) > 0 THEN ''rows'' ELSE ''no rows'' END FROM aedb_queue.ordering_keys WHERE queue = %L', q))
             ) AS v(seq, entry, sql);
         END LOOP;
     END LOOP;
@@ -274,8 +276,9 @@ BEGIN
 END
 $$;
 
--- For the concurrency_keys view: a keyed task in each queue.
-SELECT count(*) FROM (SELECT aedb_queue.queue_enqueue(q, '{}', concurrency_key => 'viewed')
+-- For the concurrency_keys and ordering_keys views: keyed tasks in each queue.
+SELECT count(*) FROM (SELECT aedb_queue.queue_enqueue(q, '{}', concurrency_key => 'viewed'),
+                             aedb_queue.queue_enqueue(q, '{}', ordering_key => 'viewed')
                       FROM unnest(ARRAY['perm_a.jobs', 'perm_b.jobs']) q) e;
 
 -- For the hostile-tenant checks below: a task with an idempotency key in perm_b.jobs.
