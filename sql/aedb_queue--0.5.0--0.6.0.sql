@@ -54,6 +54,21 @@ CREATE TABLE aedb_queue.ordering_slot (
 SELECT pg_catalog.pg_extension_config_dump('aedb_queue.ordering_slot', '');
 REVOKE ALL ON aedb_queue.ordering_slot FROM PUBLIC;
 
+-- 4. Fair share: the queue's setting, a task's key and virtual time, the
+-- keys' weights and times.
+ALTER TABLE aedb_queue.queue ADD COLUMN fair_share boolean;
+ALTER TABLE aedb_queue.task ADD COLUMN fairness_key text, ADD COLUMN fair_vt bigint;
+CREATE INDEX task_fair_idx      ON aedb_queue.task (queue, priority DESC, fair_vt, task_id) WHERE state = 'ready' AND fair_vt IS NOT NULL;
+CREATE TABLE aedb_queue.fairness_key (
+    queue  text NOT NULL,
+    key    text NOT NULL,
+    vt     bigint NOT NULL,
+    weight integer CHECK (weight BETWEEN 1 AND 1000),
+    PRIMARY KEY (queue, key)
+);
+SELECT pg_catalog.pg_extension_config_dump('aedb_queue.fairness_key', '');
+REVOKE ALL ON aedb_queue.fairness_key FROM PUBLIC;
+
 -- queue_enqueue and queue_enqueue_batch gain concurrency_key, queue_configure
 -- concurrency_limit: new signatures, so made anew (0.5.0's symbols stay in
 -- the library).
@@ -70,7 +85,8 @@ CREATE FUNCTION "queue_enqueue"(
 	"wait_for" bigint[] DEFAULT NULL, /* :: std :: option :: Option < Array < '_, i64 > > */
 	"on_parent_failure" TEXT DEFAULT 'dead_letter', /* Option < & str > */
 	"concurrency_key" TEXT DEFAULT NULL, /* Option < & str > */
-	"ordering_key" TEXT DEFAULT NULL /* Option < & str > */
+	"ordering_key" TEXT DEFAULT NULL, /* Option < & str > */
+	"fairness_key" TEXT DEFAULT NULL /* Option < & str > */
 ) RETURNS aedb_queue.enqueued /* Enqueued */
 
 LANGUAGE c /* Rust */
@@ -88,7 +104,8 @@ CREATE FUNCTION "queue_enqueue_batch"(
 	"wait_for" bigint[] DEFAULT NULL, /* :: std :: option :: Option < Array < '_, i64 > > */
 	"on_parent_failure" TEXT DEFAULT 'dead_letter', /* Option < & str > */
 	"concurrency_key" TEXT DEFAULT NULL, /* Option < & str > */
-	"ordering_key" TEXT DEFAULT NULL /* Option < & str > */
+	"ordering_key" TEXT DEFAULT NULL, /* Option < & str > */
+	"fairness_key" TEXT DEFAULT NULL /* Option < & str > */
 ) RETURNS SETOF bigint /* i64 */
 
 LANGUAGE c /* Rust */
@@ -110,7 +127,8 @@ CREATE FUNCTION "queue_configure"(
 	"rate_limit" INT DEFAULT NULL, /* Option < i32 > */
 	"rate_interval" interval DEFAULT NULL, /* Option < Interval > */
 	"rate_burst" INT DEFAULT NULL, /* Option < i32 > */
-	"ordering_on_dead" TEXT DEFAULT NULL /* Option < & str > */
+	"ordering_on_dead" TEXT DEFAULT NULL, /* Option < & str > */
+	"fair_share" bool DEFAULT NULL /* Option < bool > */
 ) RETURNS TABLE (
 	"queue" TEXT,  /* String */
 	"max_attempts" INT,  /* Option < i32 > */
@@ -126,7 +144,8 @@ CREATE FUNCTION "queue_configure"(
 	"rate_limit" INT,  /* Option < i32 > */
 	"rate_interval" interval,  /* Option < Interval > */
 	"rate_burst" INT,  /* Option < i32 > */
-	"ordering_on_dead" TEXT  /* Option < String > */
+	"ordering_on_dead" TEXT,  /* Option < String > */
+	"fair_share" bool  /* bool */
 )
 
 LANGUAGE c /* Rust */
@@ -140,13 +159,24 @@ CREATE FUNCTION "queue_configure_key"(
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'queue_configure_key_wrapper';
 
-REVOKE ALL ON FUNCTION "queue_enqueue", "queue_enqueue_batch", "queue_configure", "queue_configure_key" FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION "queue_enqueue", "queue_enqueue_batch" TO aedb_queue_producer;
-GRANT EXECUTE ON FUNCTION "queue_enqueue", "queue_enqueue_batch", "queue_configure", "queue_configure_key" TO aedb_queue_admin;
+CREATE FUNCTION "queue_configure_fairness"(
+	"queue" TEXT, /* Option < & str > */
+	"fairness_key" TEXT, /* Option < & str > */
+	"weight" INT /* Option < i32 > */
+) RETURNS bool /* bool */
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'queue_configure_fairness_wrapper';
 
--- The views show keys: tasks.concurrency_key and ordering_key,
--- queue_stats.blocked, concurrency_limit, rate_limit and rate_tokens, and the
--- new concurrency_keys and ordering_keys.
+REVOKE ALL ON FUNCTION "queue_enqueue", "queue_enqueue_batch", "queue_configure", "queue_configure_key",
+    "queue_configure_fairness" FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION "queue_enqueue", "queue_enqueue_batch" TO aedb_queue_producer;
+GRANT EXECUTE ON FUNCTION "queue_enqueue", "queue_enqueue_batch", "queue_configure", "queue_configure_key",
+    "queue_configure_fairness" TO aedb_queue_admin;
+
+-- The views show keys: tasks.concurrency_key, ordering_key and
+-- fairness_key, queue_stats.blocked, concurrency_limit, rate_limit,
+-- rate_tokens and fair_share, and the new concurrency_keys, ordering_keys
+-- and fairness_keys.
 DROP VIEW aedb_queue.queue_stats;
 DROP VIEW aedb_queue.tasks;
 CREATE VIEW aedb_queue.tasks WITH (security_barrier) AS
@@ -155,6 +185,7 @@ SELECT t.task_id,
        t.state,
        t.concurrency_key,
        t.ordering_key,
+       t.fairness_key,
        -- The parents a waiting task still waits for (those not completed).
        CASE WHEN t.waiting_on > 0 THEN ARRAY(
            SELECT d.parent_id FROM aedb_queue.task_dependency d
@@ -208,7 +239,8 @@ SELECT q.name AS queue,
                             + greatest(extract(epoch FROM now() - b.at), 0) * 1000000 * q.rate_limit
                               / extract(epoch FROM coalesce(q.rate_interval, interval '1 second')))
                            / 1000000))::bigint
-         FROM aedb_queue.rate_bucket b WHERE b.queue = q.name) AS rate_tokens
+         FROM aedb_queue.rate_bucket b WHERE b.queue = q.name) AS rate_tokens,
+       coalesce(q.fair_share, false) AS fair_share
 FROM aedb_queue.queue q
 WHERE aedb_queue_internal.can_read(q.name);
 
@@ -239,5 +271,19 @@ SELECT o.queue,
 FROM aedb_queue.ordering_slot o
 LEFT JOIN aedb_queue.task h ON h.task_id = o.head
 WHERE aedb_queue_internal.can_read(o.queue);
-REVOKE ALL ON aedb_queue.tasks, aedb_queue.queue_stats, aedb_queue.concurrency_keys, aedb_queue.ordering_keys FROM PUBLIC;
-GRANT SELECT ON aedb_queue.tasks, aedb_queue.queue_stats, aedb_queue.concurrency_keys, aedb_queue.ordering_keys TO aedb_queue_admin;
+CREATE VIEW aedb_queue.fairness_keys WITH (security_barrier) AS
+SELECT f.queue,
+       f.key AS fairness_key,
+       coalesce(f.weight, 1) AS weight,
+       (SELECT count(*) FROM aedb_queue.task t
+         WHERE t.queue = f.queue AND t.state = 'ready' AND t.fair_vt IS NOT NULL
+           AND coalesce(t.fairness_key, '') = f.key) AS ready,
+       greatest(f.vt - coalesce((SELECT t.fair_vt FROM aedb_queue.task t
+                                  WHERE t.queue = f.queue AND t.state = 'ready' AND t.fair_vt IS NOT NULL
+                                  ORDER BY t.priority DESC, t.fair_vt, t.task_id LIMIT 1), f.vt), 0) / 1000 AS ahead
+FROM aedb_queue.fairness_key f
+WHERE aedb_queue_internal.can_read(f.queue);
+REVOKE ALL ON aedb_queue.tasks, aedb_queue.queue_stats, aedb_queue.concurrency_keys, aedb_queue.ordering_keys,
+    aedb_queue.fairness_keys FROM PUBLIC;
+GRANT SELECT ON aedb_queue.tasks, aedb_queue.queue_stats, aedb_queue.concurrency_keys, aedb_queue.ordering_keys,
+    aedb_queue.fairness_keys TO aedb_queue_admin;

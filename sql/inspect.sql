@@ -10,6 +10,7 @@ SELECT t.task_id,
        t.state,
        t.concurrency_key,
        t.ordering_key,
+       t.fairness_key,
        -- The parents a waiting task still waits for (those not completed).
        CASE WHEN t.waiting_on > 0 THEN ARRAY(
            SELECT d.parent_id FROM aedb_queue.task_dependency d
@@ -67,7 +68,8 @@ SELECT q.name AS queue,
                             + greatest(extract(epoch FROM now() - b.at), 0) * 1000000 * q.rate_limit
                               / extract(epoch FROM coalesce(q.rate_interval, interval '1 second')))
                            / 1000000))::bigint
-         FROM aedb_queue.rate_bucket b WHERE b.queue = q.name) AS rate_tokens
+         FROM aedb_queue.rate_bucket b WHERE b.queue = q.name) AS rate_tokens,
+       coalesce(q.fair_share, false) AS fair_share
 FROM aedb_queue.queue q
 WHERE aedb_queue_internal.can_read(q.name);
 
@@ -109,3 +111,21 @@ SELECT o.queue,
 FROM aedb_queue.ordering_slot o
 LEFT JOIN aedb_queue.task h ON h.task_id = o.head
 WHERE aedb_queue_internal.can_read(o.queue);
+
+-- One row per fairness key of a fair-share queue ('' is the share of its
+-- tasks without a key): its weight, its ready tasks, and how far its
+-- virtual time runs ahead of the queue's head (in tasks of weight 1: a
+-- key that far ahead waits while others catch up). Counts read the
+-- queue's range of task_fair_idx.
+CREATE VIEW aedb_queue.fairness_keys WITH (security_barrier) AS
+SELECT f.queue,
+       f.key AS fairness_key,
+       coalesce(f.weight, 1) AS weight,
+       (SELECT count(*) FROM aedb_queue.task t
+         WHERE t.queue = f.queue AND t.state = 'ready' AND t.fair_vt IS NOT NULL
+           AND coalesce(t.fairness_key, '') = f.key) AS ready,
+       greatest(f.vt - coalesce((SELECT t.fair_vt FROM aedb_queue.task t
+                                  WHERE t.queue = f.queue AND t.state = 'ready' AND t.fair_vt IS NOT NULL
+                                  ORDER BY t.priority DESC, t.fair_vt, t.task_id LIMIT 1), f.vt), 0) / 1000 AS ahead
+FROM aedb_queue.fairness_key f
+WHERE aedb_queue_internal.can_read(f.queue);

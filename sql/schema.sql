@@ -70,7 +70,10 @@ CREATE TABLE aedb_queue.queue (
     -- What a dead task does to its ordering key: 'block' (NULL) keeps the
     -- key's later tasks waiting until it is re-driven, cancelled or
     -- purged; 'release' lets the next one run.
-    ordering_on_dead      text CHECK (ordering_on_dead IN ('block', 'release'))
+    ordering_on_dead      text CHECK (ordering_on_dead IN ('block', 'release')),
+    -- Claims share the ready tasks of each priority across fairness keys
+    -- (task.fair_vt) instead of serving them first in, first out.
+    fair_share            boolean
 );
 
 -- The token bucket of each rate-limited queue, apart from the queue's row:
@@ -130,7 +133,13 @@ CREATE TABLE aedb_queue.task (
     -- Tasks sharing an ordering key in a queue run one at a time in task
     -- id order (ordering_slot names the one that may); never set together
     -- with concurrency_key.
-    ordering_key    text
+    ordering_key    text,
+    -- In a fair-share queue, the task's share (NULL key: the share of the
+    -- tasks without one) and its virtual start time: claims serve the
+    -- lowest first, and each key's tasks are spaced by 1000 / its weight
+    -- from where the queue's head stood (fairness_key). NULL elsewhere.
+    fairness_key    text,
+    fair_vt         bigint
 ) WITH (fillfactor = 50);
 ALTER SEQUENCE aedb_queue.task_id_seq OWNED BY aedb_queue.task.task_id;
 
@@ -159,6 +168,8 @@ CREATE INDEX task_waiting_idx   ON aedb_queue.task (queue, task_id)             
 CREATE INDEX task_blocked_idx   ON aedb_queue.task (queue, concurrency_key, priority DESC, (-task_id) DESC) WHERE state > 'waiting';
 -- The line of each ordering key: its blocked tasks in id order.
 CREATE INDEX task_ordering_idx  ON aedb_queue.task (queue, ordering_key, task_id) WHERE state > 'waiting' AND ordering_key IS NOT NULL;
+-- Ready tasks of fair-share queues in the order their claims serve.
+CREATE INDEX task_fair_idx      ON aedb_queue.task (queue, priority DESC, fair_vt, task_id) WHERE state = 'ready' AND fair_vt IS NOT NULL;
 
 -- The slots of each concurrency key in use: taken counts the key's tasks
 -- that are ready or in flight, never more than the limit while others of
@@ -173,6 +184,18 @@ CREATE TABLE aedb_queue.concurrency_slot (
     taken             integer NOT NULL,
     -- This key's limit; NULL: the queue's.
     concurrency_limit integer CHECK (concurrency_limit >= 1),
+    PRIMARY KEY (queue, key)
+);
+
+-- Each fairness key of a fair-share queue: its weight, and the virtual
+-- time its last task starts at (the next starts 1000 / weight later, or at
+-- the queue's head if that is later: a key that was idle gets no credit).
+CREATE TABLE aedb_queue.fairness_key (
+    queue  text NOT NULL,
+    key    text NOT NULL,
+    vt     bigint NOT NULL,
+    -- NULL: 1.
+    weight integer CHECK (weight BETWEEN 1 AND 1000),
     PRIMARY KEY (queue, key)
 );
 
@@ -352,3 +375,4 @@ SELECT pg_catalog.pg_extension_config_dump('aedb_queue.task_dependency', '');
 SELECT pg_catalog.pg_extension_config_dump('aedb_queue.concurrency_slot', '');
 SELECT pg_catalog.pg_extension_config_dump('aedb_queue.rate_bucket', '');
 SELECT pg_catalog.pg_extension_config_dump('aedb_queue.ordering_slot', '');
+SELECT pg_catalog.pg_extension_config_dump('aedb_queue.fairness_key', '');

@@ -39,5 +39,6 @@ TO aedb_queue_worker;
 -- Admins can do everything, including what the other two roles can.
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA aedb_queue TO aedb_queue_admin;
 GRANT EXECUTE ON FUNCTION aedb_queue_internal.can_read TO aedb_queue_admin;
-GRANT SELECT ON aedb_queue.tasks, aedb_queue.queue_stats, aedb_queue.concurrency_keys, aedb_queue.ordering_keys TO aedb_queue_admin;
+GRANT SELECT ON aedb_queue.tasks, aedb_queue.queue_stats, aedb_queue.concurrency_keys, aedb_queue.ordering_keys,
+    aedb_queue.fairness_keys TO aedb_queue_admin;
 GRANT aedb_queue_producer, aedb_queue_worker TO aedb_queue_admin;

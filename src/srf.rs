@@ -73,7 +73,7 @@ table_row!(8: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7);
 table_row!(9: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8);
 table_row!(10: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9);
 table_row!(11: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10);
-table_row!(15: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11, M 12, N 13, O 14);
+table_row!(16: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11, M 12, N 13, O 14, P 15);
 
 unsafe impl<Row: TableRow> RetAbi for TableIterator<'_, Row> {
     type Item = Row;

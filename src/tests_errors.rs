@@ -520,7 +520,7 @@ mod tests {
     }
 
     #[pg_test(
-        error = "invalid argument \"follow_ups[1].colour\": is not a known key (expected one of queue, payload, delay, priority, max_attempts, backoff_base, backoff_max, idempotency_key, wait_for, on_parent_failure, concurrency_key)"
+        error = "invalid argument \"follow_ups[1].colour\": is not a known key (expected one of queue, payload, delay, priority, max_attempts, backoff_base, backoff_max, idempotency_key, wait_for, on_parent_failure, concurrency_key, ordering_key, fairness_key)"
     )]
     fn error_follow_up_unknown_key() {
         exec(

@@ -590,4 +590,91 @@ mod tests {
         );
         assert_eq!(count("aedb_queue.task WHERE queue = 'ol.bad'"), 0);
     }
+
+    // ------------------------------------------------------------------
+    // Fair share.
+    // ------------------------------------------------------------------
+
+    /// One key with 10,000 ready tasks enqueued first, 20 keys with 10 each
+    /// after it: every small key's task is claimed within the first 5 % of
+    /// the drain (here within the first 300 of 10,200 claims: 10 rounds of
+    /// 21 keys), and the big key is served meanwhile (work-conserving).
+    #[pg_test]
+    fn small_keys_are_served_within_the_first_five_percent() {
+        exec("SELECT aedb_queue.queue_configure('fs.drain', fair_share => true)");
+        for s in 0..10 {
+            exec(&format!(
+                "SELECT count(*) FROM aedb_queue.queue_enqueue_batch('fs.drain',
+                     ARRAY(SELECT '{{\"big\": true}}'::jsonb FROM generate_series(1, 1000)),
+                     fairness_key => 'big', priority => 0) WHERE {s} >= 0"
+            ));
+        }
+        for k in 0..20 {
+            exec(&format!(
+                "SELECT count(*) FROM aedb_queue.queue_enqueue_batch('fs.drain',
+                     ARRAY(SELECT '{{}}'::jsonb FROM generate_series(1, 10)), fairness_key => 'small-{k}')"
+            ));
+        }
+        let mut claims = 0;
+        let mut small_left = 200;
+        let mut big_claimed = 0;
+        while small_left > 0 {
+            let payloads: Vec<bool> = Spi::connect(|c| {
+                c.select(
+                    "SELECT payload ? 'big' FROM aedb_queue.queue_claim('fs.drain', 'w', max => 10)",
+                    None,
+                    &[],
+                )
+                .unwrap()
+                .map(|r| r.get::<bool>(1).unwrap().unwrap())
+                .collect()
+            });
+            assert!(!payloads.is_empty(), "the drain stopped with {small_left} small tasks left");
+            claims += payloads.len();
+            big_claimed += payloads.iter().filter(|&&big| big).count();
+            small_left -= payloads.iter().filter(|&&big| !big).count();
+        }
+        assert!(claims <= 300, "the small keys' tasks took {claims} claims of 10,200");
+        assert!(big_claimed >= 5, "the big key got {big_claimed} claims meanwhile");
+    }
+
+    /// A key alone gets every claim; a key that was idle gets no credit: it
+    /// starts at the queue's head, not before the others' waiting tasks.
+    #[pg_test]
+    fn an_idle_key_gets_no_credit_and_a_lone_key_every_claim() {
+        exec("SELECT aedb_queue.queue_configure('fs.idle', fair_share => true)");
+        exec("SELECT count(*) FROM aedb_queue.queue_enqueue_batch('fs.idle', ARRAY(SELECT '{}'::jsonb FROM generate_series(1, 5)), fairness_key => 'a')");
+        assert_eq!(claim("fs.idle", ", max => 5").len(), 5, "a lone key gets them all");
+        exec("SELECT count(*) FROM aedb_queue.queue_enqueue_batch('fs.idle', ARRAY(SELECT '{}'::jsonb FROM generate_series(1, 3)), fairness_key => 'a')");
+        // b was never seen; a has had 5 turns already: b does not get its
+        // claims in a row for them, it takes turns with a from the head.
+        let b: Vec<i64> = (0..3)
+            .map(|_| enqueue("fs.idle", ", fairness_key => 'b'"))
+            .collect();
+        let order: Vec<i64> = (0..6).map(|_| claim_one("fs.idle").0).collect();
+        let b_at: Vec<usize> = order
+            .iter()
+            .enumerate()
+            .filter(|(_, id)| b.contains(id))
+            .map(|(i, _)| i)
+            .collect();
+        // a's next three start at 6, 7, 8 (its last was 5); b's at 7, 8, 9
+        // (one step after the head, a's 6); ties go to the earlier task.
+        assert_eq!(b_at, [2, 4, 5], "turns from the head: {order:?}");
+    }
+
+    #[pg_test]
+    fn fair_claims_read_the_fair_index_and_serve_tasks_enqueued_before() {
+        // Enqueued before the queue turned fair and then given times.
+        let before = enqueue("fs.late", ", fairness_key => 'x'");
+        exec("SELECT aedb_queue.queue_configure('fs.late', fair_share => true)");
+        assert!(field::<i64>(before, "fair_vt").is_some());
+        // One left without a time (a backend that had not seen the change)
+        // is still served once the fair ones are gone.
+        let stale = enqueue("fs.late", "");
+        exec(&format!("UPDATE aedb_queue.task SET fair_vt = NULL WHERE task_id = {stale}"));
+        let ids: Vec<i64> = claim("fs.late", ", max => 5").iter().map(|t| t.0).collect();
+        assert_eq!(ids.len(), 2);
+        assert!(ids.contains(&before) && ids.contains(&stale));
+    }
 }

@@ -73,6 +73,7 @@ mod tests {
         // The write then fetches the rows it locked by ctid (a Tid Scan, below).
         ("CLAIM", &[("task_ready_idx", "queue")]),
         ("CLAIM_AFTER", &[("task_ready_idx", "task_id")]),
+        ("CLAIM_FAIR", &[("task_fair_idx", "queue")]),
         (
             "REAP_NEEDED",
             &[

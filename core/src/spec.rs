@@ -28,6 +28,7 @@ const KNOWN_KEYS: &[&str] = &[
     "on_parent_failure",
     "concurrency_key",
     "ordering_key",
+    "fairness_key",
 ];
 
 /// One value of a spec's key, as the jsonb holds it: scalars with their
@@ -62,6 +63,7 @@ pub struct EnqueueSpec {
     pub on_parent_failure: Option<String>,
     pub concurrency_key: Option<String>,
     pub ordering_key: Option<String>,
+    pub fairness_key: Option<String>,
 }
 
 /// Checks the size of the whole `follow_ups` argument, before it is read.
@@ -181,6 +183,7 @@ pub fn parse_spec(path: &str, fields: &[(&str, Json<'_>)]) -> Result<EnqueueSpec
         on_parent_failure: string("on_parent_failure")?,
         concurrency_key: string("concurrency_key")?,
         ordering_key: string("ordering_key")?,
+        fairness_key: string("fairness_key")?,
     })
 }
 

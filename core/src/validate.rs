@@ -152,6 +152,17 @@ pub fn listed_state(value: &str) -> Result<(), QueueError> {
     }
 }
 
+/// A fairness key's weight: 1 to 1000 (None: 1).
+pub fn fair_weight(arg: &str, weight: Option<i32>) -> Result<Option<i32>, QueueError> {
+    match weight {
+        Some(w) if !(1..=1000).contains(&w) => Err(QueueError::invalid(
+            arg,
+            format!("must be 1 to 1000, got {w}"),
+        )),
+        _ => Ok(weight),
+    }
+}
+
 /// What a dead task does to its ordering key: `block` or `release`.
 pub fn ordering_on_dead<'a>(arg: &str, value: &'a str) -> Result<&'a str, QueueError> {
     match value {
@@ -184,6 +195,7 @@ pub struct EnqueueOptions {
     pub idempotency_key: Option<String>,
     pub concurrency_key: Option<String>,
     pub ordering_key: Option<String>,
+    pub fairness_key: Option<String>,
 }
 
 /// Enqueue options checked and with defaults filled in: what is stored on the task.
@@ -197,6 +209,7 @@ pub struct ResolvedEnqueue {
     pub idempotency_key: Option<String>,
     pub concurrency_key: Option<String>,
     pub ordering_key: Option<String>,
+    pub fairness_key: Option<String>,
 }
 
 impl ResolvedEnqueue {
@@ -280,6 +293,9 @@ pub fn resolve_enqueue(
     if let Some(key) = &options.concurrency_key {
         name(&arg("concurrency_key"), key)?;
     }
+    if let Some(key) = &options.fairness_key {
+        name(&arg("fairness_key"), key)?;
+    }
     if let Some(key) = &options.ordering_key {
         name(&arg("ordering_key"), key)?;
         if options.concurrency_key.is_some() {
@@ -298,6 +314,7 @@ pub fn resolve_enqueue(
         idempotency_key: options.idempotency_key,
         concurrency_key: options.concurrency_key,
         ordering_key: options.ordering_key,
+        fairness_key: options.fairness_key,
     })
 }
 

@@ -29,6 +29,7 @@ type SettingsRow = (
     Option<Interval>, // rate_interval
     Option<i32>,      // rate_burst
     Option<String>,   // ordering_on_dead
+    bool,             // fair_share
 );
 
 fn settings_row(queue: &str, s: QueueSettings) -> SettingsRow {
@@ -49,6 +50,7 @@ fn settings_row(queue: &str, s: QueueSettings) -> SettingsRow {
         s.rate_interval,
         s.rate_burst,
         s.ordering_on_dead,
+        s.fair_share,
     )
 }
 
@@ -75,7 +77,8 @@ fn at_least_one(arg: &'static str, value: Option<i32>) -> Result<Option<i32>> {
 /// `rate_limit` (per `rate_interval`, default 1 second, with bursts of
 /// `rate_burst`, default `rate_limit`) to the next claim;
 /// `ordering_on_dead` ('block', the default, or 'release') to dead tasks'
-/// ordering keys, at once.
+/// ordering keys, at once; `fair_share` to the next claims, the queue's
+/// tasks given their virtual times when it is turned on.
 /// Returns the settings now in force.
 #[pg_extern(name = "queue_configure")]
 #[allow(clippy::too_many_arguments, clippy::type_complexity)]
@@ -95,6 +98,7 @@ fn configure_v060(
     rate_interval: default!(Option<Interval>, "NULL"),
     rate_burst: default!(Option<i32>, "NULL"),
     ordering_on_dead: default!(Option<&str>, "NULL"),
+    fair_share: default!(Option<bool>, "NULL"),
 ) -> TableIterator<
     'static,
     (
@@ -113,6 +117,7 @@ fn configure_v060(
         name!(rate_interval, Option<Interval>),
         name!(rate_burst, Option<i32>),
         name!(ordering_on_dead, Option<String>),
+        name!(fair_share, bool),
     ),
 > {
     run(|| {
@@ -133,6 +138,7 @@ fn configure_v060(
             ordering_on_dead: ordering_on_dead
                 .map(|p| validate::ordering_on_dead("ordering_on_dead", p).map(str::to_string))
                 .transpose()?,
+            fair_share,
             reset: required("reset", reset)?,
         };
         Ok(TableIterator::once(settings_row(queue, configure(queue, &change)?)))
@@ -205,8 +211,28 @@ fn queue_configure(
         None,
         None,
         None,
+        None,
     );
     rows.map_rows(|r| (r.0, r.1, r.2, r.3, r.4, r.5, r.6, r.7, r.8, r.9))
+}
+
+/// Sets a fairness key's weight in its fair-share queue (NULL: 1): a key of
+/// weight 2 gets two claims to another's one while both have ready tasks.
+#[pg_extern]
+fn queue_configure_fairness(
+    queue: Option<&str>,
+    fairness_key: Option<&str>,
+    weight: Option<i32>,
+) -> bool {
+    run(|| {
+        let queue = checked_name("queue", queue)?;
+        let key = required("fairness_key", fairness_key)?;
+        validate::name("fairness_key", key)?;
+        let weight = validate::fair_weight("weight", weight)?;
+        security::authorize(Action::Administer, queue)?;
+        store::flow::set_fair_weight(queue, key, weight)?;
+        Ok(true)
+    })
 }
 
 /// Sets one concurrency key's own limit (NULL: back to the queue's), at

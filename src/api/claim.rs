@@ -103,7 +103,8 @@ impl<'a> Claim<'a> {
                 .unwrap_or_else(|| crate::duration::interval(DEFAULT_LEASE_SECONDS * 1_000_000))
         });
         let reap = guc::inline_reap().then_some(self.max.max(INLINE_REAP_MIN));
-        let claim = |max: i32| store::claim(self.queue, self.owner_id, lease, max, reap);
+        let fair = settings.fair_share;
+        let claim = |max: i32| store::claim(self.queue, self.owner_id, lease, max, reap, fair);
         match settings.rate() {
             Some(limit) => store::flow::claim_with_tokens(self.queue, limit, self.max, claim),
             None => claim(self.max),

@@ -23,6 +23,7 @@ pub(crate) struct CheckedEnqueue {
     options: ResolvedEnqueue,
     notify: bool,
     registered: bool,
+    fair_share: bool,
     parents: Option<Parents>,
 }
 
@@ -147,6 +148,7 @@ impl CheckedEnqueue {
             queue: queue.to_string(),
             notify: wakes_workers(&settings, &options),
             registered: settings.registered,
+            fair_share: settings.fair_share,
             payload,
             options,
             parents: None,
@@ -169,6 +171,7 @@ impl CheckedEnqueue {
             idempotency_key: spec.idempotency_key,
             concurrency_key: spec.concurrency_key,
             ordering_key: spec.ordering_key,
+            fairness_key: spec.fairness_key,
         };
         let parents = Parents::checked(
             &spec.path,
@@ -216,7 +219,12 @@ impl CheckedEnqueue {
         let runnable = runnable_state(&self.options);
         let linked = self.parents.as_ref().map(Parents::link).transpose()?;
         let state = linked.as_ref().map_or(runnable, |l| l.state(runnable));
-        let task = new_task(&self.queue, self.registered, &self.options, state);
+        let task = new_task(
+            &self.queue,
+            (self.registered, self.fair_share),
+            &self.options,
+            state,
+        );
         let id = store::insert_task(&task, id, self.payload, key)?;
         if let Some(linked) = &linked {
             linked.insert_links(&[id])?;
@@ -240,15 +248,18 @@ fn wakes_workers(settings: &QueueSettings, options: &ResolvedEnqueue) -> bool {
     settings.notify && !options.is_scheduled()
 }
 
+/// `(registered, fair_share)`: what the queue's settings say of it.
 fn new_task<'a>(
     queue: &'a str,
-    registered: bool,
+    (registered, fair_share): (bool, bool),
     options: &'a ResolvedEnqueue,
     state: NewState<'a>,
 ) -> NewTask<'a> {
     NewTask {
         queue,
         registered,
+        fair_share,
+        fairness_key: options.fairness_key.as_deref(),
         state,
         delay: interval(options.delay_micros),
         priority: options.priority,
@@ -267,7 +278,7 @@ fn options(
     backoff_base: Option<Interval>,
     backoff_max: Option<Interval>,
     idempotency_key: Option<&str>,
-    keys: (Option<&str>, Option<&str>),
+    keys: Keys<'_>,
 ) -> Result<EnqueueOptions> {
     Ok(EnqueueOptions {
         delay_micros: micros(required("delay", delay)?),
@@ -276,15 +287,25 @@ fn options(
         backoff_base_micros: backoff_base.map(micros),
         backoff_max_micros: backoff_max.map(micros),
         idempotency_key: idempotency_key.map(str::to_string),
-        concurrency_key: keys.0.map(str::to_string),
-        ordering_key: keys.1.map(str::to_string),
+        concurrency_key: keys.concurrency.map(str::to_string),
+        ordering_key: keys.ordering.map(str::to_string),
+        fairness_key: keys.fairness.map(str::to_string),
     })
+}
+
+/// The flow-control keys of an enqueue call.
+#[derive(Default)]
+struct Keys<'a> {
+    concurrency: Option<&'a str>,
+    ordering: Option<&'a str>,
+    fairness: Option<&'a str>,
 }
 
 /// Enqueues one task in the caller's transaction; with `wait_for`, it
 /// waits until every one of those tasks has completed; with
 /// `concurrency_key`, it runs only while its key has a free slot; with
-/// `ordering_key`, after the key's earlier tasks, one at a time.
+/// `ordering_key`, after the key's earlier tasks, one at a time; with
+/// `fairness_key`, as that key's share of a fair-share queue.
 #[pg_extern(name = "queue_enqueue")]
 #[allow(clippy::too_many_arguments)]
 fn enqueue_v060(
@@ -300,6 +321,7 @@ fn enqueue_v060(
     on_parent_failure: default!(Option<&str>, "'dead_letter'"),
     concurrency_key: default!(Option<&str>, "NULL"),
     ordering_key: default!(Option<&str>, "NULL"),
+    fairness_key: default!(Option<&str>, "NULL"),
 ) -> Enqueued {
     run(|| {
         let queue = required("queue", queue)?;
@@ -310,7 +332,11 @@ fn enqueue_v060(
             backoff_base,
             backoff_max,
             idempotency_key,
-            (concurrency_key, ordering_key),
+            Keys {
+                concurrency: concurrency_key,
+                ordering: ordering_key,
+                fairness: fairness_key,
+            },
         )?;
         let on_parent_failure = required("on_parent_failure", on_parent_failure)?;
         let wait_for = wait_for
@@ -355,6 +381,7 @@ fn enqueue(
         idempotency_key,
         wait_for,
         on_parent_failure,
+        None,
         None,
         None,
     )
@@ -448,7 +475,12 @@ pub(crate) fn enqueue_many(
     let runnable = runnable_state(&resolved);
     let linked = parents.map(Parents::link).transpose()?;
     let state = linked.as_ref().map_or(runnable, |l| l.state(runnable));
-    let task = new_task(queue, settings.registered, &resolved, state);
+    let task = new_task(
+        queue,
+        (settings.registered, settings.fair_share),
+        &resolved,
+        state,
+    );
     let ids = store::insert_batch(&task, payloads)?;
     if let Some(linked) = &linked {
         linked.insert_links(&ids)?;
@@ -477,6 +509,7 @@ fn enqueue_batch_v060(
     on_parent_failure: default!(Option<&str>, "'dead_letter'"),
     concurrency_key: default!(Option<&str>, "NULL"),
     ordering_key: default!(Option<&str>, "NULL"),
+    fairness_key: default!(Option<&str>, "NULL"),
 ) -> SetOfIterator<'static, i64> {
     run(|| {
         let queue = checked_name("queue", queue)?;
@@ -494,7 +527,11 @@ fn enqueue_batch_v060(
             backoff_base,
             backoff_max,
             None,
-            (concurrency_key, ordering_key),
+            Keys {
+                concurrency: concurrency_key,
+                ordering: ordering_key,
+                fairness: fairness_key,
+            },
         )?;
         let payloads = payloads.elements();
         let parents = Parents::checked("", wait_for, Some(on_parent_failure), payloads.len())?;
@@ -528,6 +565,7 @@ fn enqueue_batch(
         backoff_max,
         wait_for,
         on_parent_failure,
+        None,
         None,
         None,
     )

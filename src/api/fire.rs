@@ -188,6 +188,7 @@ fn fire(plans: &[Plan<'_>]) -> Result<i64> {
             idempotency_key: None,
             concurrency_key: None,
             ordering_key: None,
+            fairness_key: None,
         };
         for chunk in payloads.chunks(MAX_BATCH) {
             made += enqueue_many(group.queue, chunk, options.clone(), false, None)?.len() as i64;

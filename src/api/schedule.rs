@@ -70,6 +70,7 @@ fn queue_schedule_upsert(
             idempotency_key: None,
             concurrency_key: None,
             ordering_key: None,
+            fairness_key: None,
         };
         validate::resolve_enqueue(options, settings.retry, "")?;
         if let (Some(_), Some(json)) = (fire_time_key, payload) {

@@ -36,6 +36,8 @@ pub struct QueueSettings {
     pub rate_burst: Option<i32>,
     /// "block" (None) or "release": what a dead task does to its ordering key.
     pub ordering_on_dead: Option<String>,
+    /// Claims share the ready tasks across fairness keys.
+    pub fair_share: bool,
     /// Read from the queue's registry row (false: the queue has none yet).
     pub registered: bool,
 }
@@ -53,8 +55,8 @@ impl QueueSettings {
 }
 
 /// `$flow` lists the flow-control settings (concurrency_limit, rate_limit,
-/// rate_interval, rate_burst, ordering_on_dead), NULLs on schemas before
-/// 0.6.0.
+/// rate_interval, rate_burst, ordering_on_dead, fair_share), NULLs on
+/// schemas before 0.6.0.
 macro_rules! load_settings {
     ($flow:literal) => {
         concat!(
@@ -69,7 +71,7 @@ macro_rules! load_settings {
 static LOAD_SETTINGS: Versioned = Versioned {
     current: Statement {
         sql: load_settings!(
-            "concurrency_limit, rate_limit, rate_interval, rate_burst, ordering_on_dead"
+            "concurrency_limit, rate_limit, rate_interval, rate_burst, ordering_on_dead, fair_share"
         ),
         args: &[TEXT],
         clock: false,
@@ -78,7 +80,7 @@ static LOAD_SETTINGS: Versioned = Versioned {
         SchemaLevel::V060,
         Statement {
             sql: load_settings!(
-                "NULL::integer, NULL::integer, NULL::interval, NULL::integer, NULL::text"
+                "NULL::integer, NULL::integer, NULL::interval, NULL::integer, NULL::text, NULL::boolean"
             ),
             args: &[TEXT],
             clock: false,
@@ -88,7 +90,7 @@ static LOAD_SETTINGS: Versioned = Versioned {
 
 /// Sets the given settings, or with $10 first resets every one to the
 /// default. The `$flow_*` pieces set the flow-control settings ($11 to
-/// $15, as `load_settings`), which schemas before 0.6.0 lack.
+/// $16, as `load_settings`), which schemas before 0.6.0 lack.
 macro_rules! configure {
     ($flow_columns:literal, $flow_values:literal, $flow_set:literal, $flow:literal) => {
         concat!(
@@ -113,21 +115,22 @@ macro_rules! configure {
 
 const CONFIGURE_ARGS: &[pgrx::pg_sys::PgBuiltInOids] = &[
     TEXT, INT4, INTERVAL, INTERVAL, INTERVAL, INT4, INTERVAL, INTERVAL, BOOL, BOOL, INT4, INT4,
-    INTERVAL, INT4, TEXT,
+    INTERVAL, INT4, TEXT, BOOL,
 ];
 
 static CONFIGURE: Versioned = Versioned {
     current: Statement {
         sql: configure!(
-            ", concurrency_limit, rate_limit, rate_interval, rate_burst, ordering_on_dead",
-            ", $11, $12, $13, $14, $15",
+            ", concurrency_limit, rate_limit, rate_interval, rate_burst, ordering_on_dead, fair_share",
+            ", $11, $12, $13, $14, $15, $16",
             ",
               concurrency_limit = coalesce($11, CASE WHEN $10 THEN NULL ELSE q.concurrency_limit END),
               rate_limit = coalesce($12, CASE WHEN $10 THEN NULL ELSE q.rate_limit END),
               rate_interval = coalesce($13, CASE WHEN $10 THEN NULL ELSE q.rate_interval END),
               rate_burst = coalesce($14, CASE WHEN $10 THEN NULL ELSE q.rate_burst END),
-              ordering_on_dead = coalesce($15, CASE WHEN $10 THEN NULL ELSE q.ordering_on_dead END)",
-            "concurrency_limit, rate_limit, rate_interval, rate_burst, ordering_on_dead"
+              ordering_on_dead = coalesce($15, CASE WHEN $10 THEN NULL ELSE q.ordering_on_dead END),
+              fair_share = coalesce($16, CASE WHEN $10 THEN NULL ELSE q.fair_share END)",
+            "concurrency_limit, rate_limit, rate_interval, rate_burst, ordering_on_dead, fair_share"
         ),
         args: CONFIGURE_ARGS,
         clock: false,
@@ -139,7 +142,7 @@ static CONFIGURE: Versioned = Versioned {
                 "",
                 "",
                 "",
-                "NULL::integer, NULL::integer, NULL::interval, NULL::integer, NULL::text"
+                "NULL::integer, NULL::integer, NULL::interval, NULL::integer, NULL::text, NULL::boolean"
             ),
             args: CONFIGURE_ARGS,
             clock: false,
@@ -508,6 +511,7 @@ fn settings_of(row: &Row<'_>) -> Result<QueueSettings> {
         rate_interval: row.get(12)?,
         rate_burst: row.get(13)?,
         ordering_on_dead: row.get(14)?,
+        fair_share: row.get(15)?.unwrap_or(false),
         registered: true,
     })
 }
@@ -527,6 +531,7 @@ pub struct SettingsChange {
     pub rate_interval: Option<Interval>,
     pub rate_burst: Option<i32>,
     pub ordering_on_dead: Option<String>,
+    pub fair_share: Option<bool>,
     /// Reset every setting not given to its default first.
     pub reset: bool,
 }
@@ -550,6 +555,7 @@ pub fn configure(queue: &str, change: &SettingsChange) -> Result<QueueSettings> 
             change.rate_interval.into(),
             change.rate_burst.into(),
             change.ordering_on_dead.as_deref().into(),
+            change.fair_share.into(),
         ];
         let settings = execute(client, CONFIGURE.get(), &args)?
             .first(settings_of)?
@@ -560,6 +566,9 @@ pub fn configure(queue: &str, change: &SettingsChange) -> Result<QueueSettings> 
         super::flow::rate_changed_in(client, queue, settings.rate())?;
         if settings.ordering_on_dead.as_deref() == Some("release") {
             super::flow::release_dead_heads_in(client, queue)?;
+        }
+        if settings.fair_share {
+            super::flow::backfill_virtual_times_in(client, queue)?;
         }
         Ok(settings)
     })?;

@@ -40,7 +40,7 @@ macro_rules! insert_tasks {
                                        created_at, updated_at, last_error", $deps, ")
           SELECT b.task_id, $1, $2::aedb_queue.task_state, $3, $4, $5, $6, $7, b.payload, $11, $8, $8,
                  $12", $values, "
-          FROM unnest($9::bigint[], $10::jsonb[]) AS b(task_id, payload)"
+          FROM unnest($9::bigint[], $10::jsonb[], $17::bigint[]) AS b(task_id, payload, fair_vt)"
         )
     };
 }
@@ -61,11 +61,16 @@ const INSERT_TASKS_ARGS: &[pgrx::pg_sys::PgBuiltInOids] = &[
     INT4,
     TEXT,
     TEXT,
+    TEXT,
+    INT8_ARRAY,
 ];
 
 pub(super) static INSERT_TASKS: Versioned = Versioned {
     current: Statement {
-        sql: insert_tasks!(", waiting_on, concurrency_key, ordering_key", ", $13, $14, $15"),
+        sql: insert_tasks!(
+            ", waiting_on, concurrency_key, ordering_key, fairness_key, fair_vt",
+            ", $13, $14, $15, $16, b.fair_vt"
+        ),
         args: INSERT_TASKS_ARGS,
         clock: false,
     },
@@ -124,6 +129,10 @@ pub struct NewTask<'a> {
     pub concurrency_key: Option<&'a str>,
     /// Its line decides when it may run (`flow`).
     pub ordering_key: Option<&'a str>,
+    pub fairness_key: Option<&'a str>,
+    /// The queue shares its claims across fairness keys: each task gets
+    /// its virtual start time (`flow::take_virtual_times`).
+    pub fair_share: bool,
 }
 
 /// Inserts one task, under `task_id` (a reserved idempotency key's) or a
@@ -151,6 +160,8 @@ struct Rows<'a> {
     ids: Vec<i64>,
     payloads: &'a [Option<RawJsonb>],
     key: Option<&'a str>,
+    /// Each row's virtual start time in a fair-share queue, else empty.
+    fair_vts: Vec<i64>,
 }
 
 /// Inserts one row per payload, the first under `first_id` if given;
@@ -174,7 +185,19 @@ fn insert(
         let _rights = OwnerRights::enter()?;
         let drawn = payloads.len() - usize::from(first_id.is_some());
         let ids = first_id.into_iter().chain(next_task_ids(drawn)?).collect();
-        let rows = Rows { ids, payloads, key };
+        let fair_vts = if task.fair_share {
+            with_client(|client| {
+                super::flow::take_virtual_times(client, task.queue, task.fairness_key, payloads.len())
+            })?
+        } else {
+            Vec::new()
+        };
+        let rows = Rows {
+            ids,
+            payloads,
+            key,
+            fair_vts,
+        };
         let written = write(task, &rows, &shared)?;
         (rows, written)
     };
@@ -326,6 +349,13 @@ fn write(task: &NewTask<'_>, rows: &Rows<'_>, shared: &Shared) -> Result<bool> {
     if let Some(key) = task.ordering_key {
         columns.push((c"ordering_key", Values::Same(datum(key.into_datum())?)));
     }
+    if let Some(key) = task.fairness_key {
+        columns.push((c"fairness_key", Values::Same(datum(key.into_datum())?)));
+    }
+    let vts: Vec<Option<pg_sys::Datum>> = rows.fair_vts.iter().map(|vt| vt.into_datum()).collect();
+    if !vts.is_empty() {
+        columns.push((c"fair_vt", Values::PerRow(&vts)));
+    }
     match task.state {
         NewState::Waiting(parents) => {
             columns.push((c"waiting_on", Values::Same(datum(parents.into_datum())?)))
@@ -375,6 +405,8 @@ fn insert_through_executor(
         .into(),
         task.concurrency_key.into(),
         task.ordering_key.into(),
+        task.fairness_key.into(),
+        fair_vts_or_nulls(rows).into(),
     ];
     execute(client, INSERT_TASKS.get(), &args)?;
     Ok(())
@@ -387,4 +419,14 @@ pub fn reserve_key(queue: &str, key: &str) -> Result<Option<i64>> {
 
 pub fn lookup_key(queue: &str, key: &str) -> Result<Option<i64>> {
     with_client(|client| first_i64(execute(client, &LOOKUP_KEY, &[queue.into(), key.into()])?))
+}
+
+/// The rows' virtual times for INSERT_TASKS's unnest: NULLs outside a
+/// fair-share queue, one per row either way.
+fn fair_vts_or_nulls(rows: &Rows<'_>) -> Vec<Option<i64>> {
+    if rows.fair_vts.is_empty() {
+        vec![None; rows.ids.len()]
+    } else {
+        rows.fair_vts.iter().copied().map(Some).collect()
+    }
 }

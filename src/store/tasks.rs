@@ -162,6 +162,22 @@ static CLAIM_0_1_0: Statement = Statement {
     clock: true,
 };
 
+/// CLAIM for a fair-share queue: each priority's ready tasks by their
+/// virtual start times (`task_fair_idx`), so the keys take turns (by
+/// weight). Always from the head: no scan position is kept.
+static CLAIM_FAIR: Statement = Statement {
+    sql: claim_picked!(
+        "SELECT ctid FROM aedb_queue.task
+         WHERE queue = $1 AND state = 'ready' AND fair_vt IS NOT NULL
+         ORDER BY priority DESC, fair_vt, task_id
+         LIMIT $2
+         FOR UPDATE SKIP LOCKED",
+        "$5"
+    ),
+    args: &[TEXT, INT4, TEXT, INTERVAL],
+    clock: true,
+};
+
 /// CLAIM resumed after position ($5 priority, $6 task id) in service order
 /// (see `scan_hint`): higher priorities from their head, then the ready index
 /// from that position on, one range each. The outer LIMIT stops pulling (and
@@ -454,6 +470,7 @@ pub(crate) static LIFECYCLE_STATEMENTS: &[(&str, &Statement)] = &[
     ("REAP", &REAP.current),
     ("CLAIM", &CLAIM),
     ("CLAIM_AFTER", &CLAIM_AFTER),
+    ("CLAIM_FAIR", &CLAIM_FAIR),
     ("COMPLETE", &COMPLETE.current),
     ("COMPLETE_MANY", &COMPLETE_MANY.current),
     ("COMPLETE_MANY_0_3_0", &COMPLETE_MANY_0_3_0),
@@ -564,7 +581,11 @@ pub fn claim(
     lease: Interval,
     max: i32,
     reap: Option<i32>,
+    fair: bool,
 ) -> Result<Vec<ClaimedTask>> {
+    if fair {
+        return claim_fair(queue, owner_id, lease, max, reap);
+    }
     let now = Instant::now();
     let mut hints = HINTS
         .with(|all| all.borrow().get(queue).copied())
@@ -604,6 +625,33 @@ pub fn claim(
         all.insert(queue.to_owned(), hints);
     });
     Ok(tasks)
+}
+
+/// A fair-share queue's claim: due work promoted first (when `reap`), then
+/// the fair order; tasks without a virtual time (enqueued by a backend
+/// that had not yet seen the queue turn fair) are served when that comes
+/// up short.
+fn claim_fair(
+    queue: &str,
+    owner_id: &str,
+    lease: Interval,
+    max: i32,
+    reap: Option<i32>,
+) -> Result<Vec<ClaimedTask>> {
+    with_client(|client| {
+        if let Some(limit) = reap {
+            let mut hints = Hints::new(Instant::now());
+            reap_if_due(client, queue, limit, &mut hints)?;
+        }
+        let args = [queue.into(), max.into(), owner_id.into(), lease.into()];
+        let mut tasks = claimed_tasks(execute(client, &CLAIM_FAIR, &args)?)?;
+        let missing = max - tasks.len() as i32;
+        if missing > 0 {
+            let args = [queue.into(), missing.into(), owner_id.into(), lease.into()];
+            tasks.extend(claimed_tasks(execute(client, &CLAIM, &args)?)?);
+        }
+        Ok(tasks)
+    })
 }
 
 /// One claim of up to `max` tasks: resumed after the hint when there is one
