@@ -12,12 +12,13 @@
 -- 0.6.0 is flow control (issue 12).
 
 -- 1. Concurrency keys: a task's key, the queue's limit, the slots per key,
--- and the blocked state. The index predicate names no new label (see
--- schema.sql).
+-- and the blocked state. The index predicate names no label newer than
+-- 0.1.0's (see schema.sql): an update from before 0.5.0 adds 'waiting' in
+-- this same transaction.
 ALTER TYPE aedb_queue.task_state ADD VALUE 'blocked';
 ALTER TABLE aedb_queue.queue ADD COLUMN concurrency_limit integer CHECK (concurrency_limit >= 1);
 ALTER TABLE aedb_queue.task ADD COLUMN concurrency_key text;
-CREATE INDEX task_blocked_idx   ON aedb_queue.task (queue, concurrency_key, priority DESC, (-task_id) DESC) WHERE state > 'waiting';
+CREATE INDEX task_blocked_idx   ON aedb_queue.task (queue, concurrency_key, priority DESC, (-task_id) DESC) WHERE state > 'dead';
 CREATE TABLE aedb_queue.concurrency_slot (
     queue             text NOT NULL,
     key               text NOT NULL,
@@ -44,7 +45,7 @@ REVOKE ALL ON aedb_queue.rate_bucket FROM PUBLIC;
 -- head of each key's line.
 ALTER TABLE aedb_queue.queue ADD COLUMN ordering_on_dead text CHECK (ordering_on_dead IN ('block', 'release'));
 ALTER TABLE aedb_queue.task ADD COLUMN ordering_key text;
-CREATE INDEX task_ordering_idx  ON aedb_queue.task (queue, ordering_key, task_id) WHERE state > 'waiting' AND ordering_key IS NOT NULL;
+CREATE INDEX task_ordering_idx  ON aedb_queue.task (queue, ordering_key, task_id) WHERE state > 'dead' AND ordering_key IS NOT NULL;
 CREATE TABLE aedb_queue.ordering_slot (
     queue text NOT NULL,
     key   text NOT NULL,
@@ -212,7 +213,7 @@ SELECT q.name AS queue,
        (SELECT count(*) FROM aedb_queue.task t
          WHERE t.queue = q.name AND t.state = 'scheduled') AS scheduled,
        (SELECT count(*) FROM aedb_queue.task t
-         WHERE t.queue = q.name AND t.state > 'waiting') AS blocked,
+         WHERE t.queue = q.name AND t.state > 'dead' AND t.state::text = 'blocked') AS blocked,
        (SELECT count(*) FROM aedb_queue.task t
          WHERE t.queue = q.name AND t.state = 'ready') AS ready,
        (SELECT count(*) FROM aedb_queue.task t
@@ -254,7 +255,7 @@ SELECT s.queue,
          WHERE t.queue = s.queue AND t.state = 'in_flight' AND t.lease_deadline IS NOT NULL
            AND t.concurrency_key = s.key) AS in_flight,
        (SELECT count(*) FROM aedb_queue.task t
-         WHERE t.queue = s.queue AND t.state > 'waiting' AND t.concurrency_key = s.key) AS blocked,
+         WHERE t.queue = s.queue AND t.state > 'dead' AND t.state::text = 'blocked' AND t.concurrency_key = s.key) AS blocked,
        s.taken >= coalesce(s.concurrency_limit, q.concurrency_limit, 1) AS at_limit
 FROM aedb_queue.concurrency_slot s
 LEFT JOIN aedb_queue.queue q ON q.name = s.queue
@@ -266,7 +267,7 @@ SELECT o.queue,
        o.head AS head_task_id,
        h.state AS head_state,
        (SELECT count(*) FROM aedb_queue.task t
-         WHERE t.queue = o.queue AND t.state > 'waiting' AND t.ordering_key = o.key) AS in_line,
+         WHERE t.queue = o.queue AND t.state > 'dead' AND t.state::text = 'blocked' AND t.ordering_key = o.key) AS in_line,
        h.state = 'dead' AS stopped_by_dead
 FROM aedb_queue.ordering_slot o
 LEFT JOIN aedb_queue.task h ON h.task_id = o.head

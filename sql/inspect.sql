@@ -41,7 +41,7 @@ SELECT q.name AS queue,
        (SELECT count(*) FROM aedb_queue.task t
          WHERE t.queue = q.name AND t.state = 'scheduled') AS scheduled,
        (SELECT count(*) FROM aedb_queue.task t
-         WHERE t.queue = q.name AND t.state > 'waiting') AS blocked,
+         WHERE t.queue = q.name AND t.state > 'dead' AND t.state::text = 'blocked') AS blocked,
        (SELECT count(*) FROM aedb_queue.task t
          WHERE t.queue = q.name AND t.state = 'ready') AS ready,
        (SELECT count(*) FROM aedb_queue.task t
@@ -77,8 +77,9 @@ WHERE aedb_queue_internal.can_read(q.name);
 -- limit of its own. taken = ready + in flight; at_limit: its next due task
 -- waits (blocked) until one of them completes, fails or is cancelled.
 -- Counts read the key's range of the blocked index and the queue's
--- in-flight entries. state > 'waiting' is state = 'blocked', the last
--- label, which the 0.6.0 upgrade could not name (see schema.sql).
+-- in-flight entries. state > 'dead' (the blocked indexes' predicate) and
+-- state::text = 'blocked': the upgrades could not name the label (see
+-- schema.sql).
 CREATE VIEW aedb_queue.concurrency_keys WITH (security_barrier) AS
 SELECT s.queue,
        s.key AS concurrency_key,
@@ -89,7 +90,7 @@ SELECT s.queue,
          WHERE t.queue = s.queue AND t.state = 'in_flight' AND t.lease_deadline IS NOT NULL
            AND t.concurrency_key = s.key) AS in_flight,
        (SELECT count(*) FROM aedb_queue.task t
-         WHERE t.queue = s.queue AND t.state > 'waiting' AND t.concurrency_key = s.key) AS blocked,
+         WHERE t.queue = s.queue AND t.state > 'dead' AND t.state::text = 'blocked' AND t.concurrency_key = s.key) AS blocked,
        s.taken >= coalesce(s.concurrency_limit, q.concurrency_limit, 1) AS at_limit
 FROM aedb_queue.concurrency_slot s
 LEFT JOIN aedb_queue.queue q ON q.name = s.queue
@@ -106,7 +107,7 @@ SELECT o.queue,
        o.head AS head_task_id,
        h.state AS head_state,
        (SELECT count(*) FROM aedb_queue.task t
-         WHERE t.queue = o.queue AND t.state > 'waiting' AND t.ordering_key = o.key) AS in_line,
+         WHERE t.queue = o.queue AND t.state > 'dead' AND t.state::text = 'blocked' AND t.ordering_key = o.key) AS in_line,
        h.state = 'dead' AS stopped_by_dead
 FROM aedb_queue.ordering_slot o
 LEFT JOIN aedb_queue.task h ON h.task_id = o.head

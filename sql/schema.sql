@@ -163,11 +163,12 @@ CREATE INDEX task_dead_idx      ON aedb_queue.task (queue, task_id)             
 -- upgrade could not use in the transaction that adds it.
 CREATE INDEX task_waiting_idx   ON aedb_queue.task (queue, task_id)               WHERE waiting_on > 0;
 -- Blocked tasks by key, in service order: a freed slot goes to the key's
--- first. The predicate means state = 'blocked' (the last label): an
--- upgrade cannot name a label in the transaction that adds it.
-CREATE INDEX task_blocked_idx   ON aedb_queue.task (queue, concurrency_key, priority DESC, (-task_id) DESC) WHERE state > 'waiting';
+-- first. The predicate names 'dead', the last label 0.1.0 had (it holds
+-- the waiting and blocked tasks): an upgrade cannot name a label in the
+-- transaction that adds it, and one from 0.4.0 adds 'waiting' as well.
+CREATE INDEX task_blocked_idx   ON aedb_queue.task (queue, concurrency_key, priority DESC, (-task_id) DESC) WHERE state > 'dead';
 -- The line of each ordering key: its blocked tasks in id order.
-CREATE INDEX task_ordering_idx  ON aedb_queue.task (queue, ordering_key, task_id) WHERE state > 'waiting' AND ordering_key IS NOT NULL;
+CREATE INDEX task_ordering_idx  ON aedb_queue.task (queue, ordering_key, task_id) WHERE state > 'dead' AND ordering_key IS NOT NULL;
 -- Ready tasks of fair-share queues in the order their claims serve.
 CREATE INDEX task_fair_idx      ON aedb_queue.task (queue, priority DESC, fair_vt, task_id) WHERE state = 'ready' AND fair_vt IS NOT NULL;
 
