@@ -168,6 +168,22 @@ mod tests {
             assert_eq!(count("aedb_queue.ordering_keys WHERE queue = 'b.jobs'"), 0);
             assert_eq!(count("aedb_queue.ordering_keys WHERE queue = 'a.jobs'"), 1);
         });
+        // Fair share likewise: weights are per queue, set by its admin only.
+        exec("SELECT aedb_queue.queue_configure('b.jobs', fair_share => true)");
+        as_login("tenant_admin", None, || {
+            expect_error(
+                "SELECT aedb_queue.queue_configure_fairness('b.jobs', 'acct', 1000)",
+                "42501",
+                "permission denied to administer on queue \"b.jobs\": no aedb_queue grant of this role covers it",
+            );
+            assert!(one::<bool>("SELECT aedb_queue.queue_configure_fairness('a.jobs', 'acct', 1000)"));
+            assert_eq!(count("aedb_queue.fairness_keys WHERE queue = 'b.jobs'"), 0);
+        });
+        assert_eq!(
+            count("aedb_queue.fairness_key WHERE queue = 'b.jobs' AND weight IS NOT NULL"),
+            0,
+            "the refused call wrote nothing"
+        );
         assert_task_invariants("tenants' keys");
     }
 

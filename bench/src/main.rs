@@ -21,7 +21,7 @@ use clap::Parser;
 
 use db::{Cluster, Result};
 use report::{Results, Unit};
-use scenarios::{Clutter, Ctx, EnqueueMode, KeyLoad, Measured};
+use scenarios::{Clutter, Ctx, EnqueueMode, FairLoad, KeyLoad, Measured};
 use systems::System;
 
 #[derive(Parser)]
@@ -68,7 +68,7 @@ struct Args {
     host: String,
     #[arg(long, default_value_t = 54329)]
     port: u16,
-    /// Run only these scenarios (floor, enqueue, drain, keys, steady,
+    /// Run only these scenarios (floor, enqueue, drain, keys, fair, steady,
     /// clutter, long_tx, churn), for investigating one; the default runs them all.
     #[arg(long, value_delimiter = ',')]
     only: Option<Vec<String>>,
@@ -109,6 +109,9 @@ struct Plan {
     /// tasks of the one saturated key in front of the drained ones.
     keys: usize,
     saturated_key: usize,
+    /// Fair share: one key's tasks loaded first, then small keys' (the
+    /// issue's 1,000,000 ready tasks and 100 keys of 10 in full runs).
+    fair: FairLoad,
     long_clean: Duration,
     long_hold: Duration,
     long_after: Duration,
@@ -141,6 +144,13 @@ impl Plan {
             other_each: 1_000,
             keys: 1_000,
             saturated_key: 100_000,
+            // At 20,000 the last small task's ten rounds of 101 claims would
+            // be 4.8 % of the load, at the target's edge by construction.
+            fair: FairLoad {
+                big: 50_000,
+                small_keys: 100,
+                small_each: 10,
+            },
             long_clean: Duration::from_secs(5),
             long_hold: Duration::from_secs(10),
             long_after: Duration::from_secs(10),
@@ -174,6 +184,11 @@ impl Plan {
             other_each: 2_000,
             keys: 1_000,
             saturated_key: 100_000,
+            fair: FairLoad {
+                big: 1_000_000,
+                small_keys: 100,
+                small_each: 10,
+            },
             long_clean: Duration::from_secs(10),
             long_hold: Duration::from_secs(60),
             long_after: Duration::from_secs(30),
@@ -187,6 +202,12 @@ impl Plan {
 const PER_JOB: &str = "drain_per_job";
 const KEYS: &str = "keys";
 const KEYS_UNKEYED: &str = "unkeyed";
+const FAIR: &str = "fair";
+const FAIR_ON: &str = "fair share";
+const FAIR_OFF: &str = "first in, first out";
+/// The fair-share drain stops (both cells) once this share of the load has
+/// completed: past it, the target is missed whatever follows.
+const FAIR_TARGET: f64 = 0.05;
 const FLOOR_ROW: &str = "insert + delete (pgbench)";
 const NOTIFY_COLUMN: &str = "single, 8 producers, NOTIFY on";
 
@@ -579,6 +600,81 @@ impl Bench {
         }
     }
 
+    /// Fair share, aedb_queue only: the fair-share queue and the same load
+    /// in a first-in-first-out queue for contrast, each from a fresh
+    /// database, one after the other (the order turned in every second
+    /// repetition, so the rates pair adjacent cells).
+    async fn fair(&mut self) {
+        if !self.systems_now().contains(&System::Aedb) {
+            return;
+        }
+        let load = self.plan.fair;
+        let stop_at = (load.total() as f64 * FAIR_TARGET).ceil() as u64;
+        let mut cases = [(FAIR_ON, true), (FAIR_OFF, false)];
+        if self.rep.is_multiple_of(2) {
+            cases.reverse();
+        }
+        for (col, fair_share) in cases {
+            let m = match scenarios::fair(
+                &self.ctx(System::Aedb),
+                fair_share,
+                load,
+                8,
+                stop_at,
+                self.plan.window,
+            )
+            .await
+            {
+                Ok(m) => m,
+                Err(e) => {
+                    self.record(FAIR, System::Aedb, col, Err(e));
+                    continue;
+                }
+            };
+            let measured = Measured {
+                jobs: m.done,
+                seconds: m.seconds,
+                cost: m.cost,
+                ..Default::default()
+            };
+            self.record(FAIR, System::Aedb, col, Ok(measured));
+            let (name, rep) = (System::Aedb.name(), self.rep);
+            let mut values = vec![
+                ("fair_load_seconds", m.load_seconds),
+                ("fair_done", m.done as f64),
+                ("fair_small_done", m.small_done as f64),
+                ("fair_seconds", m.seconds),
+            ];
+            if let Some((n, secs)) = m.at_last_small {
+                values.extend([
+                    ("fair_at_last_small", n as f64),
+                    ("fair_fraction", n as f64 / load.total() as f64),
+                    ("fair_last_small_seconds", secs),
+                    ("fair_last_small_rate", n as f64 / secs),
+                ]);
+            }
+            for (table, value) in values {
+                self.results.add_in_rep(table, name, col, rep, value);
+            }
+            println!(
+                "  fair {col}: loaded {} tasks in {:.1} s; {} completions in {:.2} s, {} of {} small; last small at {}",
+                load.total(),
+                m.load_seconds,
+                m.done,
+                m.seconds,
+                m.small_done,
+                load.small(),
+                m.at_last_small
+                    .map(|(n, secs)| format!(
+                        "{n} ({:.3} % of the load) after {secs:.2} s, {:.0} jobs/s",
+                        100.0 * n as f64 / load.total() as f64,
+                        n as f64 / secs
+                    ))
+                    .unwrap_or_else(|| "–".into())
+            );
+        }
+    }
+
     async fn long_transaction(&mut self) {
         for system in self
             .systems
@@ -806,6 +902,9 @@ async fn main() -> Result<()> {
         }
         if runs("keys") {
             bench.keys().await;
+        }
+        if runs("fair") {
+            bench.fair().await;
         }
     }
     // Long scenarios are not paired across systems (see `Results::paired_ratio`).
@@ -1054,6 +1153,7 @@ async fn render(bench: &Bench, elapsed: Duration) -> Result<String> {
     );
     let _ = writeln!(md, "{}", cost_block(r, "clutter", &names, &cc));
     let _ = writeln!(md, "{}", keys_section(bench));
+    let _ = writeln!(md, "{}", fair_section(bench));
 
     let mut long_cols = vec!["clean".to_string(), "snapshot held".to_string()];
     long_cols
@@ -1174,6 +1274,186 @@ fn keys_section(bench: &Bench) -> String {
         }
     }
     out
+}
+
+/// The fair-share cells: their workload, measurements, costs and target.
+fn fair_section(bench: &Bench) -> String {
+    let (r, p) = (&bench.results, &bench.plan);
+    let aedb = "aedb_queue";
+    let load = p.fair;
+    let total = load.total() as f64;
+    let cols = [FAIR_ON, FAIR_OFF];
+    if cols
+        .iter()
+        .all(|c| r.values("fair_done", aedb, c).is_empty())
+    {
+        return String::new();
+    }
+    let count = |v: f64| Unit::Count.format(v);
+    let percent = |v: f64| format!("{:.2} %", 100.0 * v);
+    let secs = |v: f64| format!("{v:.2}");
+    // The median, and every repetition's value when there are several.
+    let cell = |table: &str, col: &str, f: &dyn Fn(f64) -> String| -> String {
+        let values = r.values(table, aedb, col);
+        let Some(m) = report::median(values) else {
+            return "–".into();
+        };
+        let mut out = f(m);
+        if values.len() > 1 {
+            let raw: Vec<String> = values.iter().map(|v| f(*v)).collect();
+            let _ = write!(out, " [{}]", raw.join(", "));
+        }
+        out
+    };
+    let load_secs = |col: &str| {
+        r.median("fair_load_seconds", aedb, col)
+            .map(|s| format!("{s:.1} s"))
+            .unwrap_or_else(|| "–".into())
+    };
+    let mut out = format!(
+        "## Fair share (aedb_queue only: no peer has it; one key of {big} ready tasks, then {keys} keys of {each}; 8 workers, claim then complete per job as in the per-job drain)\n\n\
+         Every cell starts from a fresh database. *{FAIR_ON}*: the queue set to `queue_configure(fair_share => true)` before the load; *{FAIR_OFF}*: the queue left unconfigured. \
+         Both load the same tasks through the same statement, `queue_enqueue_batch(q, payloads, fairness_key => k)`: the big key's {big} first, in batches of 1,000, then each small key's {each} in one batch, with `\"small\": true` in their payloads; then VACUUM ANALYZE and CHECKPOINT, not timed. \
+         The load's enqueue calls took {on} ({FAIR_ON}) and {off} ({FAIR_OFF}; medians). \
+         The workers count the completions of every key; each small task's completion notes the count it made, and the highest of those is where the drain was when the last small task completed (the last one also notes the time). \
+         The drain stops once 5 % of the load ({stop} tasks) has completed or after {window} s, whichever comes first, so neither cell drains the whole load, and both give a rate over the same stretch. \
+         In each repetition the two cells run one after the other (the order reversed in every second repetition). \
+         Target: every small-key task completes within the first 5 % of the drain.{scale}\n\n",
+        big = count(load.big as f64),
+        keys = load.small_keys,
+        each = load.small_each,
+        on = load_secs(FAIR_ON),
+        off = load_secs(FAIR_OFF),
+        stop = count((total * FAIR_TARGET).ceil()),
+        window = p.window.as_secs(),
+        scale = if load.big == 1_000_000 {
+            String::new()
+        } else {
+            format!(
+                " The issue states it for 1,000,000 ready tasks of one key; this run loaded {}.",
+                count(load.big as f64)
+            )
+        },
+    );
+    let _ = writeln!(
+        out,
+        "| queue | small tasks completed (of {small}) | completions when the last small task completed | share of the load ({total_txt} tasks) | seconds then | jobs/s until then | completions when the drain stopped | seconds | jobs/s |\n|---|---|---|---|---|---|---|---|---|",
+        small = count(load.small() as f64),
+        total_txt = count(total)
+    );
+    for col in cols {
+        let runs = r.values("fair_done", aedb, col).len();
+        if runs == 0 {
+            continue;
+        }
+        let reached = r.values("fair_at_last_small", aedb, col).len();
+        let (at, share) = match reached {
+            0 => (
+                "not reached".to_string(),
+                format!("> {}", cell("fair_done", col, &|v: f64| percent(v / total))),
+            ),
+            _ => {
+                let missing = if reached < runs {
+                    format!(" (not reached in {} of {runs})", runs - reached)
+                } else {
+                    String::new()
+                };
+                (
+                    format!("{}{missing}", cell("fair_at_last_small", col, &count)),
+                    cell("fair_fraction", col, &percent),
+                )
+            }
+        };
+        let _ = writeln!(
+            out,
+            "| {col} | {} | {at} | {share} | {} | {} | {} | {} | {} |",
+            cell("fair_small_done", col, &count),
+            cell("fair_last_small_seconds", col, &secs),
+            cell("fair_last_small_rate", col, &|v: f64| Unit::PerSecond
+                .format(v)),
+            cell("fair_done", col, &count),
+            cell("fair_seconds", col, &secs),
+            cell(FAIR, col, &|v: f64| Unit::PerSecond.format(v)),
+        );
+    }
+    out.push_str("\nSeconds and jobs/s count from the first claim, the workers' first calls included (a backend's first claim and completion prepare their statements and load the library), which weigh more in the short stretch up to the last small task than over the whole drain; small tasks completed are counted when the drain stopped.\n\n");
+    if let (Some(on), Some(off)) = (
+        r.median(FAIR, aedb, FAIR_ON),
+        r.median(FAIR, aedb, FAIR_OFF),
+    ) {
+        let paired = r
+            .paired_cells((FAIR, aedb, FAIR_ON), (FAIR, aedb, FAIR_OFF))
+            .map(|p| format!(" (paired {p:.2}×)"))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "jobs/s over the drain, {FAIR_ON}: {:.2}×{paired} {FAIR_OFF}.\n",
+            on / off
+        );
+    }
+    out.push_str(&cost_block(r, FAIR, &[aedb], &cols));
+    out
+}
+
+/// The fair-share target's line: the fraction measured (the median; met
+/// only if every repetition's small tasks all completed), with the
+/// first-in-first-out contrast. None when the fair-share cell did not run.
+fn fair_target(r: &report::Results, load: FairLoad) -> Option<(String, bool)> {
+    let aedb = "aedb_queue";
+    let total = load.total() as f64;
+    let count = |v: f64| Unit::Count.format(v);
+    let runs = r.values("fair_done", aedb, FAIR_ON).len();
+    if runs == 0 {
+        return None;
+    }
+    let fractions = r.values("fair_fraction", aedb, FAIR_ON);
+    let (mut text, met) = match r.median("fair_fraction", aedb, FAIR_ON) {
+        Some(f) => {
+            let mut text = format!(
+                "{:.2} % ({} of {})",
+                100.0 * f,
+                count(r.median("fair_at_last_small", aedb, FAIR_ON).unwrap_or(0.0)),
+                count(total)
+            );
+            if fractions.len() > 1 {
+                let raw: Vec<String> = fractions
+                    .iter()
+                    .map(|v| format!("{:.2} %", 100.0 * v))
+                    .collect();
+                let _ = write!(text, " [{}]", raw.join(", "));
+            }
+            if fractions.len() < runs {
+                let _ = write!(
+                    text,
+                    "; not every small task completed in {} of {runs} repetitions",
+                    runs - fractions.len()
+                );
+            }
+            (text, fractions.len() == runs && f <= FAIR_TARGET)
+        }
+        None => (
+            format!(
+                "not every small task completed: {} of {} after {} completions",
+                count(r.median("fair_small_done", aedb, FAIR_ON).unwrap_or(0.0)),
+                count(load.small() as f64),
+                count(r.median("fair_done", aedb, FAIR_ON).unwrap_or(0.0)),
+            ),
+            false,
+        ),
+    };
+    if let (Some(small), Some(done)) = (
+        r.median("fair_small_done", aedb, FAIR_OFF),
+        r.median("fair_done", aedb, FAIR_OFF),
+    ) {
+        let _ = write!(
+            text,
+            "; {FAIR_OFF}: {} of {} small tasks after {} completions",
+            count(small),
+            count(load.small() as f64),
+            count(done)
+        );
+    }
+    Some((text, met))
 }
 
 /// A keyed cell against the unkeyed one: the ratio of the medians, and the
@@ -1484,6 +1764,18 @@ fn targets(bench: &Bench) -> String {
             );
         }
     }
+    if let Some((text, met)) = fair_target(r, bench.plan.fair) {
+        let f = bench.plan.fair;
+        line(
+            format!(
+                "fair share, one key of {} ready tasks and {} keys of {}: every small-key task completes within the first 5 % of the drain",
+                Unit::Count.format(f.big as f64), f.small_keys, f.small_each
+            ),
+            Some(text),
+            Some(met),
+            LIMIT_FAIR,
+        );
+    }
     if let (Some(clean), Some(held)) = (
         r.median("long_tx", aedb, "clean"),
         r.median("long_tx", aedb, "snapshot held"),
@@ -1553,6 +1845,7 @@ const LIMIT_ENQUEUE: &str = "batches are written the way COPY writes them (heap_
 const LIMIT_CLUTTER: &str = "the claim reads only its own queue's ready index; a miss here comes from the dead index entries that a large drain leaves at the head of that index until vacuum.";
 const LIMIT_KEYS_SPREAD: &str = "each completion of a keyed task also hands its key's slot on, in the same transaction and through two more statements over SPI (src/store/flow.rs): it locks the key's row of aedb_queue.concurrency_slot, then moves the key's next blocked task to ready (an update of that task, with its entry in the ready index) and writes the key's row, or deletes it after the key's last task. The unkeyed completion does none of this; the difference in WAL bytes per job above is that work.";
 const LIMIT_KEYS_SATURATED: &str = "the claim reads only the queue's ready index, which holds none of the blocked tasks (they are in task_blocked_idx, which no claim reads), and the held task's lease is an hour from expiry, beyond the range the claim's check for expired leases reads; what is left to differ is a heap and indexes larger by the blocked tasks.";
+const LIMIT_FAIR: &str = "claims serve the ready tasks by virtual start time, each key's tasks spaced by 1000 / weight from the later of its last time and the queue's head, so a small key enqueued behind the big one starts at the head and its tenth task comes up in the tenth round of 101 claims (1,010 of the load); a miss means the claims did not follow that order (a task enqueued by a backend that had not yet seen fair_share turned on has no virtual time and is served only when the fair order comes up short).";
 const LIMIT_LONG_TX: &str = "a held snapshot keeps VACUUM from removing the index entries of claimed and completed tasks. Claims resume where the session's last claim stopped and the reap check reads only the recently due range, so each session walks those entries once per aedb_queue.claim_rescan_interval (1 s) instead of on every claim; what is left is that periodic rescan, which grows with the snapshot's age, and heap pages full of dead versions until autovacuum runs after the snapshot ends.";
 const LIMIT_CHURN: &str = "every task is inserted, updated when claimed and deleted when completed, so the hot table holds the dead versions made between autovacuum runs; the size levels off only if autovacuum keeps up with the churn.";
 

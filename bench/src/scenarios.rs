@@ -596,6 +596,164 @@ async fn hold_saturated_key(conn: &mut Conn, tasks: usize) -> Result<()> {
     Ok(())
 }
 
+/// The fair-share load: one big key's tasks first, then `small_keys` keys
+/// of `small_each` tasks each (aedb_queue only).
+#[derive(Clone, Copy)]
+pub struct FairLoad {
+    pub big: usize,
+    pub small_keys: usize,
+    pub small_each: usize,
+}
+
+impl FairLoad {
+    pub fn small(&self) -> usize {
+        self.small_keys * self.small_each
+    }
+    pub fn total(&self) -> usize {
+        self.big + self.small()
+    }
+}
+
+/// What one fair-share cell measured.
+#[derive(Clone, Debug, Default)]
+pub struct FairDrain {
+    /// Seconds the load's enqueue calls took (not the VACUUM and CHECKPOINT).
+    pub load_seconds: f64,
+    /// Completions (every key) and seconds from the first claim until the
+    /// drain stopped, the small keys' completions among them.
+    pub done: u64,
+    pub seconds: f64,
+    pub small_done: u64,
+    /// The completions counted (every key) when the last small task
+    /// completed, and the seconds from the first claim until then; None
+    /// unless every small task completed before the drain stopped.
+    pub at_last_small: Option<(u64, f64)>,
+    pub cost: Option<Cost>,
+}
+
+/// The fair-share scenario's big key.
+const BIG_KEY: &str = "big";
+
+/// Loads `load` into a fresh database's queue (set to fair share first when
+/// `fair_share`; left unconfigured, first in, first out, otherwise): the big
+/// key's tasks in batches of 1,000, then each small key's in one batch with
+/// `"small": true` in the payload, every batch through the same statement
+/// with its fairness key; then VACUUM ANALYZE and CHECKPOINT, as the keys
+/// cells. `workers` workers then claim and complete one task at a time, as
+/// in the per-job drain, counting completions; each small task's completion
+/// notes the count it made, the last one also the time. The drain stops
+/// once `stop_at` tasks have completed or after `window`, so that both cells
+/// give a rate over the same stretch (the fair cell's small tasks are done
+/// within its first second).
+pub async fn fair(
+    ctx: &Ctx,
+    fair_share: bool,
+    load: FairLoad,
+    workers: usize,
+    stop_at: u64,
+    window: Duration,
+) -> Result<FairDrain> {
+    let mut conn = ctx.fresh().await?;
+    if fair_share {
+        conn.batch(&format!(
+            "SELECT * FROM aedb_queue.queue_configure('{QUEUE}', fair_share => true)"
+        ))
+        .await?;
+    }
+    let started = Instant::now();
+    let mut left = load.big;
+    while left > 0 {
+        let n = left.min(1_000);
+        let batch: Vec<Value> = (0..n).map(|_| payload()).collect();
+        systems::enqueue_batch_fair(&mut conn, QUEUE, &batch, BIG_KEY).await?;
+        left -= n;
+    }
+    for k in 0..load.small_keys {
+        let batch: Vec<Value> = (0..load.small_each)
+            .map(|_| {
+                let mut p = payload();
+                p[systems::SMALL_MARK] = Value::Bool(true);
+                p
+            })
+            .collect();
+        systems::enqueue_batch_fair(&mut conn, QUEUE, &batch, &format!("small{k}")).await?;
+    }
+    let load_seconds = started.elapsed().as_secs_f64();
+    conn.batch("VACUUM ANALYZE").await?;
+    settle_storage(&conn).await?;
+    drop(conn);
+
+    let small_total = load.small() as u64;
+    let costs = Window::open(&ctx.cluster, &ctx.db()).await?;
+    let stop = Arc::new(AtomicBool::new(false));
+    // Completions (every key), the small ones, the highest count a small
+    // one made, and the microseconds from the start to the last small one.
+    let tally = Arc::new([
+        AtomicU64::new(0),
+        AtomicU64::new(0),
+        AtomicU64::new(0),
+        AtomicU64::new(0),
+    ]);
+    let mut conns = Vec::with_capacity(workers);
+    for _ in 0..workers {
+        conns.push(ctx.connect().await?);
+    }
+    let start = Instant::now();
+    let mut handles = Vec::with_capacity(workers);
+    for (w, mut conn) in conns.into_iter().enumerate() {
+        let (stop, tally) = (stop.clone(), tally.clone());
+        handles.push(tokio::spawn(async move {
+            let owner = format!("w{w}");
+            while !stop.load(Ordering::Relaxed) {
+                let jobs = systems::claim(System::Aedb, &mut conn, QUEUE, &owner, 1).await?;
+                if jobs.is_empty() {
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    continue;
+                }
+                systems::complete(System::Aedb, &mut conn, QUEUE, &jobs, true).await?;
+                for job in &jobs {
+                    let n = tally[0].fetch_add(1, Ordering::SeqCst) + 1;
+                    if job.small {
+                        tally[2].fetch_max(n, Ordering::SeqCst);
+                        if tally[1].fetch_add(1, Ordering::SeqCst) + 1 == small_total {
+                            tally[3].store(start.elapsed().as_micros() as u64, Ordering::SeqCst);
+                        }
+                    }
+                }
+            }
+            Ok::<_, crate::db::BoxError>(())
+        }));
+    }
+    while tally[0].load(Ordering::SeqCst) < stop_at && start.elapsed() < window {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    let (done, small_done) = (
+        tally[0].load(Ordering::SeqCst),
+        tally[1].load(Ordering::SeqCst),
+    );
+    stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        h.await??;
+    }
+    // Completions made while the workers stopped count in the cost, not in
+    // the rate or the small tasks' tally (as `drain_loaded`).
+    let settled = tally[0].load(Ordering::SeqCst);
+    Ok(FairDrain {
+        load_seconds,
+        done,
+        seconds,
+        small_done,
+        at_last_small: (small_done == small_total).then(|| {
+            (
+                tally[2].load(Ordering::SeqCst),
+                tally[3].load(Ordering::SeqCst) as f64 / 1e6,
+            )
+        }),
+        cost: Some(costs.close(&ctx.cluster, &ctx.db(), settled).await?),
+    })
+}
+
 const PAYLOAD_SQL: &str = "jsonb_build_object('t', (extract(epoch from clock_timestamp()) * 1e6)::bigint, 'kind', 'bench', 'pad', repeat('x', 64))";
 
 /// Batches of aedb_queue hold at most 10,000 tasks (SQLSTATE 54000 above).

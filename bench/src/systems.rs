@@ -227,6 +227,26 @@ pub struct Job {
     pub id: i64,
     pub token: i64,
     pub enqueued_micros: Option<i64>,
+    /// The payload has `"small": true`: a small key's task in the
+    /// fair-share scenario (`SMALL_MARK`).
+    pub small: bool,
+}
+
+/// The payload field that marks the fair-share scenario's small-key tasks.
+pub const SMALL_MARK: &str = "small";
+
+impl Job {
+    fn new(id: i64, token: i64, payload: Option<Value>) -> Job {
+        let small = payload
+            .as_ref()
+            .is_some_and(|p| p.get(SMALL_MARK) == Some(&Value::Bool(true)));
+        Job {
+            id,
+            token,
+            enqueued_micros: enqueued_at(payload),
+            small,
+        }
+    }
 }
 
 fn enqueued_at(payload: Option<Value>) -> Option<i64> {
@@ -327,6 +347,22 @@ pub async fn enqueue_batch_keyed(
     Ok(())
 }
 
+/// aedb_queue's batch enqueue with one fairness key for the whole batch (the
+/// fair-share scenario loads every task, of both its cells, through this).
+pub async fn enqueue_batch_fair(
+    conn: &mut Conn,
+    queue: &str,
+    payloads: &[Value],
+    key: &str,
+) -> Result<()> {
+    conn.query(
+        "SELECT count(*) FROM aedb_queue.queue_enqueue_batch($1, $2::jsonb[], fairness_key => $3)",
+        &[&queue, &payloads, &key],
+    )
+    .await?;
+    Ok(())
+}
+
 /// One claim transaction: up to `max` jobs leased to `owner`.
 pub async fn claim(
     system: System,
@@ -374,11 +410,7 @@ pub async fn claim(
     };
     Ok(rows
         .into_iter()
-        .map(|r| Job {
-            id: r.get(0),
-            token: r.get(1),
-            enqueued_micros: enqueued_at(r.get(2)),
-        })
+        .map(|r| Job::new(r.get(0), r.get(1), r.get(2)))
         .collect())
 }
 
@@ -471,11 +503,9 @@ pub async fn settle_and_claim(
                 .first()
                 .ok_or("queue_complete_and_claim returned no row")?;
             let settled: String = row.get(0);
-            let next = row.get::<_, Option<i64>>(1).map(|id| Job {
-                id,
-                token: row.get(2),
-                enqueued_micros: enqueued_at(row.get(3)),
-            });
+            let next = row
+                .get::<_, Option<i64>>(1)
+                .map(|id| Job::new(id, row.get(2), row.get(3)));
             Ok((settled == "applied", next))
         }
         System::BaselineLoop => {
@@ -504,11 +534,7 @@ pub async fn settle_and_claim(
             match rows.first() {
                 Some(r) => Ok((
                     r.get::<_, i64>(3) == 1,
-                    Some(Job {
-                        id: r.get(0),
-                        token: r.get(1),
-                        enqueued_micros: enqueued_at(r.get(2)),
-                    }),
+                    Some(Job::new(r.get(0), r.get(1), r.get(2))),
                 )),
                 // Nothing left to claim: the delete ran all the same.
                 None => Ok((true, None)),

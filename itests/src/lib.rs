@@ -22,6 +22,9 @@
 //!   …), so that tests read as the scenario they check and the SQL of every
 //!   call lives in one place.
 
+mod fault_drain;
+pub use fault_drain::*;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -272,14 +272,9 @@ macro_rules! complete_keeping {
               DELETE FROM aedb_queue.task
               WHERE task_id = $1 AND queue = $2 AND state = 'in_flight' AND fencing_token = $3
                 AND ", $deps, " IS NOT TRUE
-              RETURNING *),
-          kept AS (
-              INSERT INTO aedb_queue.completed_task
-                  (task_id, queue, priority, attempts, max_attempts, fencing_token, owner_id,
-                   payload, progress, result, idempotency_key, created_at, completed_at)
-              SELECT task_id, queue, priority, attempts, max_attempts, fencing_token, owner_id,
-                     payload, progress, $4, idempotency_key, created_at, $5
-              FROM done)
+              RETURNING *), ",
+            archive_done!("$4", "$5"),
+            "
           SELECT task_id, ", $key, " FROM done"
         )
     };

@@ -83,14 +83,9 @@ macro_rules! complete_parent {
               DELETE FROM aedb_queue.task
               WHERE task_id = $1 AND queue = $2 AND state = 'in_flight' AND fencing_token = $3
                 AND has_dependents
-              RETURNING *),
-          kept AS (
-              INSERT INTO aedb_queue.completed_task
-                  (task_id, queue, priority, attempts, max_attempts, fencing_token, owner_id,
-                   payload, progress, result, idempotency_key, created_at, completed_at)
-              SELECT task_id, queue, priority, attempts, max_attempts, fencing_token, owner_id,
-                     payload, progress, $4, idempotency_key, created_at, $5
-              FROM done)
+              RETURNING *), ",
+            archive_done!("$4", "$5"),
+            "
           SELECT task_id, ", $key, " FROM done"
         )
     };
@@ -123,14 +118,9 @@ macro_rules! complete_parents {
               DELETE FROM aedb_queue.task t
               WHERE t.task_id = ANY($2) AND t.queue = $1 AND t.state = 'in_flight'
                 AND t.has_dependents AND aedb_queue_internal.fence_holds(t.task_id, t.fencing_token)
-              RETURNING *),
-          kept AS (
-              INSERT INTO aedb_queue.completed_task
-                  (task_id, queue, priority, attempts, max_attempts, fencing_token, owner_id,
-                   payload, progress, result, idempotency_key, created_at, completed_at)
-              SELECT task_id, queue, priority, attempts, max_attempts, fencing_token, owner_id,
-                     payload, progress, NULL, idempotency_key, created_at, $3
-              FROM done)
+              RETURNING *), ",
+            archive_done!("NULL", "$3"),
+            "
           SELECT task_id, fencing_token, ", $key, " FROM done"
         )
     };

@@ -152,24 +152,32 @@ fn settle_slots_in(
         let ((queue, key), freed) = changes.into_iter().next().expect("one change");
         return settle_one_slot_in(client, &queue, &key, freed);
     }
+    lock_then_settle(client, changes, &LOCK_SLOTS, &SETTLE_SLOTS)
+}
+
+/// Takes the rows of the changed keys with `lock` (its parameters: the
+/// queues and the keys, in key order), then runs `settle` in a statement of
+/// its own with each key's change as well; the queues where tasks became
+/// ready (`settle`'s first column).
+fn lock_then_settle<T>(
+    client: &mut SpiClient<'_>,
+    changes: BTreeMap<(String, String), T>,
+    lock: &'static Statement,
+    settle: &'static Statement,
+) -> Result<Vec<String>>
+where
+    Vec<T>: pgrx::IntoDatum,
+{
     let mut queues = Vec::with_capacity(changes.len());
     let mut keys = Vec::with_capacity(changes.len());
-    let mut freed = Vec::with_capacity(changes.len());
-    for ((queue, key), n) in changes {
+    let mut each = Vec::with_capacity(changes.len());
+    for ((queue, key), change) in changes {
         queues.push(queue);
         keys.push(key);
-        freed.push(n);
+        each.push(change);
     }
-    execute(
-        client,
-        &LOCK_SLOTS,
-        &[queues.clone().into(), keys.clone().into()],
-    )?;
-    let rows = execute(
-        client,
-        &SETTLE_SLOTS,
-        &[queues.into(), keys.into(), freed.into()],
-    )?;
+    execute(client, lock, &[queues.clone().into(), keys.clone().into()])?;
+    let rows = execute(client, settle, &[queues.into(), keys.into(), each.into()])?;
     Ok(rows
         .first(|row| row.get::<Vec<String>>(1))?
         .flatten()
@@ -510,28 +518,7 @@ fn settle_lines_in(
     if changes.is_empty() {
         return Ok(Vec::new());
     }
-    let mut queues = Vec::with_capacity(changes.len());
-    let mut keys = Vec::with_capacity(changes.len());
-    let mut gone = Vec::with_capacity(changes.len());
-    for ((queue, key), head) in changes {
-        queues.push(queue);
-        keys.push(key);
-        gone.push(head);
-    }
-    execute(
-        client,
-        &LOCK_LINES,
-        &[queues.clone().into(), keys.clone().into()],
-    )?;
-    let rows = execute(
-        client,
-        &SETTLE_LINES,
-        &[queues.into(), keys.into(), gone.into()],
-    )?;
-    Ok(rows
-        .first(|row| row.get::<Vec<String>>(1))?
-        .flatten()
-        .unwrap_or_default())
+    lock_then_settle(client, changes, &LOCK_LINES, &SETTLE_LINES)
 }
 
 /// The dead heads of queue $1's ordering keys.

@@ -13,6 +13,27 @@
 //! called, so it is current inside a long transaction and inside a
 //! procedure or PL/pgSQL loop, where `statement_timestamp()` stands still.
 
+/// The `kept` clause of a completion that keeps its task: the rows of the
+/// CTE `done` (the deleted tasks) into the archive with `$result` as their
+/// result and `$at` as the completion time.
+macro_rules! archive_done {
+    ($result:literal, $at:literal) => {
+        concat!(
+            "kept AS (
+              INSERT INTO aedb_queue.completed_task
+                  (task_id, queue, priority, attempts, max_attempts, fencing_token, owner_id,
+                   payload, progress, result, idempotency_key, created_at, completed_at)
+              SELECT task_id, queue, priority, attempts, max_attempts, fencing_token, owner_id,
+                     payload, progress, ",
+            $result,
+            ", idempotency_key, created_at, ",
+            $at,
+            "
+              FROM done)"
+        )
+    };
+}
+
 mod admin;
 pub(crate) mod bulk;
 mod cron;

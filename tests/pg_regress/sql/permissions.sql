@@ -253,7 +253,12 @@ BEGIN
               (39, 'SELECT FROM aedb_queue.concurrency_keys',
                   format('SELECT CASE WHEN count(*) > 0 THEN ''rows'' ELSE ''no rows'' END FROM aedb_queue.concurrency_keys WHERE queue = %L', q)),
               (40, 'SELECT FROM aedb_queue.ordering_keys',
-                  format('SELECT CASE WHEN count(*) > 0 THEN ''rows'' ELSE ''no rows'' END FROM aedb_queue.ordering_keys WHERE queue = %L', q))
+                  format('SELECT CASE WHEN count(*) > 0 THEN ''rows'' ELSE ''no rows'' END FROM aedb_queue.ordering_keys WHERE queue = %L', q)),
+              -- fair share: a key's weight is the queue admin's
+              (41, 'queue_configure_fairness',
+                  format('SELECT aedb_queue.queue_configure_fairness(%L, ''f_'' || session_user, 2)', q)),
+              (42, 'SELECT FROM aedb_queue.fairness_keys',
+                  format('SELECT CASE WHEN count(*) > 0 THEN ''rows'' ELSE ''no rows'' END FROM aedb_queue.fairness_keys WHERE queue = %L', q))
             ) AS v(seq, entry, sql);
         END LOOP;
     END LOOP;
@@ -276,7 +281,10 @@ BEGIN
 END
 $$;
 
--- For the concurrency_keys and ordering_keys views: keyed tasks in each queue.
+-- For the concurrency_keys, ordering_keys and fairness_keys views: keyed
+-- tasks in each queue (and a fairness key's row).
+SELECT count(*) FROM (SELECT aedb_queue.queue_configure_fairness(q, 'viewed', 1)
+                      FROM unnest(ARRAY['perm_a.jobs', 'perm_b.jobs']) q) f;
 SELECT count(*) FROM (SELECT aedb_queue.queue_enqueue(q, '{}', concurrency_key => 'viewed'),
                              aedb_queue.queue_enqueue(q, '{}', ordering_key => 'viewed')
                       FROM unnest(ARRAY['perm_a.jobs', 'perm_b.jobs']) q) e;

@@ -1,0 +1,144 @@
+//! The drain the flow-control itests share: workers over TCP that fail
+//! tasks and abandon leases while a ledger, written in the claiming and the
+//! settling transactions on the server's clock, records who held what when.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rand::{Rng, SeedableRng};
+
+use crate::{claim_one, complete, fail_with, Client, Cluster, FailOpts, Outcome, Transaction, WORKER};
+
+/// Creates `ledger` (one row per claim: task, key, when claimed, when its
+/// settling committed and how) readable and writable by the test roles.
+pub fn create_fault_ledger(su: &mut Client, ledger: &str) {
+    su.batch_execute(&format!(
+        "CREATE TABLE {ledger} (task_id bigint NOT NULL, key text NOT NULL, claimed_at timestamptz NOT NULL,
+                               ended_at timestamptz, how text);
+         GRANT ALL ON {ledger} TO PUBLIC;"
+    ))
+    .unwrap();
+}
+
+/// Drains `queue` until `total` tasks completed: `workers` workers claim
+/// one task at a time (lease 300 ms), work up to 2 ms, then abandon 3 %
+/// (the lease expires and a claim reclaims it), fail 5 % (retried at once,
+/// or after 20 ms) and complete the rest. `key_of` names a task's key in
+/// the ledger; `on_complete` adds to the completing transaction.
+pub fn drain_with_faults(
+    cluster: &Cluster,
+    queue: &str,
+    ledger: &str,
+    workers: usize,
+    total: usize,
+    key_of: &(dyn Fn(i64) -> String + Sync),
+    on_complete: &(dyn Fn(&mut Transaction<'_>, i64) + Sync),
+) {
+    let done = AtomicUsize::new(0);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    thread::scope(|s| {
+        for w in 0..workers {
+            let done = &done;
+            s.spawn(move || {
+                let mut c = cluster.connect_as(WORKER);
+                let mut rng = rand::rngs::StdRng::seed_from_u64(w as u64 + 100);
+                while done.load(Ordering::SeqCst) < total {
+                    assert!(Instant::now() < deadline, "worker {w}: the drain did not finish");
+                    let mut tx = c.transaction().unwrap();
+                    let Some(task) = claim_one(&mut tx, queue, &format!("w{w}"), "300 milliseconds")
+                    else {
+                        // A claim that comes up short reclaims expired leases itself.
+                        tx.rollback().unwrap();
+                        thread::sleep(Duration::from_millis(rng.gen_range(1..4)));
+                        continue;
+                    };
+                    tx.execute(
+                        &format!("INSERT INTO {ledger} VALUES ($1, $2, clock_timestamp(), NULL, NULL)"),
+                        &[&task.task_id, &key_of(task.task_id)],
+                    )
+                    .unwrap();
+                    tx.commit().unwrap();
+                    thread::sleep(Duration::from_micros(rng.gen_range(0..2000)));
+                    let roll = rng.gen_range(0..100);
+                    if roll < 3 {
+                        continue; // abandoned: the lease expires, a claim reclaims it
+                    }
+                    let mut tx = c.transaction().unwrap();
+                    let failed = roll < 8;
+                    let how = if failed {
+                        let opts = FailOpts {
+                            retry_in: Some(if roll < 5 { "0" } else { "20 milliseconds" }.into()),
+                            ..FailOpts::default()
+                        };
+                        fail_with(&mut tx, queue, task.task_id, task.fencing_token, "flaky", &opts)
+                    } else {
+                        complete(&mut tx, queue, task.task_id, task.fencing_token)
+                    };
+                    if how != Outcome::Applied {
+                        tx.rollback().unwrap(); // its lease expired first: reclaimed
+                        continue;
+                    }
+                    let label = if failed { "failed" } else { "completed" };
+                    tx.execute(
+                        &format!(
+                            "UPDATE {ledger} SET ended_at = clock_timestamp(), how = $2
+                             WHERE ctid = (SELECT ctid FROM {ledger} WHERE task_id = $1
+                                           ORDER BY claimed_at DESC LIMIT 1)"
+                        ),
+                        &[&task.task_id, &label],
+                    )
+                    .unwrap();
+                    if !failed {
+                        on_complete(&mut tx, task.task_id);
+                    }
+                    tx.commit().unwrap();
+                    if !failed {
+                        done.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            });
+        }
+    });
+}
+
+/// The most tasks of each key in flight at any instant, from the ledger: an
+/// abandoned claim counts until the task's next claim (it held its key
+/// until then: in flight, then reclaimed to ready), so a count can only be
+/// too high, never too low.
+pub fn most_in_flight_per_key(su: &mut Client, ledger: &str) -> Vec<(String, i64)> {
+    su.query(
+        &format!(
+            "WITH spans AS (
+                 SELECT key, claimed_at AS from_t,
+                        coalesce(ended_at, lead(claimed_at) OVER (PARTITION BY task_id ORDER BY claimed_at)) AS to_t
+                 FROM {ledger}),
+             events AS (
+                 SELECT key, from_t AS t, 1 AS d FROM spans
+                 UNION ALL SELECT key, to_t, -1 FROM spans WHERE to_t IS NOT NULL),
+             running AS (
+                 SELECT key, sum(d) OVER (PARTITION BY key ORDER BY t, d ROWS UNBOUNDED PRECEDING) AS n
+                 FROM events)
+             SELECT key, max(n)::int8 FROM running GROUP BY key ORDER BY key"
+        ),
+        &[],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| (r.get(0), r.get(1)))
+    .collect()
+}
+
+/// How many of the ledger's claims failed, and how many were abandoned.
+pub fn faults_in(su: &mut Client, ledger: &str) -> (i64, i64) {
+    let r = su
+        .query_one(
+            &format!(
+                "SELECT count(*) FILTER (WHERE how = 'failed'), count(*) FILTER (WHERE ended_at IS NULL)
+                 FROM {ledger}"
+            ),
+            &[],
+        )
+        .unwrap();
+    (r.get(0), r.get(1))
+}
