@@ -38,9 +38,9 @@ mod tests_cron;
 #[cfg(any(test, feature = "pg_test"))]
 mod tests_dependency;
 #[cfg(any(test, feature = "pg_test"))]
-mod tests_flow;
-#[cfg(any(test, feature = "pg_test"))]
 mod tests_errors;
+#[cfg(any(test, feature = "pg_test"))]
+mod tests_flow;
 #[cfg(any(test, feature = "pg_test"))]
 mod tests_lifecycle;
 #[cfg(any(test, feature = "pg_test"))]

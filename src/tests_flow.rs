@@ -244,7 +244,10 @@ mod tests {
         );
         let (_, _) = claim_one("fl.clutter");
         exec("SELECT aedb_queue.queue_enqueue('fl.clutter', '{}')");
-        assert_eq!(count("aedb_queue.task WHERE queue = 'fl.clutter' AND state = 'blocked'"), 2000);
+        assert_eq!(
+            count("aedb_queue.task WHERE queue = 'fl.clutter' AND state = 'blocked'"),
+            2000
+        );
         exec("SELECT aedb_queue.queue_enqueue('fl.clean', '{}')");
         let clean = read("fl.clean");
         let clutter = read("fl.clutter");
@@ -281,13 +284,25 @@ mod tests {
     #[pg_test]
     fn a_keys_row_lives_while_it_has_a_slot_taken_or_a_limit() {
         let id = keyed("fl.rows", "k");
-        assert_eq!(count("aedb_queue.concurrency_slot WHERE queue = 'fl.rows'"), 1);
+        assert_eq!(
+            count("aedb_queue.concurrency_slot WHERE queue = 'fl.rows'"),
+            1
+        );
         assert!(cancel("fl.rows", id));
-        assert_eq!(count("aedb_queue.concurrency_slot WHERE queue = 'fl.rows'"), 0);
+        assert_eq!(
+            count("aedb_queue.concurrency_slot WHERE queue = 'fl.rows'"),
+            0
+        );
         exec("SELECT aedb_queue.queue_configure_key('fl.rows', 'k', 4)");
-        assert_eq!(count("aedb_queue.concurrency_slot WHERE queue = 'fl.rows'"), 1);
+        assert_eq!(
+            count("aedb_queue.concurrency_slot WHERE queue = 'fl.rows'"),
+            1
+        );
         exec("SELECT aedb_queue.queue_configure_key('fl.rows', 'k', NULL)");
-        assert_eq!(count("aedb_queue.concurrency_slot WHERE queue = 'fl.rows'"), 0);
+        assert_eq!(
+            count("aedb_queue.concurrency_slot WHERE queue = 'fl.rows'"),
+            0
+        );
     }
 
     #[pg_test]
@@ -317,7 +332,10 @@ mod tests {
             "22004",
             "argument \"concurrency_key\" must not be NULL",
         );
-        assert_eq!(count("aedb_queue.concurrency_slot WHERE queue = 'fl.bad'"), 0);
+        assert_eq!(
+            count("aedb_queue.concurrency_slot WHERE queue = 'fl.bad'"),
+            0
+        );
     }
 
     // ------------------------------------------------------------------
@@ -338,7 +356,11 @@ mod tests {
         exec("SELECT aedb_queue.queue_configure('rl.refill', rate_limit => 1000, rate_interval => '1 second', rate_burst => 2)");
         assert_eq!(claim("rl.refill", ", max => 10").len(), 2, "the burst");
         exec("SELECT pg_sleep(0.005)");
-        assert_eq!(claim("rl.refill", ", max => 10").len(), 2, "refilled to the burst");
+        assert_eq!(
+            claim("rl.refill", ", max => 10").len(),
+            2,
+            "refilled to the burst"
+        );
         assert_task_invariants("rate-limited claims");
     }
 
@@ -350,7 +372,11 @@ mod tests {
         exec("SELECT aedb_queue.queue_configure('rl.loop', rate_limit => 2, rate_interval => '1 hour')");
         exec("SELECT aedb_queue.queue_pause('rl.loop')");
         assert_eq!(claim("rl.loop", ", max => 5").len(), 0);
-        assert_eq!(tokens("rl.loop"), 2, "a paused queue's claim took no tokens");
+        assert_eq!(
+            tokens("rl.loop"),
+            2,
+            "a paused queue's claim took no tokens"
+        );
         exec("SELECT aedb_queue.queue_resume('rl.loop')");
         let (id, token) = claim_one("rl.loop");
         let next: Vec<i64> = ints(&format!(
@@ -374,7 +400,10 @@ mod tests {
             .collect()
         });
         assert_eq!(settled, ["applied"], "settled, nothing claimed");
-        assert_eq!(count("aedb_queue.task WHERE queue = 'rl.loop' AND state = 'ready'"), 3);
+        assert_eq!(
+            count("aedb_queue.task WHERE queue = 'rl.loop' AND state = 'ready'"),
+            3
+        );
     }
 
     /// Claims of other queues, and queues without a limit, touch no bucket.
@@ -440,8 +469,9 @@ mod tests {
         });
         assert_eq!(heads, [ids[1]]);
         exec("SELECT aedb_queue.queue_configure('ol.kept', keep_completed => '1 hour')");
-        let (ids, heads) =
-            line_after("ol.kept", |id, t| assert_eq!(complete("ol.kept", id, t, ""), "applied"));
+        let (ids, heads) = line_after("ol.kept", |id, t| {
+            assert_eq!(complete("ol.kept", id, t, ""), "applied")
+        });
         assert_eq!(heads, [ids[1]]);
         // The settle-and-claim call claims the next of the line itself.
         let (ids, heads) = line_after("ol.loop", |id, t| {
@@ -499,7 +529,9 @@ mod tests {
         // An exhausted lease dead-letters through the reaper: the same.
         exec("SELECT aedb_queue.queue_configure('ol.release2', ordering_on_dead => 'release')");
         let (ids, heads) = line_after("ol.release2", |id, _| {
-            exec(&format!("UPDATE aedb_queue.task SET max_attempts = 1 WHERE task_id = {id}"));
+            exec(&format!(
+                "UPDATE aedb_queue.task SET max_attempts = 1 WHERE task_id = {id}"
+            ));
             expire_lease(id);
             exec("SELECT aedb_queue.queue_reap('ol.release2')");
         });
@@ -543,7 +575,10 @@ mod tests {
         );
         assert_eq!(head_of("ol.join", &ids), [ids[2]]);
         assert_eq!(state_of("ol.join", child).as_deref(), Some("blocked"));
-        assert_eq!(count("aedb_queue.task WHERE queue = 'ol.join' AND state = 'blocked'"), 2);
+        assert_eq!(
+            count("aedb_queue.task WHERE queue = 'ol.join' AND state = 'blocked'"),
+            2
+        );
         assert_task_invariants("joining the line");
     }
 
@@ -561,7 +596,10 @@ mod tests {
             assert_eq!(complete("ol.order", id, token, ""), "applied");
         }
         assert_eq!(ran, ids);
-        assert_eq!(count("aedb_queue.ordering_slot WHERE queue = 'ol.order'"), 0);
+        assert_eq!(
+            count("aedb_queue.ordering_slot WHERE queue = 'ol.order'"),
+            0
+        );
     }
 
     #[pg_test]
@@ -629,13 +667,22 @@ mod tests {
                 .map(|r| r.get::<bool>(1).unwrap().unwrap())
                 .collect()
             });
-            assert!(!payloads.is_empty(), "the drain stopped with {small_left} small tasks left");
+            assert!(
+                !payloads.is_empty(),
+                "the drain stopped with {small_left} small tasks left"
+            );
             claims += payloads.len();
             big_claimed += payloads.iter().filter(|&&big| big).count();
             small_left -= payloads.iter().filter(|&&big| !big).count();
         }
-        assert!(claims <= 300, "the small keys' tasks took {claims} claims of 10,200");
-        assert!(big_claimed >= 5, "the big key got {big_claimed} claims meanwhile");
+        assert!(
+            claims <= 300,
+            "the small keys' tasks took {claims} claims of 10,200"
+        );
+        assert!(
+            big_claimed >= 5,
+            "the big key got {big_claimed} claims meanwhile"
+        );
     }
 
     /// A key alone gets every claim; a key that was idle gets no credit: it
@@ -644,7 +691,11 @@ mod tests {
     fn an_idle_key_gets_no_credit_and_a_lone_key_every_claim() {
         exec("SELECT aedb_queue.queue_configure('fs.idle', fair_share => true)");
         exec("SELECT count(*) FROM aedb_queue.queue_enqueue_batch('fs.idle', ARRAY(SELECT '{}'::jsonb FROM generate_series(1, 5)), fairness_key => 'a')");
-        assert_eq!(claim("fs.idle", ", max => 5").len(), 5, "a lone key gets them all");
+        assert_eq!(
+            claim("fs.idle", ", max => 5").len(),
+            5,
+            "a lone key gets them all"
+        );
         exec("SELECT count(*) FROM aedb_queue.queue_enqueue_batch('fs.idle', ARRAY(SELECT '{}'::jsonb FROM generate_series(1, 3)), fairness_key => 'a')");
         // b was never seen; a has had 5 turns already: b does not get its
         // claims in a row for them, it takes turns with a from the head.
@@ -672,7 +723,9 @@ mod tests {
         // One left without a time (a backend that had not seen the change)
         // is still served once the fair ones are gone.
         let stale = enqueue("fs.late", "");
-        exec(&format!("UPDATE aedb_queue.task SET fair_vt = NULL WHERE task_id = {stale}"));
+        exec(&format!(
+            "UPDATE aedb_queue.task SET fair_vt = NULL WHERE task_id = {stale}"
+        ));
         let ids: Vec<i64> = claim("fs.late", ", max => 5").iter().map(|t| t.0).collect();
         assert_eq!(ids.len(), 2);
         assert!(ids.contains(&before) && ids.contains(&stale));

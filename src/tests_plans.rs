@@ -98,7 +98,10 @@ mod tests {
         ("LOOKUP_KEY", &[("idempotency_key_pkey", "key")]),
         // A key's first blocked tasks, from its own range of the index.
         ("SETTLE_SLOTS", &[("task_blocked_idx", "concurrency_key")]),
-        ("SETTLE_ONE_SLOT", &[("task_blocked_idx", "concurrency_key")]),
+        (
+            "SETTLE_ONE_SLOT",
+            &[("task_blocked_idx", "concurrency_key")],
+        ),
         ("SETTLE_LINES", &[("task_ordering_idx", "ordering_key")]),
         (
             "QUEUES_WITH_WORK",

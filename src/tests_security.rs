@@ -10,8 +10,8 @@ mod tests {
     use pgrx::prelude::*;
 
     use crate::tests::tests::{
-        assert_task_invariants, claim_one, count, enqueue, error_of, exec, expect_error, field, ints, make_due, one, opt,
-        state_of, text_field,
+        assert_task_invariants, claim_one, count, enqueue, error_of, exec, expect_error, field,
+        ints, make_due, one, opt, state_of, text_field,
     };
 
     fn sqlstate_of(query: &str) -> Option<String> {
@@ -128,9 +128,17 @@ mod tests {
                 one::<i64>("SELECT task_id FROM aedb_queue.queue_enqueue('a.jobs', concurrency_key => 'acct')"),
             )
         });
-        assert_eq!(state_of("a.jobs", mine).as_deref(), Some("ready"), "its own slot");
+        assert_eq!(
+            state_of("a.jobs", mine).as_deref(),
+            Some("ready"),
+            "its own slot"
+        );
         assert_eq!(state_of("a.jobs", mine_too).as_deref(), Some("blocked"));
-        assert_eq!(state_of("b.jobs", theirs).as_deref(), Some("ready"), "untouched");
+        assert_eq!(
+            state_of("b.jobs", theirs).as_deref(),
+            Some("ready"),
+            "untouched"
+        );
         as_login("tenant_producer", None, || {
             assert_eq!(
                 sqlstate_of("SELECT aedb_queue.queue_enqueue('b.jobs', concurrency_key => 'acct')"),
@@ -148,10 +156,15 @@ mod tests {
                 0,
                 "another tenant's keys are not shown"
             );
-            assert_eq!(count("aedb_queue.concurrency_keys WHERE queue = 'a.jobs'"), 1);
+            assert_eq!(
+                count("aedb_queue.concurrency_keys WHERE queue = 'a.jobs'"),
+                1
+            );
         });
         assert_eq!(
-            opt::<i32>("SELECT concurrency_limit FROM aedb_queue.concurrency_slot WHERE queue = 'b.jobs'"),
+            opt::<i32>(
+                "SELECT concurrency_limit FROM aedb_queue.concurrency_slot WHERE queue = 'b.jobs'"
+            ),
             None,
             "the refused call wrote nothing"
         );
@@ -176,7 +189,9 @@ mod tests {
                 "42501",
                 "permission denied to administer on queue \"b.jobs\": no aedb_queue grant of this role covers it",
             );
-            assert!(one::<bool>("SELECT aedb_queue.queue_configure_fairness('a.jobs', 'acct', 1000)"));
+            assert!(one::<bool>(
+                "SELECT aedb_queue.queue_configure_fairness('a.jobs', 'acct', 1000)"
+            ));
             assert_eq!(count("aedb_queue.fairness_keys WHERE queue = 'b.jobs'"), 0);
         });
         assert_eq!(

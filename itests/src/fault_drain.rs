@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
 
-use crate::{claim_one, complete, fail_with, Client, Cluster, FailOpts, Outcome, Transaction, WORKER};
+use crate::{
+    claim_one, complete, fail_with, Client, Cluster, FailOpts, Outcome, Transaction, WORKER,
+};
 
 /// Creates `ledger` (one row per claim: task, key, when claimed, when its
 /// settling committed and how) readable and writable by the test roles.
@@ -44,9 +46,13 @@ pub fn drain_with_faults(
                 let mut c = cluster.connect_as(WORKER);
                 let mut rng = rand::rngs::StdRng::seed_from_u64(w as u64 + 100);
                 while done.load(Ordering::SeqCst) < total {
-                    assert!(Instant::now() < deadline, "worker {w}: the drain did not finish");
+                    assert!(
+                        Instant::now() < deadline,
+                        "worker {w}: the drain did not finish"
+                    );
                     let mut tx = c.transaction().unwrap();
-                    let Some(task) = claim_one(&mut tx, queue, &format!("w{w}"), "300 milliseconds")
+                    let Some(task) =
+                        claim_one(&mut tx, queue, &format!("w{w}"), "300 milliseconds")
                     else {
                         // A claim that comes up short reclaims expired leases itself.
                         tx.rollback().unwrap();
@@ -54,7 +60,9 @@ pub fn drain_with_faults(
                         continue;
                     };
                     tx.execute(
-                        &format!("INSERT INTO {ledger} VALUES ($1, $2, clock_timestamp(), NULL, NULL)"),
+                        &format!(
+                            "INSERT INTO {ledger} VALUES ($1, $2, clock_timestamp(), NULL, NULL)"
+                        ),
                         &[&task.task_id, &key_of(task.task_id)],
                     )
                     .unwrap();
@@ -71,7 +79,14 @@ pub fn drain_with_faults(
                             retry_in: Some(if roll < 5 { "0" } else { "20 milliseconds" }.into()),
                             ..FailOpts::default()
                         };
-                        fail_with(&mut tx, queue, task.task_id, task.fencing_token, "flaky", &opts)
+                        fail_with(
+                            &mut tx,
+                            queue,
+                            task.task_id,
+                            task.fencing_token,
+                            "flaky",
+                            &opts,
+                        )
                     } else {
                         complete(&mut tx, queue, task.task_id, task.fencing_token)
                     };

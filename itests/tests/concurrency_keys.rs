@@ -86,10 +86,19 @@ fn no_key_ever_has_more_in_flight_than_its_limit() {
     let most = most_in_flight_per_key(&mut su, &ledger);
     assert_eq!(most.len(), KEYS);
     let over: Vec<&(String, i64)> = most.iter().filter(|(_, n)| *n > LIMIT).collect();
-    assert!(over.is_empty(), "keys over their limit of {LIMIT}: {over:?}");
+    assert!(
+        over.is_empty(),
+        "keys over their limit of {LIMIT}: {over:?}"
+    );
     // The limit was reached, not merely respected by a slow drain.
     let at_limit = most.iter().filter(|(_, n)| *n == LIMIT).count();
-    assert!(at_limit >= KEYS / 2, "only {at_limit} keys ever had {LIMIT} tasks in flight");
+    assert!(
+        at_limit >= KEYS / 2,
+        "only {at_limit} keys ever had {LIMIT} tasks in flight"
+    );
     let (failed, abandoned) = faults_in(&mut su, &ledger);
-    assert!(failed > 0 && abandoned > 0, "failed {failed}, abandoned {abandoned}");
+    assert!(
+        failed > 0 && abandoned > 0,
+        "failed {failed}, abandoned {abandoned}"
+    );
 }

@@ -81,7 +81,10 @@ fn each_key_runs_one_task_at_a_time_in_enqueue_order() {
         .into_iter()
         .filter(|(_, n)| *n > 1)
         .collect();
-    assert!(overlapping.is_empty(), "keys with two tasks in flight at once: {overlapping:?}");
+    assert!(
+        overlapping.is_empty(),
+        "keys with two tasks in flight at once: {overlapping:?}"
+    );
     // Completed in enqueue order, and none started before the one ahead of
     // it in its line completed.
     let count = |su: &mut Client, sql: String| -> i64 { su.query_one(&sql, &[]).unwrap().get(0) };
@@ -104,7 +107,13 @@ fn each_key_runs_one_task_at_a_time_in_enqueue_order() {
              WHERE l.claimed_at < ahead.done_at"
         ),
     );
-    assert_eq!(early, 0, "claims that started before the task ahead completed");
+    assert_eq!(
+        early, 0,
+        "claims that started before the task ahead completed"
+    );
     let (failed, abandoned) = faults_in(&mut su, &ledger);
-    assert!(failed > 0 && abandoned > 0, "failed {failed}, abandoned {abandoned}");
+    assert!(
+        failed > 0 && abandoned > 0,
+        "failed {failed}, abandoned {abandoned}"
+    );
 }

@@ -49,14 +49,20 @@ fn no_window_holds_more_than_one_burst_over_the_rate() {
                     let mut tx = c.transaction().unwrap();
                     let claimed: Vec<(i64, i64)> = match (w % 2, held.take()) {
                         // The settle-and-claim loop.
-                        (0, Some((id, token))) => {
-                            try_complete_and_claim(&mut tx, queue, &owner, (id, token), "30 seconds", 1, false)
-                                .unwrap_or_else(|e| panic!("worker {w}: {}", describe(&e)))
-                                .1
-                                .into_iter()
-                                .map(|t| (t.task_id, t.fencing_token))
-                                .collect()
-                        }
+                        (0, Some((id, token))) => try_complete_and_claim(
+                            &mut tx,
+                            queue,
+                            &owner,
+                            (id, token),
+                            "30 seconds",
+                            1,
+                            false,
+                        )
+                        .unwrap_or_else(|e| panic!("worker {w}: {}", describe(&e)))
+                        .1
+                        .into_iter()
+                        .map(|t| (t.task_id, t.fencing_token))
+                        .collect(),
                         _ => claim(&mut tx, queue, &owner, "30 seconds", 3)
                             .into_iter()
                             .map(|t| (t.task_id, t.fencing_token))

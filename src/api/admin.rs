@@ -141,7 +141,10 @@ fn configure_v060(
             fair_share,
             reset: required("reset", reset)?,
         };
-        Ok(TableIterator::once(settings_row(queue, configure(queue, &change)?)))
+        Ok(TableIterator::once(settings_row(
+            queue,
+            configure(queue, &change)?,
+        )))
     })
 }
 

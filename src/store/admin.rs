@@ -9,9 +9,8 @@ use pgrx::datum::Interval;
 
 use super::flow::SlotChanges;
 use super::{
-    SchemaLevel,
-    execute, first_i64, with_client, Row, Statement, Versioned, BOOL, INT4, INT8, INTERVAL, JSONB,
-    TEXT,
+    execute, first_i64, with_client, Row, SchemaLevel, Statement, Versioned, BOOL, INT4, INT8,
+    INTERVAL, JSONB, TEXT,
 };
 use crate::cache::{self, Copies, Topic};
 use crate::datum::RawTaskRow;
@@ -244,15 +243,24 @@ static PURGE: Versioned = Versioned {
         args: &[TEXT, TEXT],
         clock: false,
     },
-    older: &[(SchemaLevel::V060, Statement {
-        sql: purge!("has_dependents", "NULL::text", "NULL::text"),
-        args: &[TEXT, TEXT],
-        clock: false,
-    }), (SchemaLevel::V050, Statement {
-        sql: purge!("NULL::boolean", "NULL::text", "NULL::text"),
-        args: &[TEXT, TEXT],
-        clock: false,
-    })],
+    older: &[
+        (
+            SchemaLevel::V060,
+            Statement {
+                sql: purge!("has_dependents", "NULL::text", "NULL::text"),
+                args: &[TEXT, TEXT],
+                clock: false,
+            },
+        ),
+        (
+            SchemaLevel::V050,
+            Statement {
+                sql: purge!("NULL::boolean", "NULL::text", "NULL::text"),
+                args: &[TEXT, TEXT],
+                clock: false,
+            },
+        ),
+    ],
 };
 
 static PURGE_COMPLETED: Statement = Statement {
@@ -271,11 +279,15 @@ macro_rules! complete_keeping {
             "WITH done AS (
               DELETE FROM aedb_queue.task
               WHERE task_id = $1 AND queue = $2 AND state = 'in_flight' AND fencing_token = $3
-                AND ", $deps, " IS NOT TRUE
+                AND ",
+            $deps,
+            " IS NOT TRUE
               RETURNING *), ",
             archive_done!("$4", "$5"),
             "
-          SELECT task_id, ", $key, " FROM done"
+          SELECT task_id, ",
+            $key,
+            " FROM done"
         )
     };
 }
@@ -286,15 +298,24 @@ pub(super) static COMPLETE_KEEPING: Versioned = Versioned {
         args: &[INT8, TEXT, INT8, JSONB],
         clock: true,
     },
-    older: &[(SchemaLevel::V060, Statement {
-        sql: complete_keeping!("has_dependents", "NULL::text, NULL::text"),
-        args: &[INT8, TEXT, INT8, JSONB],
-        clock: true,
-    }), (SchemaLevel::V050, Statement {
-        sql: complete_keeping!("NULL::boolean", "NULL::text, NULL::text"),
-        args: &[INT8, TEXT, INT8, JSONB],
-        clock: true,
-    })],
+    older: &[
+        (
+            SchemaLevel::V060,
+            Statement {
+                sql: complete_keeping!("has_dependents", "NULL::text, NULL::text"),
+                args: &[INT8, TEXT, INT8, JSONB],
+                clock: true,
+            },
+        ),
+        (
+            SchemaLevel::V050,
+            Statement {
+                sql: complete_keeping!("NULL::boolean", "NULL::text, NULL::text"),
+                args: &[INT8, TEXT, INT8, JSONB],
+                clock: true,
+            },
+        ),
+    ],
 };
 
 /// Archived tasks completed longer than $2 ago, up to $3; rows someone
@@ -320,8 +341,10 @@ static EXPIRE_COMPLETED: Versioned = Versioned {
         args: &[TEXT, INTERVAL, INT4],
         clock: true,
     },
-    older: &[(SchemaLevel::V050, Statement {
-        sql: "WITH expired AS (
+    older: &[(
+        SchemaLevel::V050,
+        Statement {
+            sql: "WITH expired AS (
               DELETE FROM aedb_queue.completed_task
               WHERE task_id = ANY(ARRAY(
                   SELECT task_id FROM aedb_queue.completed_task
@@ -329,9 +352,10 @@ static EXPIRE_COMPLETED: Versioned = Versioned {
                   ORDER BY completed_at LIMIT $3 FOR UPDATE SKIP LOCKED))
               RETURNING 1)
           SELECT count(*) FROM expired",
-        args: &[TEXT, INTERVAL, INT4],
-        clock: true,
-    })],
+            args: &[TEXT, INTERVAL, INT4],
+            clock: true,
+        },
+    )],
 };
 
 /// Idempotency keys taken longer than $2 ago whose task is gone, up to $3
@@ -591,7 +615,11 @@ pub fn retry_dead(queue: &str, task_id: Option<i64>, max: i32) -> Result<i64> {
         )?;
         let mut slots = SlotChanges::default();
         let retried = table.first(|row| {
-            slots.all(queue, &row.get::<Vec<String>>(2)?.unwrap_or_default(), false);
+            slots.all(
+                queue,
+                &row.get::<Vec<String>>(2)?.unwrap_or_default(),
+                false,
+            );
             for key in row.get::<Vec<String>>(3)?.unwrap_or_default() {
                 slots.joined(queue, &key);
             }

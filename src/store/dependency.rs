@@ -13,7 +13,9 @@ use aedb_queue_core::fence::FencePairs;
 use pgrx::spi::SpiClient;
 
 use super::flow::{self, SlotChanges};
-use super::{execute, with_client, SchemaLevel, Statement, Versioned, BOOL, INT8, INT8_ARRAY, JSONB, TEXT};
+use super::{
+    execute, with_client, SchemaLevel, Statement, Versioned, BOOL, INT8, INT8_ARRAY, JSONB, TEXT,
+};
 use crate::datum::{RawJsonb, RawTaskRow};
 use crate::errors::Result;
 
@@ -86,7 +88,9 @@ macro_rules! complete_parent {
               RETURNING *), ",
             archive_done!("$4", "$5"),
             "
-          SELECT task_id, ", $key, " FROM done"
+          SELECT task_id, ",
+            $key,
+            " FROM done"
         )
     };
 }
@@ -154,15 +158,23 @@ macro_rules! release_children {
             "WITH released AS (
               UPDATE aedb_queue.task c
               SET waiting_on = c.waiting_on - r.n,
-                  state = CASE WHEN c.waiting_on > r.n THEN c.state", $line, "
+                  state = CASE WHEN c.waiting_on > r.n THEN c.state",
+            $line,
+            "
                                WHEN c.not_before > $2 THEN 'scheduled'
-                               ELSE ", $due, " END::aedb_queue.task_state,
+                               ELSE ",
+            $due,
+            " END::aedb_queue.task_state,
                   updated_at = $2
               FROM (SELECT d.child_id, count(*) AS n FROM aedb_queue.task_dependency d
                     WHERE d.parent_id = ANY($1)
                     GROUP BY d.child_id) r
               WHERE c.task_id = r.child_id AND c.state = 'waiting'
-              RETURNING c.queue, c.state = 'ready' AS ready, ", $key, " AS key, ", $okey, " AS okey)
+              RETURNING c.queue, c.state = 'ready' AS ready, ",
+            $key,
+            " AS key, ",
+            $okey,
+            " AS okey)
           SELECT ARRAY(SELECT DISTINCT queue FROM released WHERE ready),
                  ARRAY(SELECT queue FROM released WHERE key IS NOT NULL),
                  ARRAY(SELECT key FROM released WHERE key IS NOT NULL),
@@ -215,16 +227,24 @@ macro_rules! parents_failed {
               UPDATE aedb_queue.task c
               SET waiting_on = CASE WHEN h.run THEN c.waiting_on - h.n ELSE 0 END,
                   state = CASE WHEN NOT h.run THEN 'dead'
-                               WHEN c.waiting_on > h.n THEN c.state", $line, "
+                               WHEN c.waiting_on > h.n THEN c.state",
+            $line,
+            "
                                WHEN c.not_before > $3 THEN 'scheduled'
-                               ELSE ", $due, " END::aedb_queue.task_state,
+                               ELSE ",
+            $due,
+            " END::aedb_queue.task_state,
                   last_error = CASE WHEN h.run THEN c.last_error
                                     ELSE 'parent task ' || h.parent || ' ' || $2 END,
                   updated_at = $3
               FROM hit h
               WHERE c.task_id = h.child_id AND c.state = 'waiting'
               RETURNING c.task_id, c.queue, c.state, c.has_dependents IS TRUE AS has_dependents,
-                        ", $key, " AS key, ", $okey, " AS okey)
+                        ",
+            $key,
+            " AS key, ",
+            $okey,
+            " AS okey)
           SELECT ARRAY(SELECT task_id FROM changed WHERE state = 'dead' AND has_dependents),
                  ARRAY(SELECT DISTINCT queue FROM changed WHERE state = 'ready'),
                  ARRAY(SELECT queue FROM changed WHERE key IS NOT NULL),
@@ -475,7 +495,6 @@ pub(super) fn parents_failed_in(
     woken.dedup();
     Ok(woken)
 }
-
 
 /// (parent's queue, parent as a task row) for each parent of task
 /// `task_id` of `queue`.

@@ -14,9 +14,8 @@ use super::bulk::{self, Values};
 use super::flow::SlotChanges;
 use super::owner::OwnerRights;
 use super::{
-    SchemaLevel,
-    execute, first_i64, with_client, Statement, Versioned, INT4, INT8, INT8_ARRAY, INTERVAL,
-    JSONB_ARRAY, TEXT, TIMESTAMPTZ,
+    execute, first_i64, with_client, SchemaLevel, Statement, Versioned, INT4, INT8, INT8_ARRAY,
+    INTERVAL, JSONB_ARRAY, TEXT, TIMESTAMPTZ,
 };
 use crate::datum::RawJsonb;
 use crate::errors::{internal, Result};
@@ -74,15 +73,24 @@ pub(super) static INSERT_TASKS: Versioned = Versioned {
         args: INSERT_TASKS_ARGS,
         clock: false,
     },
-    older: &[(SchemaLevel::V060, Statement {
-        sql: insert_tasks!(", waiting_on", ", $13"),
-        args: INSERT_TASKS_ARGS,
-        clock: false,
-    }), (SchemaLevel::V050, Statement {
-        sql: insert_tasks!("", ""),
-        args: INSERT_TASKS_ARGS,
-        clock: false,
-    })],
+    older: &[
+        (
+            SchemaLevel::V060,
+            Statement {
+                sql: insert_tasks!(", waiting_on", ", $13"),
+                args: INSERT_TASKS_ARGS,
+                clock: false,
+            },
+        ),
+        (
+            SchemaLevel::V050,
+            Statement {
+                sql: insert_tasks!("", ""),
+                args: INSERT_TASKS_ARGS,
+                clock: false,
+            },
+        ),
+    ],
 };
 
 /// Takes the key, waiting for a concurrent holder to commit or roll back;
@@ -187,7 +195,12 @@ fn insert(
         let ids = first_id.into_iter().chain(next_task_ids(drawn)?).collect();
         let fair_vts = if task.fair_share {
             with_client(|client| {
-                super::flow::take_virtual_times(client, task.queue, task.fairness_key, payloads.len())
+                super::flow::take_virtual_times(
+                    client,
+                    task.queue,
+                    task.fairness_key,
+                    payloads.len(),
+                )
             })?
         } else {
             Vec::new()

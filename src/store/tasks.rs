@@ -11,9 +11,8 @@ use pgrx::spi::SpiClient;
 
 use super::flow::{self, SlotChanges};
 use super::{
-    SchemaLevel,
-    execute, with_client, Rows, Statement, Versioned, INT4, INT8, INT8_ARRAY, INTERVAL, JSONB,
-    TEXT, TIMESTAMPTZ,
+    execute, with_client, Rows, SchemaLevel, Statement, Versioned, INT4, INT8, INT8_ARRAY,
+    INTERVAL, JSONB, TEXT, TIMESTAMPTZ,
 };
 use crate::datum::RawJsonb;
 use crate::errors::{internal, Result};
@@ -224,15 +223,24 @@ static COMPLETE: Versioned = Versioned {
         args: &[INT8, TEXT, INT8],
         clock: false,
     },
-    older: &[(SchemaLevel::V060, Statement {
-        sql: complete!("has_dependents", "NULL::text, NULL::text"),
-        args: &[INT8, TEXT, INT8],
-        clock: false,
-    }), (SchemaLevel::V050, Statement {
-        sql: complete!("NULL::boolean", "NULL::text, NULL::text"),
-        args: &[INT8, TEXT, INT8],
-        clock: false,
-    })],
+    older: &[
+        (
+            SchemaLevel::V060,
+            Statement {
+                sql: complete!("has_dependents", "NULL::text, NULL::text"),
+                args: &[INT8, TEXT, INT8],
+                clock: false,
+            },
+        ),
+        (
+            SchemaLevel::V050,
+            Statement {
+                sql: complete!("NULL::boolean", "NULL::text, NULL::text"),
+                args: &[INT8, TEXT, INT8],
+                clock: false,
+            },
+        ),
+    ],
 };
 
 /// The same fence as COMPLETE, for many tasks in one statement. The tasks
@@ -262,15 +270,24 @@ static COMPLETE_MANY: Versioned = Versioned {
         args: &[TEXT, INT8_ARRAY],
         clock: false,
     },
-    older: &[(SchemaLevel::V060, Statement {
-        sql: complete_many!("t.has_dependents", "NULL::text, NULL::text"),
-        args: &[TEXT, INT8_ARRAY],
-        clock: false,
-    }), (SchemaLevel::V050, Statement {
-        sql: complete_many!("NULL::boolean", "NULL::text, NULL::text"),
-        args: &[TEXT, INT8_ARRAY],
-        clock: false,
-    })],
+    older: &[
+        (
+            SchemaLevel::V060,
+            Statement {
+                sql: complete_many!("t.has_dependents", "NULL::text, NULL::text"),
+                args: &[TEXT, INT8_ARRAY],
+                clock: false,
+            },
+        ),
+        (
+            SchemaLevel::V050,
+            Statement {
+                sql: complete_many!("NULL::boolean", "NULL::text, NULL::text"),
+                args: &[TEXT, INT8_ARRAY],
+                clock: false,
+            },
+        ),
+    ],
 };
 
 /// COMPLETE_MANY for schemas before 0.4.0, which have no `fence_holds`: the
@@ -327,15 +344,24 @@ static SETTLE_FAILURE: Versioned = Versioned {
         args: &[INT8, TEXT, INTERVAL, TEXT],
         clock: true,
     },
-    older: &[(SchemaLevel::V060, Statement {
-        sql: settle_failure!("has_dependents", "NULL::text, NULL::text"),
-        args: &[INT8, TEXT, INTERVAL, TEXT],
-        clock: true,
-    }), (SchemaLevel::V050, Statement {
-        sql: settle_failure!("NULL::boolean", "NULL::text, NULL::text"),
-        args: &[INT8, TEXT, INTERVAL, TEXT],
-        clock: true,
-    })],
+    older: &[
+        (
+            SchemaLevel::V060,
+            Statement {
+                sql: settle_failure!("has_dependents", "NULL::text, NULL::text"),
+                args: &[INT8, TEXT, INTERVAL, TEXT],
+                clock: true,
+            },
+        ),
+        (
+            SchemaLevel::V050,
+            Statement {
+                sql: settle_failure!("NULL::boolean", "NULL::text, NULL::text"),
+                args: &[INT8, TEXT, INTERVAL, TEXT],
+                clock: true,
+            },
+        ),
+    ],
 };
 
 static HEARTBEAT: Statement = Statement {
@@ -372,15 +398,24 @@ static CANCEL: Versioned = Versioned {
         args: &[INT8, TEXT],
         clock: false,
     },
-    older: &[(SchemaLevel::V060, Statement {
-        sql: cancel!("has_dependents", "NULL::text, NULL::text"),
-        args: &[INT8, TEXT],
-        clock: false,
-    }), (SchemaLevel::V050, Statement {
-        sql: cancel!("NULL::boolean", "NULL::text, NULL::text"),
-        args: &[INT8, TEXT],
-        clock: false,
-    })],
+    older: &[
+        (
+            SchemaLevel::V060,
+            Statement {
+                sql: cancel!("has_dependents", "NULL::text, NULL::text"),
+                args: &[INT8, TEXT],
+                clock: false,
+            },
+        ),
+        (
+            SchemaLevel::V050,
+            Statement {
+                sql: cancel!("NULL::boolean", "NULL::text, NULL::text"),
+                args: &[INT8, TEXT],
+                clock: false,
+            },
+        ),
+    ],
 };
 
 /// Every registered queue (the 0.1.0 schema has nothing better to go by).
@@ -479,9 +514,18 @@ pub(crate) static LIFECYCLE_STATEMENTS: &[(&str, &Statement)] = &[
     ("HEARTBEAT", &HEARTBEAT),
     ("CANCEL", &CANCEL.current),
     ("LINK_PARENTS", &super::dependency::LINK_PARENTS),
-    ("COMPLETE_PARENT", &super::dependency::COMPLETE_PARENT.current),
-    ("COMPLETE_PARENTS", &super::dependency::COMPLETE_PARENTS.current),
-    ("RELEASE_CHILDREN", &super::dependency::RELEASE_CHILDREN.current),
+    (
+        "COMPLETE_PARENT",
+        &super::dependency::COMPLETE_PARENT.current,
+    ),
+    (
+        "COMPLETE_PARENTS",
+        &super::dependency::COMPLETE_PARENTS.current,
+    ),
+    (
+        "RELEASE_CHILDREN",
+        &super::dependency::RELEASE_CHILDREN.current,
+    ),
     ("PARENTS_FAILED", &super::dependency::PARENTS_FAILED.current),
     ("PARENTS_OF", &super::dependency::PARENTS_OF),
     ("LOCK_SLOTS", &super::flow::LOCK_SLOTS),
@@ -520,7 +564,11 @@ fn reap_in(
     ];
     let mut slots = SlotChanges::default();
     let reaped = execute(client, REAP.get(), &args)?.first(|row| {
-        slots.all(queue, &row.get::<Vec<String>>(5)?.unwrap_or_default(), false);
+        slots.all(
+            queue,
+            &row.get::<Vec<String>>(5)?.unwrap_or_default(),
+            false,
+        );
         slots.all(queue, &row.get::<Vec<String>>(6)?.unwrap_or_default(), true);
         let lines = row.get::<Vec<String>>(7)?.unwrap_or_default();
         let dead = row.get::<Vec<i64>>(8)?.unwrap_or_default();
@@ -767,7 +815,10 @@ pub fn complete(
             execute(client, COMPLETE.get(), &args)?
         };
         let mut slots = SlotChanges::default();
-        if rows.first(|row| keys_of(&mut slots, queue, task_id, row, 2, true))?.is_none() {
+        if rows
+            .first(|row| keys_of(&mut slots, queue, task_id, row, 2, true))?
+            .is_none()
+        {
             return Ok(None);
         }
         flow::settle_in(client, slots).map(Some)
@@ -799,7 +850,7 @@ pub fn complete_many(
     queue: &str,
     task_ids: &[i64],
     fencing_tokens: &[i64],
-) -> Result<(Vec<(i64, i64)>, Vec<String>)> {
+) -> Result<(Vec<super::IdAndToken>, Vec<String>)> {
     with_client(|client| {
         let mut slots = SlotChanges::default();
         let mut completed = |row: &super::Row<'_>| {

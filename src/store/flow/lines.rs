@@ -1,0 +1,96 @@
+//! Ordering keys' lines (`aedb_queue.ordering_slot`).
+
+use std::collections::BTreeMap;
+
+use pgrx::spi::SpiClient;
+
+use super::super::{execute, Statement, INT8_ARRAY, TEXT, TEXT_ARRAY};
+use super::{lock_then_settle, settle_in, SlotChanges};
+use crate::errors::Result;
+
+/// LOCK_SLOTS for ordering keys: their rows (a new one with no head yet),
+/// taken in order.
+pub(crate) static LOCK_LINES: Statement = Statement {
+    sql: "INSERT INTO aedb_queue.ordering_slot AS o (queue, key, head)
+          SELECT r.queue, r.key, NULL
+          FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS r(queue, key, i)
+          ORDER BY r.i
+          ON CONFLICT (queue, key) DO UPDATE SET head = o.head WHERE false",
+    args: &[TEXT_ARRAY, TEXT_ARRAY],
+    clock: false,
+};
+
+/// Run after LOCK_LINES, as SETTLE_SLOTS is: a key whose head is `$3[i]`
+/// (it completed or went) or that has none gets the first task of its line
+/// by id as its head, ready or, if its delay has not passed, scheduled; a
+/// key left with no task in line loses its row. Returns the queues where
+/// tasks became ready.
+pub(crate) static SETTLE_LINES: Statement = Statement {
+    sql: "WITH line AS (
+              SELECT o.queue, o.key, CASE WHEN o.head = r.gone THEN NULL ELSE o.head END AS head
+              FROM unnest($1::text[], $2::text[], $3::bigint[]) AS r(queue, key, gone)
+              JOIN aedb_queue.ordering_slot o ON o.queue = r.queue AND o.key = r.key),
+          given AS (
+              UPDATE aedb_queue.task t
+              SET state = CASE WHEN t.not_before > $4 THEN 'scheduled' ELSE 'ready' END::aedb_queue.task_state,
+                  updated_at = $4
+              WHERE t.ctid = ANY(ARRAY(
+                  SELECT n.ctid FROM line l CROSS JOIN LATERAL (
+                      SELECT ctid FROM aedb_queue.task
+                      WHERE queue = l.queue AND ordering_key = l.key AND state = 'blocked'
+                      ORDER BY task_id LIMIT 1 FOR UPDATE) n
+                  WHERE l.head IS NULL))
+              RETURNING t.queue, t.ordering_key, t.task_id, t.state),
+          heads AS (
+              SELECT l.queue, l.key,
+                     coalesce(l.head, (SELECT g.task_id FROM given g
+                                       WHERE g.queue = l.queue AND g.ordering_key = l.key)) AS head
+              FROM line l),
+          kept AS (
+              UPDATE aedb_queue.ordering_slot o SET head = h.head
+              FROM heads h WHERE o.queue = h.queue AND o.key = h.key AND h.head IS NOT NULL
+              RETURNING 1),
+          dropped AS (
+              DELETE FROM aedb_queue.ordering_slot o
+              USING heads h WHERE o.queue = h.queue AND o.key = h.key AND h.head IS NULL
+              RETURNING 1)
+          SELECT ARRAY(SELECT DISTINCT queue FROM given WHERE state = 'ready'),
+                 (SELECT count(*) FROM kept) + (SELECT count(*) FROM dropped)",
+    args: &[TEXT_ARRAY, TEXT_ARRAY, INT8_ARRAY],
+    clock: true,
+};
+
+pub(super) fn settle_lines_in(
+    client: &mut SpiClient<'_>,
+    changes: BTreeMap<(String, String), Option<i64>>,
+) -> Result<Vec<String>> {
+    if changes.is_empty() {
+        return Ok(Vec::new());
+    }
+    lock_then_settle(client, changes, &LOCK_LINES, &SETTLE_LINES)
+}
+
+/// The dead heads of queue $1's ordering keys.
+static DEAD_HEADS: Statement = Statement {
+    sql: "SELECT o.key, o.head FROM aedb_queue.ordering_slot o
+          JOIN aedb_queue.task t ON t.task_id = o.head
+          WHERE o.queue = $1 AND t.state = 'dead'
+          ORDER BY o.key",
+    args: &[TEXT],
+    clock: false,
+};
+
+/// The queue now releases dead heads: those dead already let their lines
+/// move on.
+pub(crate) fn release_dead_heads_in(
+    client: &mut SpiClient<'_>,
+    queue: &str,
+) -> Result<Vec<String>> {
+    let mut changes = SlotChanges::default();
+    for (key, head) in execute(client, &DEAD_HEADS, &[queue.into()])?
+        .map(|row| Ok((row.required::<String>(1)?, row.required::<i64>(2)?)))?
+    {
+        changes.head_left(queue, &key, head);
+    }
+    settle_in(client, changes)
+}

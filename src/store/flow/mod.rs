@@ -1,0 +1,120 @@
+//! Flow control's statements (docs/flow-control.md): concurrency keys'
+//! slots (`slots`), ordering keys' lines (`lines`), rate limits' buckets
+//! (`rate`), fair share's virtual times (`fair`).
+//!
+//! A task with a concurrency or ordering key that becomes due (enqueued,
+//! its timer or retry delay passed, its parents completed, re-driven)
+//! enters `blocked`, and a task that stops holding its key (completed,
+//! cancelled, retried later, dead) frees it. Every statement that does
+//! either returns the keys it touched; `settle_in` then locks those keys'
+//! rows and hands what was freed to the keys' first blocked tasks. A claim
+//! never looks at keys: it finds only ready tasks, each of which holds its
+//! key, so a key's blocked tasks cost a claim nothing.
+
+mod fair;
+mod lines;
+mod rate;
+mod slots;
+
+pub(crate) use fair::*;
+pub(crate) use lines::*;
+pub(crate) use rate::*;
+pub(crate) use slots::*;
+
+use std::collections::BTreeMap;
+
+use pgrx::spi::SpiClient;
+
+use super::{execute, Statement};
+use crate::errors::Result;
+use lines::settle_lines_in;
+use slots::settle_slots_in;
+
+/// The keys of every queue a statement touched: per (queue, key), how many
+/// slots it freed (0: it only made tasks of the key blocked); per ordering
+/// key, the head that left (None: tasks only joined its line).
+#[derive(Debug, Default)]
+pub(crate) struct SlotChanges {
+    freed: BTreeMap<(String, String), i32>,
+    left: BTreeMap<(String, String), Option<i64>>,
+}
+
+impl SlotChanges {
+    /// Tasks of the key became due (blocked, waiting for a slot).
+    pub(crate) fn arrived(&mut self, queue: &str, key: &str) {
+        self.freed
+            .entry((queue.to_owned(), key.to_owned()))
+            .or_insert(0);
+    }
+
+    /// A task of the key stopped holding one of its slots.
+    pub(crate) fn freed(&mut self, queue: &str, key: &str) {
+        *self
+            .freed
+            .entry((queue.to_owned(), key.to_owned()))
+            .or_insert(0) += 1;
+    }
+
+    /// Every key of `keys` (one queue's) arrived, or freed a slot.
+    pub(crate) fn all(&mut self, queue: &str, keys: &[String], freed: bool) {
+        for key in keys {
+            if freed {
+                self.freed(queue, key);
+            } else {
+                self.arrived(queue, key);
+            }
+        }
+    }
+
+    /// A task of the ordering key joined its line (blocked).
+    pub(crate) fn joined(&mut self, queue: &str, key: &str) {
+        self.left
+            .entry((queue.to_owned(), key.to_owned()))
+            .or_insert(None);
+    }
+
+    /// Task `task_id` of the ordering key is done with it (completed,
+    /// cancelled, released when dead): if it is the head, the next may run.
+    pub(crate) fn head_left(&mut self, queue: &str, key: &str, task_id: i64) {
+        self.left
+            .insert((queue.to_owned(), key.to_owned()), Some(task_id));
+    }
+}
+
+/// Locks the changed keys and gives their free slots to blocked tasks (and
+/// their lines' next tasks to ordering keys whose head left); returns the
+/// queues where tasks became ready (none when nothing changed).
+pub(crate) fn settle_in(client: &mut SpiClient<'_>, changes: SlotChanges) -> Result<Vec<String>> {
+    let mut woken = settle_slots_in(client, changes.freed)?;
+    woken.extend(settle_lines_in(client, changes.left)?);
+    Ok(woken)
+}
+
+/// Takes the rows of the changed keys with `lock` (its parameters: the
+/// queues and the keys, in key order), then runs `settle` in a statement of
+/// its own with each key's change as well; the queues where tasks became
+/// ready (`settle`'s first column).
+pub(super) fn lock_then_settle<T>(
+    client: &mut SpiClient<'_>,
+    changes: BTreeMap<(String, String), T>,
+    lock: &'static Statement,
+    settle: &'static Statement,
+) -> Result<Vec<String>>
+where
+    Vec<T>: pgrx::IntoDatum,
+{
+    let mut queues = Vec::with_capacity(changes.len());
+    let mut keys = Vec::with_capacity(changes.len());
+    let mut each = Vec::with_capacity(changes.len());
+    for ((queue, key), change) in changes {
+        queues.push(queue);
+        keys.push(key);
+        each.push(change);
+    }
+    execute(client, lock, &[queues.clone().into(), keys.clone().into()])?;
+    let rows = execute(client, settle, &[queues.into(), keys.into(), each.into()])?;
+    Ok(rows
+        .first(|row| row.get::<Vec<String>>(1))?
+        .flatten()
+        .unwrap_or_default())
+}
