@@ -12,13 +12,10 @@
 -- 0.6.0 is flow control (issue 12).
 
 -- 1. Concurrency keys: a task's key, the queue's limit, the slots per key,
--- and the blocked state. The index predicate names no label newer than
--- 0.1.0's (see schema.sql): an update from before 0.5.0 adds 'waiting' in
--- this same transaction.
+-- and the blocked state (the index of blocked tasks is in section 3).
 ALTER TYPE aedb_queue.task_state ADD VALUE 'blocked';
 ALTER TABLE aedb_queue.queue ADD COLUMN concurrency_limit integer CHECK (concurrency_limit >= 1);
 ALTER TABLE aedb_queue.task ADD COLUMN concurrency_key text;
-CREATE INDEX task_blocked_idx   ON aedb_queue.task (queue, concurrency_key, priority DESC, (-task_id) DESC) WHERE state > 'dead';
 CREATE TABLE aedb_queue.concurrency_slot (
     queue             text NOT NULL,
     key               text NOT NULL,
@@ -42,10 +39,14 @@ SELECT pg_catalog.pg_extension_config_dump('aedb_queue.rate_bucket', '');
 REVOKE ALL ON aedb_queue.rate_bucket FROM PUBLIC;
 
 -- 3. Ordering keys: a task's key, the queue's policy for dead tasks, the
--- head of each key's line.
+-- head of each key's line; the index of blocked tasks for both kinds of
+-- key. Its predicate names no label newer than 0.1.0's (see schema.sql):
+-- an update from before 0.5.0 adds 'waiting' in this same transaction.
 ALTER TABLE aedb_queue.queue ADD COLUMN ordering_on_dead text CHECK (ordering_on_dead IN ('block', 'release'));
 ALTER TABLE aedb_queue.task ADD COLUMN ordering_key text;
-CREATE INDEX task_ordering_idx  ON aedb_queue.task (queue, ordering_key, task_id) WHERE state > 'dead' AND ordering_key IS NOT NULL;
+CREATE INDEX task_blocked_idx   ON aedb_queue.task (queue, concurrency_key, ordering_key,
+                                                    (CASE WHEN ordering_key IS NULL THEN priority END) DESC,
+                                                    task_id) WHERE state > 'dead';
 CREATE TABLE aedb_queue.ordering_slot (
     queue text NOT NULL,
     key   text NOT NULL,
@@ -58,8 +59,11 @@ REVOKE ALL ON aedb_queue.ordering_slot FROM PUBLIC;
 -- 4. Fair share: the queue's setting, a task's key and virtual time, the
 -- keys' weights and times.
 ALTER TABLE aedb_queue.queue ADD COLUMN fair_share boolean;
-ALTER TABLE aedb_queue.task ADD COLUMN fairness_key text, ADD COLUMN fair_vt bigint;
-CREATE INDEX task_fair_idx      ON aedb_queue.task (queue, priority DESC, fair_vt, task_id) WHERE state = 'ready' AND fair_vt IS NOT NULL;
+-- The ready index takes the virtual time as its next order after priority
+-- (schema.sql): rebuilt, under this transaction's lock on the table.
+ALTER TABLE aedb_queue.task ADD COLUMN fairness_key text, ADD COLUMN fair_vt bigint NOT NULL DEFAULT 0;
+DROP INDEX aedb_queue.task_ready_idx;
+CREATE INDEX task_ready_idx     ON aedb_queue.task (queue, priority DESC, (-fair_vt) DESC, (-task_id) DESC) WHERE state = 'ready';
 CREATE TABLE aedb_queue.fairness_key (
     queue  text NOT NULL,
     key    text NOT NULL,
@@ -267,7 +271,8 @@ SELECT o.queue,
        o.head AS head_task_id,
        h.state AS head_state,
        (SELECT count(*) FROM aedb_queue.task t
-         WHERE t.queue = o.queue AND t.state > 'dead' AND t.state::text = 'blocked' AND t.ordering_key = o.key) AS in_line,
+         WHERE t.queue = o.queue AND t.state > 'dead' AND t.state::text = 'blocked'
+           AND t.ordering_key = o.key AND t.concurrency_key IS NULL) AS in_line,
        h.state = 'dead' AS stopped_by_dead
 FROM aedb_queue.ordering_slot o
 LEFT JOIN aedb_queue.task h ON h.task_id = o.head
@@ -277,11 +282,11 @@ SELECT f.queue,
        f.key AS fairness_key,
        coalesce(f.weight, 1) AS weight,
        (SELECT count(*) FROM aedb_queue.task t
-         WHERE t.queue = f.queue AND t.state = 'ready' AND t.fair_vt IS NOT NULL
+         WHERE t.queue = f.queue AND t.state = 'ready' AND t.fair_vt > 0
            AND coalesce(t.fairness_key, '') = f.key) AS ready,
        greatest(f.vt - coalesce((SELECT t.fair_vt FROM aedb_queue.task t
-                                  WHERE t.queue = f.queue AND t.state = 'ready' AND t.fair_vt IS NOT NULL
-                                  ORDER BY t.priority DESC, t.fair_vt, t.task_id LIMIT 1), f.vt), 0) / 1000 AS ahead
+                                  WHERE t.queue = f.queue AND t.state = 'ready' AND t.fair_vt > 0
+                                  ORDER BY t.priority DESC, -t.fair_vt DESC, -t.task_id DESC LIMIT 1), f.vt), 0) / 1000 AS ahead
 FROM aedb_queue.fairness_key f
 WHERE aedb_queue_internal.can_read(f.queue);
 REVOKE ALL ON aedb_queue.tasks, aedb_queue.queue_stats, aedb_queue.concurrency_keys, aedb_queue.ordering_keys,

@@ -77,7 +77,7 @@ WHERE aedb_queue_internal.can_read(q.name);
 -- limit of its own. taken = ready + in flight; at_limit: its next due task
 -- waits (blocked) until one of them completes, fails or is cancelled.
 -- Counts read the key's range of the blocked index and the queue's
--- in-flight entries. state > 'dead' (the blocked indexes' predicate) and
+-- in-flight entries. state > 'dead' (the blocked index's predicate) and
 -- state::text = 'blocked': the upgrades could not name the label (see
 -- schema.sql).
 CREATE VIEW aedb_queue.concurrency_keys WITH (security_barrier) AS
@@ -107,7 +107,8 @@ SELECT o.queue,
        o.head AS head_task_id,
        h.state AS head_state,
        (SELECT count(*) FROM aedb_queue.task t
-         WHERE t.queue = o.queue AND t.state > 'dead' AND t.state::text = 'blocked' AND t.ordering_key = o.key) AS in_line,
+         WHERE t.queue = o.queue AND t.state > 'dead' AND t.state::text = 'blocked'
+           AND t.ordering_key = o.key AND t.concurrency_key IS NULL) AS in_line,
        h.state = 'dead' AS stopped_by_dead
 FROM aedb_queue.ordering_slot o
 LEFT JOIN aedb_queue.task h ON h.task_id = o.head
@@ -117,16 +118,16 @@ WHERE aedb_queue_internal.can_read(o.queue);
 -- tasks without a key): its weight, its ready tasks, and how far its
 -- virtual time runs ahead of the queue's head (in tasks of weight 1: a
 -- key that far ahead waits while others catch up). Counts read the
--- queue's range of task_fair_idx.
+-- queue's range of the ready index.
 CREATE VIEW aedb_queue.fairness_keys WITH (security_barrier) AS
 SELECT f.queue,
        f.key AS fairness_key,
        coalesce(f.weight, 1) AS weight,
        (SELECT count(*) FROM aedb_queue.task t
-         WHERE t.queue = f.queue AND t.state = 'ready' AND t.fair_vt IS NOT NULL
+         WHERE t.queue = f.queue AND t.state = 'ready' AND t.fair_vt > 0
            AND coalesce(t.fairness_key, '') = f.key) AS ready,
        greatest(f.vt - coalesce((SELECT t.fair_vt FROM aedb_queue.task t
-                                  WHERE t.queue = f.queue AND t.state = 'ready' AND t.fair_vt IS NOT NULL
-                                  ORDER BY t.priority DESC, t.fair_vt, t.task_id LIMIT 1), f.vt), 0) / 1000 AS ahead
+                                  WHERE t.queue = f.queue AND t.state = 'ready' AND t.fair_vt > 0
+                                  ORDER BY t.priority DESC, -t.fair_vt DESC, -t.task_id DESC LIMIT 1), f.vt), 0) / 1000 AS ahead
 FROM aedb_queue.fairness_key f
 WHERE aedb_queue_internal.can_read(f.queue);

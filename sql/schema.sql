@@ -137,19 +137,23 @@ CREATE TABLE aedb_queue.task (
     -- In a fair-share queue, the task's share (NULL key: the share of the
     -- tasks without one) and its virtual start time: claims serve the
     -- lowest first, and each key's tasks are spaced by 1000 / its weight
-    -- from where the queue's head stood (fairness_key). NULL elsewhere.
+    -- from where the queue's head stood (fairness_key). 0 elsewhere (and
+    -- never a time), so the ready index's order is first in, first out.
     fairness_key    text,
-    fair_vt         bigint
+    fair_vt         bigint NOT NULL DEFAULT 0
 ) WITH (fillfactor = 50);
 ALTER SEQUENCE aedb_queue.task_id_seq OWNED BY aedb_queue.task.task_id;
 
 -- One partial index per state, each leading with the queue: a claim reads
 -- only the ready entries of its own queue, so future, dead and in-flight
 -- tasks (and other queues) never enter its scan. The ready index is in
--- service order (priority descending, then FIFO) with both keys descending,
--- so a claim can resume after a position with one row comparison,
--- (priority, -task_id) < (p, -t), which the primary key cannot serve.
-CREATE INDEX task_ready_idx     ON aedb_queue.task (queue, priority DESC, (-task_id) DESC) WHERE state = 'ready';
+-- service order (priority descending, then a fair-share queue's virtual
+-- times, 0 elsewhere, then FIFO) with every key descending, so a claim can
+-- resume after a position with one row comparison, (priority, -fair_vt,
+-- -task_id) < (p, -v, -t), which the primary key cannot serve. Fair share
+-- has no index of its own: each partial index costs every statement that
+-- writes a task row (see task_blocked_idx).
+CREATE INDEX task_ready_idx     ON aedb_queue.task (queue, priority DESC, (-fair_vt) DESC, (-task_id) DESC) WHERE state = 'ready';
 CREATE INDEX task_scheduled_idx ON aedb_queue.task (queue, not_before)            WHERE state = 'scheduled';
 -- The redundant "lease_deadline IS NOT NULL" keeps fenced point lookups
 -- (complete, fail, heartbeat: task_id = $1 AND state = 'in_flight') on the
@@ -162,15 +166,20 @@ CREATE INDEX task_dead_idx      ON aedb_queue.task (queue, task_id)             
 -- while a task is waiting; the predicate names no enum label, which an
 -- upgrade could not use in the transaction that adds it.
 CREATE INDEX task_waiting_idx   ON aedb_queue.task (queue, task_id)               WHERE waiting_on > 0;
--- Blocked tasks by key, in service order: a freed slot goes to the key's
--- first. The predicate names 'dead', the last label 0.1.0 had (it holds
--- the waiting and blocked tasks): an upgrade cannot name a label in the
+-- Waiting and blocked tasks by key: a freed slot goes to the first of its
+-- key in service order, an ordering key's line moves on to its first by
+-- id. One index for both kinds of key (a task never has both): every
+-- statement that writes a task row opens and prepares each partial index
+-- of the table, about 9,000 instructions a claim for each (docs/flow-
+-- control.md), whether or not the row goes in. The CASE orders a line by
+-- id alone (priority is not its order); statements name it as written
+-- here, with the other key's column, so the planner reads the index in
+-- order (store/flow/mod.rs, blocked_order!). The predicate names 'dead',
+-- the last label 0.1.0 had: an upgrade cannot name a label in the
 -- transaction that adds it, and one from 0.4.0 adds 'waiting' as well.
-CREATE INDEX task_blocked_idx   ON aedb_queue.task (queue, concurrency_key, priority DESC, (-task_id) DESC) WHERE state > 'dead';
--- The line of each ordering key: its blocked tasks in id order.
-CREATE INDEX task_ordering_idx  ON aedb_queue.task (queue, ordering_key, task_id) WHERE state > 'dead' AND ordering_key IS NOT NULL;
--- Ready tasks of fair-share queues in the order their claims serve.
-CREATE INDEX task_fair_idx      ON aedb_queue.task (queue, priority DESC, fair_vt, task_id) WHERE state = 'ready' AND fair_vt IS NOT NULL;
+CREATE INDEX task_blocked_idx   ON aedb_queue.task (queue, concurrency_key, ordering_key,
+                                                    (CASE WHEN ordering_key IS NULL THEN priority END) DESC,
+                                                    task_id) WHERE state > 'dead';
 
 -- The slots of each concurrency key in use: taken counts the key's tasks
 -- that are ready or in flight, never more than the limit while others of

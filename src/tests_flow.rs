@@ -714,20 +714,44 @@ mod tests {
         assert_eq!(b_at, [2, 4, 5], "turns from the head: {order:?}");
     }
 
+    /// Turned on, fair share gives the tasks already there virtual times
+    /// (0 is none); one left without (enqueued by a backend that had not
+    /// seen the change) is served, first. Turned off, the queue is first
+    /// in, first out again at once: the times are gone.
     #[pg_test]
-    fn fair_claims_read_the_fair_index_and_serve_tasks_enqueued_before() {
-        // Enqueued before the queue turned fair and then given times.
+    fn fair_share_turned_on_times_the_tasks_there_and_turned_off_drops_the_times() {
         let before = enqueue("fs.late", ", fairness_key => 'x'");
+        assert_eq!(field::<i64>(before, "fair_vt"), Some(0));
         exec("SELECT aedb_queue.queue_configure('fs.late', fair_share => true)");
-        assert!(field::<i64>(before, "fair_vt").is_some());
-        // One left without a time (a backend that had not seen the change)
-        // is still served once the fair ones are gone.
+        assert!(field::<i64>(before, "fair_vt").unwrap() > 0);
         let stale = enqueue("fs.late", "");
         exec(&format!(
-            "UPDATE aedb_queue.task SET fair_vt = NULL WHERE task_id = {stale}"
+            "UPDATE aedb_queue.task SET fair_vt = 0 WHERE task_id = {stale}"
         ));
         let ids: Vec<i64> = claim("fs.late", ", max => 5").iter().map(|t| t.0).collect();
-        assert_eq!(ids.len(), 2);
-        assert!(ids.contains(&before) && ids.contains(&stale));
+        assert_eq!(ids, [stale, before], "the untimed task first, then in time order");
+
+        // x's four tasks, then y's one: fair order serves y before x's last.
+        let x: Vec<i64> = (0..4)
+            .map(|_| enqueue("fs.late", ", fairness_key => 'x'"))
+            .collect();
+        let y = enqueue("fs.late", ", fairness_key => 'y'");
+        let fair_order: Vec<i64> = one::<String>(
+            "SELECT string_agg(task_id::text, ',' ORDER BY -fair_vt DESC, -task_id DESC)
+             FROM aedb_queue.task WHERE queue = 'fs.late' AND state = 'ready'",
+        )
+        .split(',')
+        .map(|id| id.parse().unwrap())
+        .collect();
+        assert!(fair_order[..4].contains(&y), "fair order: {fair_order:?}");
+        exec("SELECT aedb_queue.queue_configure('fs.late', fair_share => false)");
+        assert_eq!(
+            count("aedb_queue.task WHERE queue = 'fs.late' AND fair_vt <> 0"),
+            0
+        );
+        let order: Vec<i64> = (0..5).map(|_| claim_one("fs.late").0).collect();
+        let mut fifo = x.clone();
+        fifo.push(y);
+        assert_eq!(order, fifo, "first in, first out once fair share is off");
     }
 }

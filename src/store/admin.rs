@@ -429,11 +429,13 @@ static LIST_WAITING: Statement = Statement {
     clock: false,
 };
 
-/// Blocked tasks by key, each key's in service order (schemas from 0.6.0 on).
+/// Blocked tasks by key, each key's in the order it is served (as
+/// `task_blocked_idx` holds them; schemas from 0.6.0 on).
 static LIST_BLOCKED: Statement = Statement {
     sql: task_record_select!(
         "WHERE t.queue = $1 AND t.state = 'blocked'
-          ORDER BY t.queue, t.concurrency_key, t.priority DESC, -t.task_id DESC LIMIT $2"
+          ORDER BY t.queue, t.concurrency_key, t.ordering_key,
+                   (CASE WHEN t.ordering_key IS NULL THEN t.priority END) DESC, t.task_id LIMIT $2"
     ),
     args: &[TEXT, INT4],
     clock: false,
@@ -579,6 +581,10 @@ pub fn configure(queue: &str, change: &SettingsChange) -> Result<QueueSettings> 
         let settings = execute(client, CONFIGURE.get(), &args)?
             .first(settings_of)?
             .ok_or_else(|| internal("CONFIGURE returned no row"))?;
+        if super::schema_level() < SchemaLevel::V060 {
+            // No flow control before 0.6.0: nothing below applies.
+            return Ok(settings);
+        }
         if change.concurrency_limit.is_some() || change.reset {
             super::flow::limits_changed_in(client, queue, None)?;
         }
@@ -586,8 +592,12 @@ pub fn configure(queue: &str, change: &SettingsChange) -> Result<QueueSettings> 
         if settings.ordering_on_dead.as_deref() == Some("release") {
             super::flow::release_dead_heads_in(client, queue)?;
         }
-        if settings.fair_share {
+        // Turned on: the tasks already there get virtual times; off: lose
+        // them, so the queue is first in, first out again at once.
+        if change.fair_share == Some(true) {
             super::flow::backfill_virtual_times_in(client, queue)?;
+        } else if change.fair_share == Some(false) || change.reset {
+            super::flow::clear_virtual_times_in(client, queue)?;
         }
         Ok(settings)
     })?;

@@ -116,9 +116,10 @@ static REAP: Versioned = Versioned {
 /// the lock, other workers claimed the task and handed it back), the write
 /// does not see it: the task stays ready, untouched, for the next claim
 /// (which, resumed past it, reaches it at the next rescan from the head).
-/// `$now` names the clock parameter (the statement's last).
+/// `$now` names the clock parameter (the statement's last); `$vt` the
+/// virtual time returned (`0::bigint` before 0.6.0).
 macro_rules! claim_picked {
-    ($pick:expr, $now:literal) => {
+    ($pick:expr, $now:literal, $vt:literal) => {
         concat!(
             "UPDATE aedb_queue.task
              SET state = 'in_flight', attempts = attempts + 1, fencing_token = fencing_token + 1,
@@ -128,7 +129,7 @@ macro_rules! claim_picked {
             $pick,
             "))
              RETURNING task_id, payload, attempts, fencing_token, lease_deadline, priority,
-                       created_at, progress"
+                       created_at, progress, ", $vt
         )
     };
 }
@@ -148,56 +149,91 @@ macro_rules! ready_head {
     };
 }
 
-static CLAIM: Statement = Statement {
-    sql: claim_picked!(ready_head!("priority DESC, -task_id DESC"), "$5"),
-    args: &[TEXT, INT4, TEXT, INTERVAL],
-    clock: true,
-};
+/// CLAIM_AFTER's subquery: higher priorities from their head, then the
+/// ready index from position ($5 priority, `$position`) on, one range each.
+macro_rules! ready_after {
+    ($order:literal, $position:literal) => {
+        concat!(
+            "SELECT ctid FROM (
+                 SELECT ctid FROM (SELECT ctid FROM aedb_queue.task
+                     WHERE queue = $1 AND state = 'ready' AND priority > $5
+                     ORDER BY ", $order, " LIMIT $2 FOR UPDATE SKIP LOCKED) AS higher
+                 UNION ALL
+                 SELECT ctid FROM (SELECT ctid FROM aedb_queue.task
+                     WHERE queue = $1 AND state = 'ready' AND ", $position, "
+                     ORDER BY ", $order, " LIMIT $2 FOR UPDATE SKIP LOCKED) AS after
+             ) AS resumed
+             LIMIT $2"
+        )
+    };
+}
 
-/// CLAIM in the order 0.1.0's ready index serves (see `schema_current`).
-static CLAIM_0_1_0: Statement = Statement {
-    sql: claim_picked!(ready_head!("priority DESC, task_id"), "$5"),
-    args: &[TEXT, INT4, TEXT, INTERVAL],
-    clock: true,
-};
-
-/// CLAIM for a fair-share queue: each priority's ready tasks by their
-/// virtual start times (`task_fair_idx`), so the keys take turns (by
-/// weight). Always from the head: no scan position is kept.
-static CLAIM_FAIR: Statement = Statement {
-    sql: claim_picked!(
-        "SELECT ctid FROM aedb_queue.task
-         WHERE queue = $1 AND state = 'ready' AND fair_vt IS NOT NULL
-         ORDER BY priority DESC, fair_vt, task_id
-         LIMIT $2
-         FOR UPDATE SKIP LOCKED",
-        "$5"
-    ),
-    args: &[TEXT, INT4, TEXT, INTERVAL],
-    clock: true,
+/// A claim from the head of the ready index: in service order, priority,
+/// then (in a fair-share queue) virtual start time, then id. The older
+/// schemas' ready indexes serve the orders below.
+static CLAIM: Versioned = Versioned {
+    current: Statement {
+        sql: claim_picked!(
+            ready_head!("priority DESC, -fair_vt DESC, -task_id DESC"),
+            "$5",
+            "fair_vt"
+        ),
+        args: &[TEXT, INT4, TEXT, INTERVAL],
+        clock: true,
+    },
+    older: &[
+        (
+            SchemaLevel::V060,
+            Statement {
+                sql: claim_picked!(ready_head!("priority DESC, -task_id DESC"), "$5", "0::bigint"),
+                args: &[TEXT, INT4, TEXT, INTERVAL],
+                clock: true,
+            },
+        ),
+        (
+            SchemaLevel::V020,
+            Statement {
+                sql: claim_picked!(ready_head!("priority DESC, task_id"), "$5", "0::bigint"),
+                args: &[TEXT, INT4, TEXT, INTERVAL],
+                clock: true,
+            },
+        ),
+    ],
 };
 
 /// CLAIM resumed after position ($5 priority, $6 task id) in service order
-/// (see `scan_hint`): higher priorities from their head, then the ready index
-/// from that position on, one range each. The outer LIMIT stops pulling (and
-/// locking) once it has $2 tasks. Locking clauses are not allowed on UNION
-/// members, hence the subqueries.
-static CLAIM_AFTER: Statement = Statement {
-    sql: claim_picked!(
-        "SELECT ctid FROM (
-             SELECT ctid FROM (SELECT ctid FROM aedb_queue.task
-                 WHERE queue = $1 AND state = 'ready' AND priority > $5
-                 ORDER BY priority DESC, -task_id DESC LIMIT $2 FOR UPDATE SKIP LOCKED) AS higher
-             UNION ALL
-             SELECT ctid FROM (SELECT ctid FROM aedb_queue.task
-                 WHERE queue = $1 AND state = 'ready' AND (priority, -task_id) < ($5, -$6)
-                 ORDER BY priority DESC, -task_id DESC LIMIT $2 FOR UPDATE SKIP LOCKED) AS after
-         ) AS resumed
-         LIMIT $2",
-        "$7"
-    ),
-    args: &[TEXT, INT4, TEXT, INTERVAL, INT8, INT8],
-    clock: true,
+/// (see `scan_hint`), in a queue that does not share its claims (every
+/// virtual time 0). The outer LIMIT stops pulling (and locking) once it has
+/// $2 tasks. Locking clauses are not allowed on UNION members, hence the
+/// subqueries.
+static CLAIM_AFTER: Versioned = Versioned {
+    current: Statement {
+        sql: claim_picked!(
+            ready_after!(
+                "priority DESC, -fair_vt DESC, -task_id DESC",
+                "(priority, -fair_vt, -task_id) < ($5, 0, -$6)"
+            ),
+            "$7",
+            "fair_vt"
+        ),
+        args: &[TEXT, INT4, TEXT, INTERVAL, INT8, INT8],
+        clock: true,
+    },
+    older: &[(
+        SchemaLevel::V060,
+        Statement {
+            sql: claim_picked!(
+                ready_after!(
+                    "priority DESC, -task_id DESC",
+                    "(priority, -task_id) < ($5, -$6)"
+                ),
+                "$7",
+                "0::bigint"
+            ),
+            args: &[TEXT, INT4, TEXT, INTERVAL, INT8, INT8],
+            clock: true,
+        },
+    )],
 };
 
 /// The fence: a settlement applies only to the task in flight under this
@@ -503,9 +539,8 @@ pub(crate) static LIFECYCLE_STATEMENTS: &[(&str, &Statement)] = &[
     ("LOOKUP_KEY", &super::insert::LOOKUP_KEY),
     ("REAP_NEEDED", &REAP_NEEDED),
     ("REAP", &REAP.current),
-    ("CLAIM", &CLAIM),
-    ("CLAIM_AFTER", &CLAIM_AFTER),
-    ("CLAIM_FAIR", &CLAIM_FAIR),
+    ("CLAIM", &CLAIM.current),
+    ("CLAIM_AFTER", &CLAIM_AFTER.current),
     ("COMPLETE", &COMPLETE.current),
     ("COMPLETE_MANY", &COMPLETE_MANY.current),
     ("COMPLETE_MANY_0_3_0", &COMPLETE_MANY_0_3_0),
@@ -601,6 +636,15 @@ pub struct ClaimedTask {
     pub priority: i64,
     pub enqueued_at: TimestampWithTimeZone,
     pub progress: Option<RawJsonb>,
+    /// Its virtual start time in a fair-share queue, else 0.
+    pub fair_vt: i64,
+}
+
+impl ClaimedTask {
+    /// Where the task stands in service order (the ready index's).
+    fn service_order(&self) -> (std::cmp::Reverse<i64>, i64, i64) {
+        (std::cmp::Reverse(self.priority), self.fair_vt, self.task_id)
+    }
 }
 
 type Hints = ScanHints<TimestampWithTimeZone>;
@@ -651,17 +695,17 @@ pub fn claim(
             reap_if_due(client, queue, limit, &mut hints)?;
             checked = true;
         }
-        let mut tasks = claim_in(client, queue, owner_id, lease, max, current, &mut hints)?;
+        let mut tasks = claim_in(client, queue, owner_id, lease, max, &mut hints)?;
         if let (Some(limit), false) = (reap, checked) {
             if tasks.len() < max as usize && reap_if_due(client, queue, limit, &mut hints)? {
                 let missing = max - tasks.len() as i32;
                 tasks.extend(claim_in(
-                    client, queue, owner_id, lease, missing, current, &mut hints,
+                    client, queue, owner_id, lease, missing, &mut hints,
                 )?);
             }
         }
         // UPDATE … RETURNING has no order; hand tasks out in service order.
-        tasks.sort_unstable_by_key(|t| (std::cmp::Reverse(t.priority), t.task_id));
+        tasks.sort_unstable_by_key(ClaimedTask::service_order);
         Ok(tasks)
     })?;
     hints.claimed(tasks.last().map(|t| (t.priority, t.task_id)));
@@ -676,9 +720,9 @@ pub fn claim(
 }
 
 /// A fair-share queue's claim: due work promoted first (when `reap`), then
-/// the fair order; tasks without a virtual time (enqueued by a backend
-/// that had not yet seen the queue turn fair) are served when that comes
-/// up short.
+/// the head of the ready index, where the lowest virtual times of each
+/// priority stand. Never resumed: a position would pass over the tasks of
+/// keys that arrive later with earlier times.
 fn claim_fair(
     queue: &str,
     owner_id: &str,
@@ -692,12 +736,8 @@ fn claim_fair(
             reap_if_due(client, queue, limit, &mut hints)?;
         }
         let args = [queue.into(), max.into(), owner_id.into(), lease.into()];
-        let mut tasks = claimed_tasks(execute(client, &CLAIM_FAIR, &args)?)?;
-        let missing = max - tasks.len() as i32;
-        if missing > 0 {
-            let args = [queue.into(), missing.into(), owner_id.into(), lease.into()];
-            tasks.extend(claimed_tasks(execute(client, &CLAIM, &args)?)?);
-        }
+        let mut tasks = claimed_tasks(execute(client, CLAIM.get(), &args)?)?;
+        tasks.sort_unstable_by_key(ClaimedTask::service_order);
         Ok(tasks)
     })
 }
@@ -710,7 +750,6 @@ fn claim_in(
     owner_id: &str,
     lease: Interval,
     max: i32,
-    current: bool,
     hints: &mut Hints,
 ) -> Result<Vec<ClaimedTask>> {
     let mut tasks = Vec::new();
@@ -723,7 +762,7 @@ fn claim_in(
             priority.into(),
             task_id.into(),
         ];
-        tasks = claimed_tasks(execute(client, &CLAIM_AFTER, &args)?)?;
+        tasks = claimed_tasks(execute(client, CLAIM_AFTER.get(), &args)?)?;
         if tasks.len() < max as usize {
             hints.came_up_short();
         }
@@ -731,8 +770,7 @@ fn claim_in(
     let missing = max - tasks.len() as i32;
     if missing > 0 {
         let args = [queue.into(), missing.into(), owner_id.into(), lease.into()];
-        let full = if current { &CLAIM } else { &CLAIM_0_1_0 };
-        tasks.extend(claimed_tasks(execute(client, full, &args)?)?);
+        tasks.extend(claimed_tasks(execute(client, CLAIM.get(), &args)?)?);
     }
     Ok(tasks)
 }
@@ -786,6 +824,7 @@ fn claimed_tasks(rows: Rows<'_>) -> Result<Vec<ClaimedTask>> {
             priority: row.required(6)?,
             enqueued_at: row.required(7)?,
             progress: row.get(8)?,
+            fair_vt: row.required(9)?,
         })
     })
 }

@@ -13,8 +13,8 @@ use crate::errors::Result;
 static TAKE_VIRTUAL_TIMES: Statement = Statement {
     sql: "WITH head AS (
               SELECT coalesce((SELECT t.fair_vt FROM aedb_queue.task t
-                               WHERE t.queue = $1 AND t.state = 'ready' AND t.fair_vt IS NOT NULL
-                               ORDER BY t.priority DESC, t.fair_vt, t.task_id LIMIT 1), 0) AS vt)
+                               WHERE t.queue = $1 AND t.state = 'ready'
+                               ORDER BY t.priority DESC, -t.fair_vt DESC, -t.task_id DESC LIMIT 1), 0) AS vt)
           INSERT INTO aedb_queue.fairness_key AS f (queue, key, vt)
           SELECT $1, $2, h.vt + $3 * 1000 FROM head h
           ON CONFLICT (queue, key) DO UPDATE
@@ -67,15 +67,16 @@ pub(crate) fn set_fair_weight(queue: &str, key: &str, weight: Option<i32>) -> Re
     })
 }
 
-/// The tasks of queue $1 with no virtual time yet (enqueued before it
+/// The tasks of queue $1 with no virtual time yet (0: enqueued before it
 /// shared its claims), given times key by key in task id order after the
-/// key's last: once, when fair share is turned on.
+/// key's last: when fair share is turned on. Reads every task of the
+/// table once (no index holds a queue's tasks of every state).
 static BACKFILL_VIRTUAL_TIMES: Statement = Statement {
     sql: "WITH missing AS (
               SELECT t.task_id, coalesce(t.fairness_key, '') AS key,
                      row_number() OVER (PARTITION BY coalesce(t.fairness_key, '') ORDER BY t.task_id) AS n
               FROM aedb_queue.task t
-              WHERE t.queue = $1 AND t.fair_vt IS NULL),
+              WHERE t.queue = $1 AND t.fair_vt = 0),
           keys AS (
               INSERT INTO aedb_queue.fairness_key AS f (queue, key, vt)
               SELECT $1, m.key, max(m.n) * 1000 FROM missing m GROUP BY m.key
@@ -92,5 +93,19 @@ static BACKFILL_VIRTUAL_TIMES: Statement = Statement {
 
 pub(crate) fn backfill_virtual_times_in(client: &mut SpiClient<'_>, queue: &str) -> Result<()> {
     execute(client, &BACKFILL_VIRTUAL_TIMES, &[queue.into()])?;
+    Ok(())
+}
+
+/// Queue $1 no longer shares its claims: its tasks lose their virtual
+/// times, so they are served first in, first out. Reads every task, as
+/// BACKFILL_VIRTUAL_TIMES does.
+static CLEAR_VIRTUAL_TIMES: Statement = Statement {
+    sql: "UPDATE aedb_queue.task SET fair_vt = 0 WHERE queue = $1 AND fair_vt <> 0",
+    args: &[TEXT],
+    clock: false,
+};
+
+pub(crate) fn clear_virtual_times_in(client: &mut SpiClient<'_>, queue: &str) -> Result<()> {
+    execute(client, &CLEAR_VIRTUAL_TIMES, &[queue.into()])?;
     Ok(())
 }

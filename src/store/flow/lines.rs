@@ -26,7 +26,7 @@ pub(crate) static LOCK_LINES: Statement = Statement {
 /// key left with no task in line loses its row. Returns the queues where
 /// tasks became ready.
 pub(crate) static SETTLE_LINES: Statement = Statement {
-    sql: "WITH line AS (
+    sql: concat!("WITH line AS (
               SELECT o.queue, o.key, CASE WHEN o.head = r.gone THEN NULL ELSE o.head END AS head
               FROM unnest($1::text[], $2::text[], $3::bigint[]) AS r(queue, key, gone)
               JOIN aedb_queue.ordering_slot o ON o.queue = r.queue AND o.key = r.key),
@@ -37,8 +37,9 @@ pub(crate) static SETTLE_LINES: Statement = Statement {
               WHERE t.ctid = ANY(ARRAY(
                   SELECT n.ctid FROM line l CROSS JOIN LATERAL (
                       SELECT ctid FROM aedb_queue.task
-                      WHERE queue = l.queue AND ordering_key = l.key AND state = 'blocked'
-                      ORDER BY task_id LIMIT 1 FOR UPDATE) n
+                      WHERE queue = l.queue AND ordering_key = l.key AND concurrency_key IS NULL
+                        AND state = 'blocked'
+                      ORDER BY ", blocked_order!(), " LIMIT 1 FOR UPDATE) n
                   WHERE l.head IS NULL))
               RETURNING t.queue, t.ordering_key, t.task_id, t.state),
           heads AS (
@@ -55,7 +56,7 @@ pub(crate) static SETTLE_LINES: Statement = Statement {
               USING heads h WHERE o.queue = h.queue AND o.key = h.key AND h.head IS NULL
               RETURNING 1)
           SELECT ARRAY(SELECT DISTINCT queue FROM given WHERE state = 'ready'),
-                 (SELECT count(*) FROM kept) + (SELECT count(*) FROM dropped)",
+                 (SELECT count(*) FROM kept) + (SELECT count(*) FROM dropped)"),
     args: &[TEXT_ARRAY, TEXT_ARRAY, INT8_ARRAY],
     clock: true,
 };

@@ -11,6 +11,17 @@
 //! never looks at keys: it finds only ready tasks, each of which holds its
 //! key, so a key's blocked tasks cost a claim nothing.
 
+/// The order of a key's blocked tasks, as `task_blocked_idx` holds them:
+/// a concurrency key's in service order, an ordering key's line by id. A
+/// statement reading one key's range (`queue = .. AND <key> = .. AND
+/// <other key> IS NULL`) names both keys' columns so the planner sees the
+/// index's order: the one it fixed drops out, the other is NULL throughout.
+macro_rules! blocked_order {
+    () => {
+        "concurrency_key, ordering_key, (CASE WHEN ordering_key IS NULL THEN priority END) DESC, task_id"
+    };
+}
+
 mod fair;
 mod lines;
 mod rate;

@@ -32,7 +32,7 @@ pub(crate) static LOCK_SLOTS: Statement = Statement {
 /// claims do; a condition on their state would let the planner read every
 /// blocked task of every key instead).
 pub(crate) static SETTLE_SLOTS: Statement = Statement {
-    sql: "WITH slot AS (
+    sql: concat!("WITH slot AS (
               SELECT s.queue, s.key, s.taken - r.freed AS taken,
                      coalesce(s.concurrency_limit, q.concurrency_limit, 1) AS cap,
                      s.concurrency_limit IS NOT NULL AS has_limit
@@ -44,8 +44,9 @@ pub(crate) static SETTLE_SLOTS: Statement = Statement {
               WHERE t.ctid = ANY(ARRAY(
                   SELECT b.ctid FROM slot s CROSS JOIN LATERAL (
                       SELECT ctid FROM aedb_queue.task
-                      WHERE queue = s.queue AND concurrency_key = s.key AND state = 'blocked'
-                      ORDER BY priority DESC, -task_id DESC
+                      WHERE queue = s.queue AND concurrency_key = s.key AND ordering_key IS NULL
+                        AND state = 'blocked'
+                      ORDER BY ", blocked_order!(), "
                       LIMIT greatest(s.cap - s.taken, 0)
                       FOR UPDATE) b))
               RETURNING t.queue, t.concurrency_key),
@@ -65,7 +66,7 @@ pub(crate) static SETTLE_SLOTS: Statement = Statement {
               WHERE s.queue = c.queue AND s.key = c.key AND c.taken <= 0 AND NOT c.has_limit
               RETURNING 1)
           SELECT ARRAY(SELECT DISTINCT queue FROM given),
-                 (SELECT count(*) FROM kept) + (SELECT count(*) FROM dropped)",
+                 (SELECT count(*) FROM kept) + (SELECT count(*) FROM dropped)"),
     args: &[TEXT_ARRAY, TEXT_ARRAY, INT4_ARRAY],
     clock: true,
 };
@@ -95,7 +96,7 @@ static LOCK_ONE_SLOT: Statement = Statement {
 /// so about a third of the instructions. Returns the slots now taken (no
 /// row: the key has none) and whether a task became ready.
 pub(crate) static SETTLE_ONE_SLOT: Statement = Statement {
-    sql: "WITH slot AS (
+    sql: concat!("WITH slot AS (
               SELECT s.taken - $3 AS taken,
                      coalesce(s.concurrency_limit,
                               (SELECT q.concurrency_limit FROM aedb_queue.queue q WHERE q.name = $1), 1) AS cap
@@ -104,14 +105,15 @@ pub(crate) static SETTLE_ONE_SLOT: Statement = Statement {
               UPDATE aedb_queue.task t SET state = 'ready', updated_at = $4
               WHERE t.ctid = ANY(ARRAY(
                   SELECT ctid FROM aedb_queue.task
-                  WHERE queue = $1 AND concurrency_key = $2 AND state = 'blocked'
-                  ORDER BY priority DESC, -task_id DESC
+                  WHERE queue = $1 AND concurrency_key = $2 AND ordering_key IS NULL
+                    AND state = 'blocked'
+                  ORDER BY ", blocked_order!(), "
                   LIMIT (SELECT greatest(cap - taken, 0) FROM slot)
                   FOR UPDATE))
               RETURNING 1)
           UPDATE aedb_queue.concurrency_slot s SET taken = s.taken - $3 + (SELECT count(*) FROM given)
           WHERE s.queue = $1 AND s.key = $2
-          RETURNING s.taken, (SELECT count(*) FROM given) > 0, s.concurrency_limit IS NOT NULL",
+          RETURNING s.taken, (SELECT count(*) FROM given) > 0, s.concurrency_limit IS NOT NULL"),
     args: &[TEXT, TEXT, INT4],
     clock: true,
 };

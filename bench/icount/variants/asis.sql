@@ -1,0 +1,2 @@
+-- the schema as installed
+SELECT 1
