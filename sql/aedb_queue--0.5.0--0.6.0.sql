@@ -59,11 +59,11 @@ REVOKE ALL ON aedb_queue.ordering_slot FROM PUBLIC;
 -- 4. Fair share: the queue's setting, a task's key and virtual time, the
 -- keys' weights and times.
 ALTER TABLE aedb_queue.queue ADD COLUMN fair_share boolean;
--- The ready index takes the virtual time as its next order after priority
--- (schema.sql): rebuilt, under this transaction's lock on the table.
-ALTER TABLE aedb_queue.task ADD COLUMN fairness_key text, ADD COLUMN fair_vt bigint NOT NULL DEFAULT 0;
+-- The ready index ranks tasks by virtual time where they have one, else by
+-- id (schema.sql): rebuilt, under this transaction's lock on the table.
+ALTER TABLE aedb_queue.task ADD COLUMN fairness_key text, ADD COLUMN fair_vt bigint;
 DROP INDEX aedb_queue.task_ready_idx;
-CREATE INDEX task_ready_idx     ON aedb_queue.task (queue, priority DESC, (-fair_vt) DESC, (-task_id) DESC) WHERE state = 'ready';
+CREATE INDEX task_ready_idx     ON aedb_queue.task (queue, priority DESC, (-coalesce(fair_vt, task_id)) DESC) WHERE state = 'ready';
 CREATE TABLE aedb_queue.fairness_key (
     queue  text NOT NULL,
     key    text NOT NULL,
@@ -282,11 +282,11 @@ SELECT f.queue,
        f.key AS fairness_key,
        coalesce(f.weight, 1) AS weight,
        (SELECT count(*) FROM aedb_queue.task t
-         WHERE t.queue = f.queue AND t.state = 'ready' AND t.fair_vt > 0
+         WHERE t.queue = f.queue AND t.state = 'ready' AND t.fair_vt IS NOT NULL
            AND coalesce(t.fairness_key, '') = f.key) AS ready,
-       greatest(f.vt - coalesce((SELECT t.fair_vt FROM aedb_queue.task t
-                                  WHERE t.queue = f.queue AND t.state = 'ready' AND t.fair_vt > 0
-                                  ORDER BY t.priority DESC, -t.fair_vt DESC, -t.task_id DESC LIMIT 1), f.vt), 0) / 1000 AS ahead
+       greatest(f.vt - coalesce((SELECT coalesce(t.fair_vt, t.task_id) FROM aedb_queue.task t
+                                  WHERE t.queue = f.queue AND t.state = 'ready'
+                                  ORDER BY t.priority DESC, -coalesce(t.fair_vt, t.task_id) DESC LIMIT 1), f.vt), 0) / 1000 AS ahead
 FROM aedb_queue.fairness_key f
 WHERE aedb_queue_internal.can_read(f.queue);
 REVOKE ALL ON aedb_queue.tasks, aedb_queue.queue_stats, aedb_queue.concurrency_keys, aedb_queue.ordering_keys,

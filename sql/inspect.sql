@@ -124,10 +124,10 @@ SELECT f.queue,
        f.key AS fairness_key,
        coalesce(f.weight, 1) AS weight,
        (SELECT count(*) FROM aedb_queue.task t
-         WHERE t.queue = f.queue AND t.state = 'ready' AND t.fair_vt > 0
+         WHERE t.queue = f.queue AND t.state = 'ready' AND t.fair_vt IS NOT NULL
            AND coalesce(t.fairness_key, '') = f.key) AS ready,
-       greatest(f.vt - coalesce((SELECT t.fair_vt FROM aedb_queue.task t
-                                  WHERE t.queue = f.queue AND t.state = 'ready' AND t.fair_vt > 0
-                                  ORDER BY t.priority DESC, -t.fair_vt DESC, -t.task_id DESC LIMIT 1), f.vt), 0) / 1000 AS ahead
+       greatest(f.vt - coalesce((SELECT coalesce(t.fair_vt, t.task_id) FROM aedb_queue.task t
+                                  WHERE t.queue = f.queue AND t.state = 'ready'
+                                  ORDER BY t.priority DESC, -coalesce(t.fair_vt, t.task_id) DESC LIMIT 1), f.vt), 0) / 1000 AS ahead
 FROM aedb_queue.fairness_key f
 WHERE aedb_queue_internal.can_read(f.queue);

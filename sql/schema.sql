@@ -137,23 +137,24 @@ CREATE TABLE aedb_queue.task (
     -- In a fair-share queue, the task's share (NULL key: the share of the
     -- tasks without one) and its virtual start time: claims serve the
     -- lowest first, and each key's tasks are spaced by 1000 / its weight
-    -- from where the queue's head stood (fairness_key). 0 elsewhere (and
-    -- never a time), so the ready index's order is first in, first out.
+    -- from where the queue's head stood (fairness_key). NULL elsewhere:
+    -- the ready index ranks a task by this time if it has one, else by id.
     fairness_key    text,
-    fair_vt         bigint NOT NULL DEFAULT 0
+    fair_vt         bigint
 ) WITH (fillfactor = 50);
 ALTER SEQUENCE aedb_queue.task_id_seq OWNED BY aedb_queue.task.task_id;
 
 -- One partial index per state, each leading with the queue: a claim reads
 -- only the ready entries of its own queue, so future, dead and in-flight
 -- tasks (and other queues) never enter its scan. The ready index is in
--- service order (priority descending, then a fair-share queue's virtual
--- times, 0 elsewhere, then FIFO) with every key descending, so a claim can
--- resume after a position with one row comparison, (priority, -fair_vt,
--- -task_id) < (p, -v, -t), which the primary key cannot serve. Fair share
--- has no index of its own: each partial index costs every statement that
--- writes a task row (see task_blocked_idx).
-CREATE INDEX task_ready_idx     ON aedb_queue.task (queue, priority DESC, (-fair_vt) DESC, (-task_id) DESC) WHERE state = 'ready';
+-- service order (priority descending, then rank: a fair-share queue's
+-- virtual times, every other task's id, so first in, first out) with both
+-- keys descending, so a claim can resume after a position with one row
+-- comparison, (priority, -rank) < (p, -r), which the primary key cannot
+-- serve. Fair share has no index of its own: each partial index costs
+-- every statement that writes a task row (see task_blocked_idx), and a
+-- third key would cost every entry written.
+CREATE INDEX task_ready_idx     ON aedb_queue.task (queue, priority DESC, (-coalesce(fair_vt, task_id)) DESC) WHERE state = 'ready';
 CREATE INDEX task_scheduled_idx ON aedb_queue.task (queue, not_before)            WHERE state = 'scheduled';
 -- The redundant "lease_deadline IS NOT NULL" keeps fenced point lookups
 -- (complete, fail, heartbeat: task_id = $1 AND state = 'in_flight') on the

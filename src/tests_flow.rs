@@ -714,22 +714,25 @@ mod tests {
         assert_eq!(b_at, [2, 4, 5], "turns from the head: {order:?}");
     }
 
-    /// Turned on, fair share gives the tasks already there virtual times
-    /// (0 is none); one left without (enqueued by a backend that had not
-    /// seen the change) is served, first. Turned off, the queue is first
-    /// in, first out again at once: the times are gone.
+    /// Turned on, fair share gives the tasks already there virtual times;
+    /// one left without (enqueued by a backend that had not seen the
+    /// change) is still served, ranked by its id. A claim hands its tasks
+    /// out in service order. Turned off, the queue is first in, first out
+    /// again at once: the times are gone.
     #[pg_test]
     fn fair_share_turned_on_times_the_tasks_there_and_turned_off_drops_the_times() {
         let before = enqueue("fs.late", ", fairness_key => 'x'");
-        assert_eq!(field::<i64>(before, "fair_vt"), Some(0));
+        assert_eq!(field::<i64>(before, "fair_vt"), None);
         exec("SELECT aedb_queue.queue_configure('fs.late', fair_share => true)");
         assert!(field::<i64>(before, "fair_vt").unwrap() > 0);
         let stale = enqueue("fs.late", "");
         exec(&format!(
-            "UPDATE aedb_queue.task SET fair_vt = 0 WHERE task_id = {stale}"
+            "UPDATE aedb_queue.task SET fair_vt = NULL WHERE task_id = {stale}"
         ));
+        let mut served = vec![before, stale];
+        served.sort_by_key(|&id| field::<i64>(id, "coalesce(fair_vt, task_id)").unwrap());
         let ids: Vec<i64> = claim("fs.late", ", max => 5").iter().map(|t| t.0).collect();
-        assert_eq!(ids, [stale, before], "the untimed task first, then in time order");
+        assert_eq!(ids, served, "both, in service order");
 
         // x's four tasks, then y's one: fair order serves y before x's last.
         let x: Vec<i64> = (0..4)
@@ -737,7 +740,7 @@ mod tests {
             .collect();
         let y = enqueue("fs.late", ", fairness_key => 'y'");
         let fair_order: Vec<i64> = one::<String>(
-            "SELECT string_agg(task_id::text, ',' ORDER BY -fair_vt DESC, -task_id DESC)
+            "SELECT string_agg(task_id::text, ',' ORDER BY coalesce(fair_vt, task_id))
              FROM aedb_queue.task WHERE queue = 'fs.late' AND state = 'ready'",
         )
         .split(',')
@@ -746,7 +749,7 @@ mod tests {
         assert!(fair_order[..4].contains(&y), "fair order: {fair_order:?}");
         exec("SELECT aedb_queue.queue_configure('fs.late', fair_share => false)");
         assert_eq!(
-            count("aedb_queue.task WHERE queue = 'fs.late' AND fair_vt <> 0"),
+            count("aedb_queue.task WHERE queue = 'fs.late' AND fair_vt IS NOT NULL"),
             0
         );
         let order: Vec<i64> = (0..5).map(|_| claim_one("fs.late").0).collect();

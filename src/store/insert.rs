@@ -368,9 +368,6 @@ fn write(task: &NewTask<'_>, rows: &Rows<'_>, shared: &Shared) -> Result<bool> {
     let vts: Vec<Option<pg_sys::Datum>> = rows.fair_vts.iter().map(|vt| vt.into_datum()).collect();
     if !vts.is_empty() {
         columns.push((c"fair_vt", Values::PerRow(&vts)));
-    } else if super::schema_level() >= SchemaLevel::V060 {
-        // NOT NULL with a default: left out, `bulk::write` would decline.
-        columns.push((c"fair_vt", Values::Same(datum(0i64.into_datum())?)));
     }
     match task.state {
         NewState::Waiting(parents) => {
@@ -397,7 +394,7 @@ fn insert_through_executor(
             TimestampWithTimeZone::from_datum(shared.not_before, false),
         )
     };
-    let vts = fair_vts_or_zeros(rows);
+    let vts = fair_vts_or_nulls(rows);
     let args = [
         task.queue.into(),
         shared.state_label.into(),
@@ -438,12 +435,12 @@ pub fn lookup_key(queue: &str, key: &str) -> Result<Option<i64>> {
     with_client(|client| first_i64(execute(client, &LOOKUP_KEY, &[queue.into(), key.into()])?))
 }
 
-/// The rows' virtual times for INSERT_TASKS's unnest: 0 outside a
+/// The rows' virtual times for INSERT_TASKS's unnest: NULLs outside a
 /// fair-share queue, one per row either way.
-fn fair_vts_or_zeros(rows: &Rows<'_>) -> Vec<i64> {
+fn fair_vts_or_nulls(rows: &Rows<'_>) -> Vec<Option<i64>> {
     if rows.fair_vts.is_empty() {
-        vec![0; rows.ids.len()]
+        vec![None; rows.ids.len()]
     } else {
-        rows.fair_vts.clone()
+        rows.fair_vts.iter().copied().map(Some).collect()
     }
 }

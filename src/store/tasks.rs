@@ -116,10 +116,10 @@ static REAP: Versioned = Versioned {
 /// the lock, other workers claimed the task and handed it back), the write
 /// does not see it: the task stays ready, untouched, for the next claim
 /// (which, resumed past it, reaches it at the next rescan from the head).
-/// `$now` names the clock parameter (the statement's last); `$vt` the
-/// virtual time returned (`0::bigint` before 0.6.0).
+/// `$now` names the clock parameter (the statement's last); `$rank` the
+/// task's rank in service order after priority (see `CLAIM`).
 macro_rules! claim_picked {
-    ($pick:expr, $now:literal, $vt:literal) => {
+    ($pick:expr, $now:literal, $rank:literal) => {
         concat!(
             "UPDATE aedb_queue.task
              SET state = 'in_flight', attempts = attempts + 1, fencing_token = fencing_token + 1,
@@ -129,7 +129,7 @@ macro_rules! claim_picked {
             $pick,
             "))
              RETURNING task_id, payload, attempts, fencing_token, lease_deadline, priority,
-                       created_at, progress, ", $vt
+                       created_at, progress, ", $rank
         )
     };
 }
@@ -169,14 +169,15 @@ macro_rules! ready_after {
 }
 
 /// A claim from the head of the ready index: in service order, priority,
-/// then (in a fair-share queue) virtual start time, then id. The older
-/// schemas' ready indexes serve the orders below.
+/// then rank: a fair-share queue's tasks' virtual start times, every other
+/// task's id (its `fair_vt` is NULL). The older schemas' ready indexes
+/// serve the orders below.
 static CLAIM: Versioned = Versioned {
     current: Statement {
         sql: claim_picked!(
-            ready_head!("priority DESC, -fair_vt DESC, -task_id DESC"),
+            ready_head!("priority DESC, -coalesce(fair_vt, task_id) DESC"),
             "$5",
-            "fair_vt"
+            "coalesce(fair_vt, task_id)"
         ),
         args: &[TEXT, INT4, TEXT, INTERVAL],
         clock: true,
@@ -185,7 +186,7 @@ static CLAIM: Versioned = Versioned {
         (
             SchemaLevel::V060,
             Statement {
-                sql: claim_picked!(ready_head!("priority DESC, -task_id DESC"), "$5", "0::bigint"),
+                sql: claim_picked!(ready_head!("priority DESC, -task_id DESC"), "$5", "task_id"),
                 args: &[TEXT, INT4, TEXT, INTERVAL],
                 clock: true,
             },
@@ -193,7 +194,7 @@ static CLAIM: Versioned = Versioned {
         (
             SchemaLevel::V020,
             Statement {
-                sql: claim_picked!(ready_head!("priority DESC, task_id"), "$5", "0::bigint"),
+                sql: claim_picked!(ready_head!("priority DESC, task_id"), "$5", "task_id"),
                 args: &[TEXT, INT4, TEXT, INTERVAL],
                 clock: true,
             },
@@ -202,19 +203,19 @@ static CLAIM: Versioned = Versioned {
 };
 
 /// CLAIM resumed after position ($5 priority, $6 task id) in service order
-/// (see `scan_hint`), in a queue that does not share its claims (every
-/// virtual time 0). The outer LIMIT stops pulling (and locking) once it has
+/// (see `scan_hint`), in a queue that does not share its claims (each
+/// task ranked by its id). The outer LIMIT stops pulling (and locking) once it has
 /// $2 tasks. Locking clauses are not allowed on UNION members, hence the
 /// subqueries.
 static CLAIM_AFTER: Versioned = Versioned {
     current: Statement {
         sql: claim_picked!(
             ready_after!(
-                "priority DESC, -fair_vt DESC, -task_id DESC",
-                "(priority, -fair_vt, -task_id) < ($5, 0, -$6)"
+                "priority DESC, -coalesce(fair_vt, task_id) DESC",
+                "(priority, -coalesce(fair_vt, task_id)) < ($5, -$6)"
             ),
             "$7",
-            "fair_vt"
+            "coalesce(fair_vt, task_id)"
         ),
         args: &[TEXT, INT4, TEXT, INTERVAL, INT8, INT8],
         clock: true,
@@ -228,7 +229,7 @@ static CLAIM_AFTER: Versioned = Versioned {
                     "(priority, -task_id) < ($5, -$6)"
                 ),
                 "$7",
-                "0::bigint"
+                "task_id"
             ),
             args: &[TEXT, INT4, TEXT, INTERVAL, INT8, INT8],
             clock: true,
@@ -636,14 +637,15 @@ pub struct ClaimedTask {
     pub priority: i64,
     pub enqueued_at: TimestampWithTimeZone,
     pub progress: Option<RawJsonb>,
-    /// Its virtual start time in a fair-share queue, else 0.
-    pub fair_vt: i64,
+    /// Its place after priority in service order: its virtual start time
+    /// in a fair-share queue, else its id.
+    pub rank: i64,
 }
 
 impl ClaimedTask {
     /// Where the task stands in service order (the ready index's).
     fn service_order(&self) -> (std::cmp::Reverse<i64>, i64, i64) {
-        (std::cmp::Reverse(self.priority), self.fair_vt, self.task_id)
+        (std::cmp::Reverse(self.priority), self.rank, self.task_id)
     }
 }
 
@@ -824,7 +826,7 @@ fn claimed_tasks(rows: Rows<'_>) -> Result<Vec<ClaimedTask>> {
             priority: row.required(6)?,
             enqueued_at: row.required(7)?,
             progress: row.get(8)?,
-            fair_vt: row.required(9)?,
+            rank: row.required(9)?,
         })
     })
 }

@@ -12,9 +12,9 @@ use crate::errors::Result;
 /// is held to commit: producers of one key take their times in turn.
 static TAKE_VIRTUAL_TIMES: Statement = Statement {
     sql: "WITH head AS (
-              SELECT coalesce((SELECT t.fair_vt FROM aedb_queue.task t
+              SELECT coalesce((SELECT coalesce(t.fair_vt, t.task_id) FROM aedb_queue.task t
                                WHERE t.queue = $1 AND t.state = 'ready'
-                               ORDER BY t.priority DESC, -t.fair_vt DESC, -t.task_id DESC LIMIT 1), 0) AS vt)
+                               ORDER BY t.priority DESC, -coalesce(t.fair_vt, t.task_id) DESC LIMIT 1), 0) AS vt)
           INSERT INTO aedb_queue.fairness_key AS f (queue, key, vt)
           SELECT $1, $2, h.vt + $3 * 1000 FROM head h
           ON CONFLICT (queue, key) DO UPDATE
@@ -67,7 +67,7 @@ pub(crate) fn set_fair_weight(queue: &str, key: &str, weight: Option<i32>) -> Re
     })
 }
 
-/// The tasks of queue $1 with no virtual time yet (0: enqueued before it
+/// The tasks of queue $1 with no virtual time yet (enqueued before it
 /// shared its claims), given times key by key in task id order after the
 /// key's last: when fair share is turned on. Reads every task of the
 /// table once (no index holds a queue's tasks of every state).
@@ -76,7 +76,7 @@ static BACKFILL_VIRTUAL_TIMES: Statement = Statement {
               SELECT t.task_id, coalesce(t.fairness_key, '') AS key,
                      row_number() OVER (PARTITION BY coalesce(t.fairness_key, '') ORDER BY t.task_id) AS n
               FROM aedb_queue.task t
-              WHERE t.queue = $1 AND t.fair_vt = 0),
+              WHERE t.queue = $1 AND t.fair_vt IS NULL),
           keys AS (
               INSERT INTO aedb_queue.fairness_key AS f (queue, key, vt)
               SELECT $1, m.key, max(m.n) * 1000 FROM missing m GROUP BY m.key
@@ -100,7 +100,7 @@ pub(crate) fn backfill_virtual_times_in(client: &mut SpiClient<'_>, queue: &str)
 /// times, so they are served first in, first out. Reads every task, as
 /// BACKFILL_VIRTUAL_TIMES does.
 static CLEAR_VIRTUAL_TIMES: Statement = Statement {
-    sql: "UPDATE aedb_queue.task SET fair_vt = 0 WHERE queue = $1 AND fair_vt <> 0",
+    sql: "UPDATE aedb_queue.task SET fair_vt = NULL WHERE queue = $1 AND fair_vt IS NOT NULL",
     args: &[TEXT],
     clock: false,
 };
