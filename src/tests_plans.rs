@@ -198,6 +198,23 @@ mod tests {
         );
     }
 
+    /// `queue_list` reads each state's index in its order and stops at its
+    /// limit: a sort would read every task of the state first (every
+    /// ready task, on a queue where only the first page is wanted).
+    #[pg_test]
+    fn listings_read_each_states_index_in_order() {
+        fill_with_clutter();
+        for (name, stmt) in crate::store::LISTING_STATEMENTS {
+            let nodes = nodes_of(&crate::store::explain(stmt).unwrap());
+            assert!(
+                nodes
+                    .iter()
+                    .all(|(kind, _, _)| !kind.contains("Sort") && kind != "Seq Scan"),
+                "{name}: {nodes:?}"
+            );
+        }
+    }
+
     /// A generic plan lives until the next ANALYZE, so one made while the
     /// task table is empty and never analyzed (a fresh install, workers
     /// started before producers) serves the queue as it fills. None of the

@@ -383,14 +383,14 @@ static NOTIFY: Statement = Statement {
 
 /// A live task as a task row, in the column order of aedb_queue.task_row.
 macro_rules! task_record_select {
-    ($where:literal) => {
+    ($($where:expr),+) => {
         concat!(
             "SELECT ROW(task_id, queue, state::text, not_before, priority, attempts, max_attempts,
                         owner_id, fencing_token, lease_deadline, payload, progress, last_error,
                         idempotency_key, backoff_base, backoff_max, created_at, updated_at,
                         NULL::jsonb, NULL::timestamptz)
              FROM aedb_queue.task t ",
-            $where
+            $($where),+
         )
     };
 }
@@ -448,13 +448,17 @@ static LISTED_APART: &[(&str, &Statement, SchemaLevel)] = &[
     ("blocked", &LIST_BLOCKED, SchemaLevel::V060),
 ];
 
-/// Each state through its own index in its natural order; $2 NULL lists all.
-static LIST_TASKS: Statement = Statement {
-    sql: concat!(
+/// Each state through its own index in its natural order; $2 NULL lists
+/// all. `$ready` orders the ready tasks as the schema's ready index does.
+macro_rules! list_tasks {
+    ($ready:literal) => {
+        concat!(
         "(",
         task_record_select!(
             "WHERE t.queue = $1 AND t.state = 'ready' AND ($2 IS NULL OR $2 = 'ready')
-              ORDER BY t.priority DESC, -t.task_id DESC LIMIT $3"
+              ORDER BY ",
+            $ready,
+            " LIMIT $3"
         ),
         ")
          UNION ALL
@@ -486,10 +490,33 @@ static LIST_TASKS: Statement = Statement {
         ),
         ")
          LIMIT $3"
-    ),
-    args: &[TEXT, TEXT, INT4],
-    clock: false,
+        )
+    };
+}
+
+static LIST_TASKS: Versioned = Versioned {
+    current: Statement {
+        sql: list_tasks!("t.priority DESC, -coalesce(t.fair_vt, t.task_id) DESC"),
+        args: &[TEXT, TEXT, INT4],
+        clock: false,
+    },
+    older: &[(
+        SchemaLevel::V060,
+        Statement {
+            sql: list_tasks!("t.priority DESC, -t.task_id DESC"),
+            args: &[TEXT, TEXT, INT4],
+            clock: false,
+        },
+    )],
 };
+
+/// The listing statements, by name, for the plan tests.
+#[cfg(any(test, feature = "pg_test"))]
+pub(crate) static LISTING_STATEMENTS: &[(&str, &Statement)] = &[
+    ("LIST_TASKS", &LIST_TASKS.current),
+    ("LIST_WAITING", &LIST_WAITING),
+    ("LIST_BLOCKED", &LIST_BLOCKED),
+];
 
 thread_local! {
     static SETTINGS: RefCell<Copies<String, QueueSettings>> = RefCell::new(Copies::new(Topic::Settings));
@@ -726,7 +753,7 @@ pub fn list_tasks(queue: &str, state: Option<&str>, limit: i32) -> Result<Vec<Ra
         } else {
             execute(
                 client,
-                &LIST_TASKS,
+                LIST_TASKS.get(),
                 &[queue.into(), state.into(), limit.into()],
             )?
             .map(|row| row.required(1))?
