@@ -42,6 +42,8 @@ REVOKE ALL ON aedb_queue.rate_bucket FROM PUBLIC;
 -- head of each key's line; the index of blocked tasks for both kinds of
 -- key. Its predicate names no label newer than 0.1.0's (see schema.sql):
 -- an update from before 0.5.0 adds 'waiting' in this same transaction.
+-- It holds the waiting tasks as well, so 0.5.0's index of them goes.
+DROP INDEX aedb_queue.task_waiting_idx;
 ALTER TABLE aedb_queue.queue ADD COLUMN ordering_on_dead text CHECK (ordering_on_dead IN ('block', 'release'));
 ALTER TABLE aedb_queue.task ADD COLUMN ordering_key text;
 CREATE INDEX task_blocked_idx   ON aedb_queue.task (queue, concurrency_key, ordering_key,
@@ -213,7 +215,7 @@ WHERE aedb_queue_internal.can_read(t.queue);
 CREATE VIEW aedb_queue.queue_stats WITH (security_barrier) AS
 SELECT q.name AS queue,
        (SELECT count(*) FROM aedb_queue.task t
-         WHERE t.queue = q.name AND t.waiting_on > 0) AS waiting,
+         WHERE t.queue = q.name AND t.state > 'dead' AND t.waiting_on > 0) AS waiting,
        (SELECT count(*) FROM aedb_queue.task t
          WHERE t.queue = q.name AND t.state = 'scheduled') AS scheduled,
        (SELECT count(*) FROM aedb_queue.task t

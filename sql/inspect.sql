@@ -37,7 +37,7 @@ WHERE aedb_queue_internal.can_read(t.queue);
 CREATE VIEW aedb_queue.queue_stats WITH (security_barrier) AS
 SELECT q.name AS queue,
        (SELECT count(*) FROM aedb_queue.task t
-         WHERE t.queue = q.name AND t.waiting_on > 0) AS waiting,
+         WHERE t.queue = q.name AND t.state > 'dead' AND t.waiting_on > 0) AS waiting,
        (SELECT count(*) FROM aedb_queue.task t
          WHERE t.queue = q.name AND t.state = 'scheduled') AS scheduled,
        (SELECT count(*) FROM aedb_queue.task t

@@ -163,13 +163,11 @@ CREATE INDEX task_scheduled_idx ON aedb_queue.task (queue, not_before)          
 -- lease_deadline implies it, so reclaims still use the index.
 CREATE INDEX task_in_flight_idx ON aedb_queue.task (queue, lease_deadline)        WHERE state = 'in_flight' AND lease_deadline IS NOT NULL;
 CREATE INDEX task_dead_idx      ON aedb_queue.task (queue, task_id)               WHERE state = 'dead';
--- Waiting tasks by queue (queue_list, queue_stats). waiting_on > 0 exactly
--- while a task is waiting; the predicate names no enum label, which an
--- upgrade could not use in the transaction that adds it.
-CREATE INDEX task_waiting_idx   ON aedb_queue.task (queue, task_id)               WHERE waiting_on > 0;
 -- Waiting and blocked tasks by key: a freed slot goes to the first of its
 -- key in service order, an ordering key's line moves on to its first by
--- id. One index for both kinds of key (a task never has both): every
+-- id; queue_list and queue_stats find a queue's waiting tasks here too
+-- (waiting_on > 0 exactly while a task is waiting). One index for both
+-- kinds of key and both states (a task never has both keys): every
 -- statement that writes a task row opens and prepares each partial index
 -- of the table, about 9,000 instructions a claim for each (docs/flow-
 -- control.md), whether or not the row goes in. The CASE orders a line by

@@ -420,30 +420,49 @@ static GET_TASK: Statement = Statement {
 };
 
 /// Waiting tasks oldest first (schemas from 0.5.0 on; `list_tasks` adds
-/// them after the others).
-static LIST_WAITING: Statement = Statement {
-    sql: task_record_select!(
-        "WHERE t.queue = $1 AND t.waiting_on > 0 ORDER BY t.queue, t.task_id LIMIT $2"
-    ),
-    args: &[TEXT, INT4],
-    clock: false,
+/// them after the others). From 0.6.0 on they share `task_blocked_idx`
+/// with the blocked tasks, by key: the listing reads the queue's range of
+/// it and keeps the oldest (a top-N sort), an inspection's price for one
+/// index less on every task write.
+static LIST_WAITING: Versioned = Versioned {
+    current: Statement {
+        sql: task_record_select!(
+            "WHERE t.queue = $1 AND t.state > 'dead' AND t.waiting_on > 0
+              ORDER BY t.task_id LIMIT $2"
+        ),
+        args: &[TEXT, INT4],
+        clock: false,
+    },
+    older: &[(
+        SchemaLevel::V060,
+        Statement {
+            sql: task_record_select!(
+                "WHERE t.queue = $1 AND t.waiting_on > 0 ORDER BY t.queue, t.task_id LIMIT $2"
+            ),
+            args: &[TEXT, INT4],
+            clock: false,
+        },
+    )],
 };
 
 /// Blocked tasks by key, each key's in the order it is served (as
 /// `task_blocked_idx` holds them; schemas from 0.6.0 on).
-static LIST_BLOCKED: Statement = Statement {
-    sql: task_record_select!(
-        "WHERE t.queue = $1 AND t.state = 'blocked'
-          ORDER BY t.queue, t.concurrency_key, t.ordering_key,
-                   (CASE WHEN t.ordering_key IS NULL THEN t.priority END) DESC, t.task_id LIMIT $2"
-    ),
-    args: &[TEXT, INT4],
-    clock: false,
+static LIST_BLOCKED: Versioned = Versioned {
+    current: Statement {
+        sql: task_record_select!(
+            "WHERE t.queue = $1 AND t.state = 'blocked'
+              ORDER BY t.queue, t.concurrency_key, t.ordering_key,
+                       (CASE WHEN t.ordering_key IS NULL THEN t.priority END) DESC, t.task_id LIMIT $2"
+        ),
+        args: &[TEXT, INT4],
+        clock: false,
+    },
+    older: &[],
 };
 
 /// States listed by statements of their own, after LIST_TASKS's, on the
 /// schemas that have them.
-static LISTED_APART: &[(&str, &Statement, SchemaLevel)] = &[
+static LISTED_APART: &[(&str, &Versioned, SchemaLevel)] = &[
     ("waiting", &LIST_WAITING, SchemaLevel::V050),
     ("blocked", &LIST_BLOCKED, SchemaLevel::V060),
 ];
@@ -514,8 +533,8 @@ static LIST_TASKS: Versioned = Versioned {
 #[cfg(any(test, feature = "pg_test"))]
 pub(crate) static LISTING_STATEMENTS: &[(&str, &Statement)] = &[
     ("LIST_TASKS", &LIST_TASKS.current),
-    ("LIST_WAITING", &LIST_WAITING),
-    ("LIST_BLOCKED", &LIST_BLOCKED),
+    ("LIST_WAITING", &LIST_WAITING.current),
+    ("LIST_BLOCKED", &LIST_BLOCKED.current),
 ];
 
 thread_local! {
@@ -761,7 +780,7 @@ pub fn list_tasks(queue: &str, state: Option<&str>, limit: i32) -> Result<Vec<Ra
         for (name, statement, level) in LISTED_APART {
             let room = limit - rows.len() as i32;
             if apart(name) && room > 0 && super::schema_level() >= *level {
-                let listed = execute(client, statement, &[queue.into(), room.into()])?;
+                let listed = execute(client, statement.get(), &[queue.into(), room.into()])?;
                 rows.extend(listed.map(|row| row.required::<RawTaskRow>(1))?);
             }
         }
