@@ -172,12 +172,13 @@ fn an_enqueue_locks_only_the_indexes_its_rows_can_enter() {
         &format!("SELECT count(*) FROM aedb_queue.queue_enqueue_batch('{queue}', ARRAY['{{}}'::jsonb, '{{}}'])"),
     );
     assert_eq!(batch, ["task_pkey", "task_ready_idx"]);
-    // A child of a live parent enters the waiting index. (Marking its parent
-    // is an UPDATE through the executor, which locks every index.)
+    // A child of a live parent enters the index of waiting and blocked
+    // tasks. (Marking its parent is an UPDATE through the executor, which
+    // locks every index.)
     let parent = enqueue_with(&mut c, &queue, None, &EnqueueOpts::default()).task_id;
     let child = locked(
         &mut c,
         &format!("SELECT aedb_queue.queue_enqueue('{queue}', '{{}}', wait_for => ARRAY[{parent}])"),
     );
-    assert!(child.iter().any(|i| i == "task_waiting_idx"), "{child:?}");
+    assert!(child.iter().any(|i| i == "task_blocked_idx"), "{child:?}");
 }
