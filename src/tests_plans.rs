@@ -214,9 +214,11 @@ mod tests {
                 "{name}: {nodes:?}"
             );
         }
-        let waiting = &crate::store::LISTING_STATEMENTS[1];
-        assert_eq!(waiting.0, "LIST_WAITING");
-        let nodes = nodes_of(&crate::store::explain(waiting.1).unwrap());
+        let (_, waiting) = crate::store::LISTING_STATEMENTS
+            .iter()
+            .find(|(name, _)| *name == "LIST_WAITING")
+            .unwrap();
+        let nodes = nodes_of(&crate::store::explain(waiting).unwrap());
         assert!(
             nodes.iter().any(|(_, used, cond)| used.as_deref() == Some("task_blocked_idx")
                 && cond.as_deref().is_some_and(|c| c.contains("queue"))),

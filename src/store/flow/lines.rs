@@ -11,11 +11,7 @@ use crate::errors::Result;
 /// LOCK_SLOTS for ordering keys: their rows (a new one with no head yet),
 /// taken in order.
 pub(crate) static LOCK_LINES: Statement = Statement {
-    sql: "INSERT INTO aedb_queue.ordering_slot AS o (queue, key, head)
-          SELECT r.queue, r.key, NULL
-          FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS r(queue, key, i)
-          ORDER BY r.i
-          ON CONFLICT (queue, key) DO UPDATE SET head = o.head WHERE false",
+    sql: lock_key_rows!("ordering_slot", "head", "NULL::bigint"),
     args: &[TEXT_ARRAY, TEXT_ARRAY],
     clock: false,
 };

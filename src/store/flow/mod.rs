@@ -22,6 +22,22 @@ macro_rules! blocked_order {
     };
 }
 
+/// Takes the rows of keys `($1[i], $2[i])` of `$table`, in that order
+/// (sorted, so two transactions never wait for each other's keys in a
+/// cycle), creating the missing ones with `$column` = `$initial`. `WHERE
+/// false` locks an existing row without writing it.
+macro_rules! lock_key_rows {
+    ($table:literal, $column:literal, $initial:literal) => {
+        concat!(
+            "INSERT INTO aedb_queue.", $table, " AS k (queue, key, ", $column, ")
+             SELECT r.queue, r.key, ", $initial, "
+             FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS r(queue, key, i)
+             ORDER BY r.i
+             ON CONFLICT (queue, key) DO UPDATE SET ", $column, " = k.", $column, " WHERE false"
+        )
+    };
+}
+
 mod fair;
 mod lines;
 mod rate;

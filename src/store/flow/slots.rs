@@ -8,15 +8,9 @@ use super::super::{execute, Statement, INT4, INT4_ARRAY, TEXT, TEXT_ARRAY};
 use super::{lock_then_settle, settle_in, SlotChanges};
 use crate::errors::Result;
 
-/// Takes the rows of keys `($1[i], $2[i])`, in that order (sorted, so two
-/// transactions never wait for each other's keys in a cycle), creating the
-/// missing ones. `WHERE false` locks an existing row without writing it.
+/// The keys' slot rows, locked in order (a new one with no slot taken).
 pub(crate) static LOCK_SLOTS: Statement = Statement {
-    sql: "INSERT INTO aedb_queue.concurrency_slot AS s (queue, key, taken)
-          SELECT r.queue, r.key, 0
-          FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS r(queue, key, i)
-          ORDER BY r.i
-          ON CONFLICT (queue, key) DO UPDATE SET taken = s.taken WHERE false",
+    sql: lock_key_rows!("concurrency_slot", "taken", "0"),
     args: &[TEXT_ARRAY, TEXT_ARRAY],
     clock: false,
 };
