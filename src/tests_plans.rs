@@ -220,8 +220,10 @@ mod tests {
             .unwrap();
         let nodes = nodes_of(&crate::store::explain(waiting).unwrap());
         assert!(
-            nodes.iter().any(|(_, used, cond)| used.as_deref() == Some("task_blocked_idx")
-                && cond.as_deref().is_some_and(|c| c.contains("queue"))),
+            nodes.iter().any(
+                |(_, used, cond)| used.as_deref() == Some("task_blocked_idx")
+                    && cond.as_deref().is_some_and(|c| c.contains("queue"))
+            ),
             "LIST_WAITING: {nodes:?}"
         );
     }

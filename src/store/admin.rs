@@ -472,42 +472,42 @@ static LISTED_APART: &[(&str, &Versioned, SchemaLevel)] = &[
 macro_rules! list_tasks {
     ($ready:literal) => {
         concat!(
-        "(",
-        task_record_select!(
-            "WHERE t.queue = $1 AND t.state = 'ready' AND ($2 IS NULL OR $2 = 'ready')
+            "(",
+            task_record_select!(
+                "WHERE t.queue = $1 AND t.state = 'ready' AND ($2 IS NULL OR $2 = 'ready')
               ORDER BY ",
-            $ready,
-            " LIMIT $3"
-        ),
-        ")
+                $ready,
+                " LIMIT $3"
+            ),
+            ")
          UNION ALL
          (",
-        task_record_select!(
-            "WHERE t.queue = $1 AND t.state = 'in_flight' AND t.lease_deadline IS NOT NULL
+            task_record_select!(
+                "WHERE t.queue = $1 AND t.state = 'in_flight' AND t.lease_deadline IS NOT NULL
               AND ($2 IS NULL OR $2 = 'in_flight') ORDER BY t.lease_deadline LIMIT $3"
-        ),
-        ")
+            ),
+            ")
          UNION ALL
          (",
-        task_record_select!(
-            "WHERE t.queue = $1 AND t.state = 'scheduled' AND ($2 IS NULL OR $2 = 'scheduled')
+            task_record_select!(
+                "WHERE t.queue = $1 AND t.state = 'scheduled' AND ($2 IS NULL OR $2 = 'scheduled')
               ORDER BY t.not_before LIMIT $3"
-        ),
-        ")
+            ),
+            ")
          UNION ALL
          (",
-        task_record_select!(
-            "WHERE t.queue = $1 AND t.state = 'dead' AND ($2 IS NULL OR $2 = 'dead')
+            task_record_select!(
+                "WHERE t.queue = $1 AND t.state = 'dead' AND ($2 IS NULL OR $2 = 'dead')
               ORDER BY t.task_id LIMIT $3"
-        ),
-        ")
+            ),
+            ")
          UNION ALL
          (",
-        completed_record_select!(
-            "WHERE t.queue = $1 AND ($2 IS NULL OR $2 = 'completed')
+            completed_record_select!(
+                "WHERE t.queue = $1 AND ($2 IS NULL OR $2 = 'completed')
               ORDER BY t.queue, t.completed_at DESC LIMIT $3"
-        ),
-        ")
+            ),
+            ")
          LIMIT $3"
         )
     };

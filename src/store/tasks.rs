@@ -157,11 +157,17 @@ macro_rules! ready_after {
             "SELECT ctid FROM (
                  SELECT ctid FROM (SELECT ctid FROM aedb_queue.task
                      WHERE queue = $1 AND state = 'ready' AND priority > $5
-                     ORDER BY ", $order, " LIMIT $2 FOR UPDATE SKIP LOCKED) AS higher
+                     ORDER BY ",
+            $order,
+            " LIMIT $2 FOR UPDATE SKIP LOCKED) AS higher
                  UNION ALL
                  SELECT ctid FROM (SELECT ctid FROM aedb_queue.task
-                     WHERE queue = $1 AND state = 'ready' AND ", $position, "
-                     ORDER BY ", $order, " LIMIT $2 FOR UPDATE SKIP LOCKED) AS after
+                     WHERE queue = $1 AND state = 'ready' AND ",
+            $position,
+            "
+                     ORDER BY ",
+            $order,
+            " LIMIT $2 FOR UPDATE SKIP LOCKED) AS after
              ) AS resumed
              LIMIT $2"
         )

@@ -29,11 +29,21 @@ macro_rules! blocked_order {
 macro_rules! lock_key_rows {
     ($table:literal, $column:literal, $initial:literal) => {
         concat!(
-            "INSERT INTO aedb_queue.", $table, " AS k (queue, key, ", $column, ")
-             SELECT r.queue, r.key, ", $initial, "
+            "INSERT INTO aedb_queue.",
+            $table,
+            " AS k (queue, key, ",
+            $column,
+            ")
+             SELECT r.queue, r.key, ",
+            $initial,
+            "
              FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS r(queue, key, i)
              ORDER BY r.i
-             ON CONFLICT (queue, key) DO UPDATE SET ", $column, " = k.", $column, " WHERE false"
+             ON CONFLICT (queue, key) DO UPDATE SET ",
+            $column,
+            " = k.",
+            $column,
+            " WHERE false"
         )
     };
 }

@@ -26,7 +26,8 @@ pub(crate) static LOCK_SLOTS: Statement = Statement {
 /// claims do; a condition on their state would let the planner read every
 /// blocked task of every key instead).
 pub(crate) static SETTLE_SLOTS: Statement = Statement {
-    sql: concat!("WITH slot AS (
+    sql: concat!(
+        "WITH slot AS (
               SELECT s.queue, s.key, s.taken - r.freed AS taken,
                      coalesce(s.concurrency_limit, q.concurrency_limit, 1) AS cap,
                      s.concurrency_limit IS NOT NULL AS has_limit
@@ -40,7 +41,9 @@ pub(crate) static SETTLE_SLOTS: Statement = Statement {
                       SELECT ctid FROM aedb_queue.task
                       WHERE queue = s.queue AND concurrency_key = s.key AND ordering_key IS NULL
                         AND state = 'blocked'
-                      ORDER BY ", blocked_order!(), "
+                      ORDER BY ",
+        blocked_order!(),
+        "
                       LIMIT greatest(s.cap - s.taken, 0)
                       FOR UPDATE) b))
               RETURNING t.queue, t.concurrency_key),
@@ -60,7 +63,8 @@ pub(crate) static SETTLE_SLOTS: Statement = Statement {
               WHERE s.queue = c.queue AND s.key = c.key AND c.taken <= 0 AND NOT c.has_limit
               RETURNING 1)
           SELECT ARRAY(SELECT DISTINCT queue FROM given),
-                 (SELECT count(*) FROM kept) + (SELECT count(*) FROM dropped)"),
+                 (SELECT count(*) FROM kept) + (SELECT count(*) FROM dropped)"
+    ),
     args: &[TEXT_ARRAY, TEXT_ARRAY, INT4_ARRAY],
     clock: true,
 };
