@@ -41,6 +41,12 @@ if ! cmp -s bench/peers/python/requirements.txt "$awa_venv/requirements.txt"; th
     cp bench/peers/python/requirements.txt "$awa_venv/requirements.txt"
 fi
 export AEDB_AWA_PYTHON="$awa_venv/bin/python"
+# Our own Python runtime (clients/python), installed from the checkout into
+# a virtualenv of its own for the worker-runtime cells.
+client_venv="$bench_tools/client-venv"
+[ -x "$client_venv/bin/python" ] || python3 -m venv "$client_venv"
+"$client_venv/bin/pip" install -q --disable-pip-version-check ./clients/python
+export AEDB_CLIENT_PYTHON="$client_venv/bin/python"
 # pgbench for the floor comes from the PostgreSQL the cluster runs from.
 export AEDB_PG_BIN="$PG_BIN"
 

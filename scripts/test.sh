@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test: pure unit tests, #[pg_test]s, pg_regress examples,
-# isolation specs, the upgrade from the previous version and the
-# multi-connection integration tests against a real cluster.
+# isolation specs, the upgrade from every earlier version, the
+# multi-connection integration tests against a real cluster, and the
+# clients' tests (Rust runtime and CLI, Python package).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 cd "$ROOT"
@@ -10,28 +11,34 @@ bash scripts/setup.sh
 WORK=${AEDB_TEST_DIR:-/var/tmp/aedb_queue_test}
 postgres_dir "$WORK"
 
-log "1/6 pure unit tests"
+log "1/8 pure unit tests"
 cargo test -p aedb_queue_core
 
-log "2/6 pg_test (single-session semantics, every error case)"
+log "2/8 pg_test (single-session semantics, every error case)"
 postgres_dir "$WORK/pg_test"
 cargo pgrx test pg$PG_MAJOR --runas postgres --pgdata "$WORK/pg_test/data"
 
-log "3/6 pg_regress (the SQL surface as examples; installs the extension into PostgreSQL $PG_MAJOR)"
+log "3/8 pg_regress (the SQL surface as examples; installs the extension into PostgreSQL $PG_MAJOR)"
 bash scripts/install.sh
 bash scripts/regress.sh
 
-log "4/6 isolation specs (pg_isolation_regress: fixed interleavings of concurrent sessions)"
+log "4/8 isolation specs (pg_isolation_regress: fixed interleavings of concurrent sessions)"
 bash scripts/isolation.sh
 
 # Every earlier version with a frozen install script in sql/archive/.
 old_versions=$(cd sql/archive && ls aedb_queue--*.sql | sed 's/^aedb_queue--\(.*\)\.sql$/\1/' | sort -V)
-log "5/6 upgrade from $(echo $old_versions | sed 's/ /, /g') (ALTER EXTENSION UPDATE with tasks in every state; schema = fresh install)"
+log "5/8 upgrade from $(echo $old_versions | sed 's/ /, /g') (ALTER EXTENSION UPDATE with tasks in every state; schema = fresh install)"
 for version in $old_versions; do
     bash scripts/upgrade_test.sh "$version"
 done
 
-log "6/6 integration tests over TCP"
+log "6/8 integration tests over TCP"
 cargo test -p aedb_queue_itests -- --test-threads=2
+
+log "7/8 Rust client, worker runtime and operator CLI (against throw-away clusters)"
+cargo test -p aedb_queue_client -p aedb_queue_cli -- --test-threads=2
+
+log "8/8 Python package (pytest against a throw-away cluster)"
+bash clients/python/test.sh
 
 log "all tests passed"

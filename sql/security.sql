@@ -30,7 +30,7 @@ TO aedb_queue_producer;
 
 GRANT EXECUTE ON FUNCTION
     aedb_queue.queue_claim, aedb_queue.queue_complete, aedb_queue.queue_complete_batch,
-    aedb_queue.queue_fail, aedb_queue.queue_heartbeat, aedb_queue.queue_get,
+    aedb_queue.queue_fail, aedb_queue.queue_heartbeat, aedb_queue.queue_release, aedb_queue.queue_get,
     aedb_queue.queue_complete_and_claim, aedb_queue.queue_fail_and_claim,
     aedb_queue.queue_list, aedb_queue_internal.can_read,
     aedb_queue.queue_schedule_list, aedb_queue.queue_cron_preview, aedb_queue.queue_parents

@@ -52,6 +52,8 @@ mod tests_schedule;
 #[cfg(any(test, feature = "pg_test"))]
 mod tests_security;
 #[cfg(any(test, feature = "pg_test"))]
+mod tests_release;
+#[cfg(any(test, feature = "pg_test"))]
 mod tests_settle_and_claim;
 
 ::pgrx::pg_module_magic!();

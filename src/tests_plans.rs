@@ -93,6 +93,7 @@ mod tests {
         ("LOCK_FOR_FAIL", &[("task_pkey", "task_id")]),
         ("SETTLE_FAILURE", &[("task_pkey", "task_id")]),
         ("HEARTBEAT", &[("task_pkey", "task_id")]),
+        ("RELEASE", &[("task_pkey", "task_id")]),
         ("CANCEL", &[("task_pkey", "task_id")]),
         ("LOOKUP_KEY", &[("idempotency_key_pkey", "key")]),
         // A key's first blocked tasks, from its own range of the index.

@@ -87,6 +87,41 @@ mod tests {
         assert_eq!(text_field(child, "state::text").as_deref(), Some("waiting"));
     }
 
+    /// A confined worker cannot hand back another tenant's task, neither
+    /// naming that tenant's queue (refused, 42501) nor its own (the task is
+    /// not in it: lease_lost, as for a task that never was); a producer
+    /// cannot hand back at all. The task stays leased to its holder.
+    #[pg_test]
+    fn a_tenant_cannot_hand_back_another_tenants_task() {
+        tenants();
+        role("plain_producer", &["aedb_queue_producer"]);
+        let secret = enqueue("b.secret", "");
+        let (_, token) = claim_one("b.secret");
+        let before = text_field(secret, "(state, attempts, fencing_token, owner_id, lease_deadline)");
+        let (own_queue, other_queue) = as_login("tenant_worker", None, || {
+            (
+                one::<String>(&format!(
+                    "SELECT aedb_queue.queue_release('a.jobs', {secret}, {token})::text"
+                )),
+                sqlstate_of(&format!(
+                    "SELECT aedb_queue.queue_release('b.secret', {secret}, {token})"
+                )),
+            )
+        });
+        assert_eq!(own_queue, "lease_lost");
+        assert_eq!(other_queue.as_deref(), Some("42501"));
+        let producer = as_login("plain_producer", None, || {
+            sqlstate_of(&format!(
+                "SELECT aedb_queue.queue_release('b.secret', {secret}, {token})"
+            ))
+        });
+        assert_eq!(producer.as_deref(), Some("42501"), "no EXECUTE for producers");
+        assert_eq!(
+            text_field(secret, "(state, attempts, fencing_token, owner_id, lease_deadline)"),
+            before
+        );
+    }
+
     /// A confined worker reading a child's parents sees only those in its
     /// own tenant's queues.
     #[pg_test]
@@ -529,7 +564,7 @@ mod tests {
             "queue_cancel queue_claim queue_complete queue_complete_and_claim queue_complete_batch \
              queue_configure queue_configure_fairness queue_configure_key queue_confine queue_cron_preview queue_enqueue queue_enqueue_batch \
              queue_fail queue_fail_and_claim queue_get queue_grant \
-             queue_heartbeat queue_list queue_parents queue_pause queue_purge queue_reap queue_resume \
+             queue_heartbeat queue_list queue_parents queue_pause queue_purge queue_reap queue_release queue_resume \
              queue_retry_dead queue_revoke queue_schedule_delete queue_schedule_list \
              queue_schedule_pause queue_schedule_resume queue_schedule_upsert queue_unconfine \
              schedule_reaper unschedule_reaper"

@@ -68,7 +68,7 @@ struct Args {
     host: String,
     #[arg(long, default_value_t = 54329)]
     port: u16,
-    /// Run only these scenarios (floor, enqueue, drain, keys, fair, steady,
+    /// Run only these scenarios (floor, enqueue, drain, keys, fair, runtimes, steady,
     /// clutter, long_tx, churn), for investigating one; the default runs them all.
     #[arg(long, value_delimiter = ',')]
     only: Option<Vec<String>>,
@@ -208,6 +208,10 @@ const FAIR_OFF: &str = "first in, first out";
 /// The fair-share drain stops (both cells) once this share of the load has
 /// completed: past it, the target is missed whatever follows.
 const FAIR_TARGET: f64 = 0.05;
+const RUNTIMES: &str = "runtimes";
+const RT_LOOP: &str = "hand-written loop (aedb-loop)";
+const RT_RUST: &str = "Rust runtime";
+const RT_PYTHON: &str = "Python runtime";
 const FLOOR_ROW: &str = "insert + delete (pgbench)";
 const NOTIFY_COLUMN: &str = "single, 8 producers, NOTIFY on";
 
@@ -600,6 +604,36 @@ impl Bench {
         }
     }
 
+    /// The worker runtimes (clients/rust, clients/python) against the
+    /// fastest hand-written loop, 8 handlers of no-op work each, from a
+    /// fresh database of the same preloaded tasks. The loop runs between
+    /// the two runtimes (the order turned in every second repetition), so
+    /// both ratios pair adjacent cells.
+    async fn runtimes(&mut self) {
+        if !self.systems_now().contains(&System::Aedb) {
+            return;
+        }
+        let mut cases = [
+            (RT_RUST, scenarios::Runtime::Rust),
+            (RT_LOOP, scenarios::Runtime::HandWritten),
+            (RT_PYTHON, scenarios::Runtime::Python),
+        ];
+        if self.rep.is_multiple_of(2) {
+            cases.reverse();
+        }
+        for (col, runtime) in cases {
+            let m = scenarios::runtime_drain(
+                &self.ctx(System::Aedb).cluster,
+                runtime,
+                self.plan.drain_jobs,
+                8,
+                self.plan.window,
+            )
+            .await;
+            self.record(RUNTIMES, System::Aedb, col, m);
+        }
+    }
+
     /// Fair share, aedb_queue only: the fair-share queue and the same load
     /// in a first-in-first-out queue for contrast, each from a fresh
     /// database, one after the other (the order turned in every second
@@ -906,6 +940,9 @@ async fn main() -> Result<()> {
         if runs("fair") {
             bench.fair().await;
         }
+        if runs("runtimes") {
+            bench.runtimes().await;
+        }
     }
     // Long scenarios are not paired across systems (see `Results::paired_ratio`).
     bench.rep = 0;
@@ -1154,6 +1191,7 @@ async fn render(bench: &Bench, elapsed: Duration) -> Result<String> {
     let _ = writeln!(md, "{}", cost_block(r, "clutter", &names, &cc));
     let _ = writeln!(md, "{}", keys_section(bench));
     let _ = writeln!(md, "{}", fair_section(bench));
+    let _ = writeln!(md, "{}", runtimes_section(bench));
 
     let mut long_cols = vec!["clean".to_string(), "snapshot held".to_string()];
     long_cols
@@ -1454,6 +1492,44 @@ fn fair_target(r: &report::Results, load: FairLoad) -> Option<(String, bool)> {
         );
     }
     Some((text, met))
+}
+
+/// The worker-runtime cells: workload, measurements, costs and ratios.
+fn runtimes_section(bench: &Bench) -> String {
+    let (r, p) = (&bench.results, &bench.plan);
+    let cols = [RT_LOOP, RT_RUST, RT_PYTHON];
+    let table = r.table(RUNTIMES, &["aedb_queue"], &cols, Unit::PerSecond, None);
+    if table.lines().count() <= 2 {
+        return String::new();
+    }
+    let mut out = format!(
+        "## Worker runtimes (drain of {jobs} preloaded tasks, 8 handlers of no-op work, {secs} s window)\n\n\
+         Every cell starts from a fresh database with the same tasks. *{RT_LOOP}*: the bench's own worker loop, 8 connections each calling `queue_complete_and_claim` for the task it holds (one commit per job), the fastest hand-written aedb_queue worker. \
+         *{RT_RUST}*: `aedb_queue_client::Worker` (clients/rust) in the bench's process, one queue of concurrency 8, LISTEN off; jobs counted as the handlers are called. \
+         *{RT_PYTHON}*: the `aedb_queue` Python package (clients/python) in a process of its own, `benchmarks/drain.py --handlers 8`, timed by its own clock from its first claim. \
+         The loop runs between the two runtimes (the order reversed in every second repetition), so both ratios pair adjacent cells. \
+         Targets: {RT_RUST} ≥ 0.9× the loop, {RT_PYTHON} ≥ 0.5×.\n\n{table}\n",
+        jobs = p.drain_jobs,
+        secs = p.window.as_secs(),
+    );
+    out.push_str(&cost_block(r, RUNTIMES, &["aedb_queue"], &cols));
+    for col in [RT_RUST, RT_PYTHON] {
+        if let Some((_, text)) = runtime_ratio(r, col) {
+            let _ = writeln!(out, "\n{col}: {text} the hand-written loop.");
+        }
+    }
+    out
+}
+
+/// A runtime's cell against the hand-written loop's: the ratio of the
+/// medians, and the text with the paired ratio beside it.
+fn runtime_ratio(r: &report::Results, col: &str) -> Option<(f64, String)> {
+    let ratio = r.median(RUNTIMES, "aedb_queue", col)? / r.median(RUNTIMES, "aedb_queue", RT_LOOP)?;
+    let paired = r
+        .paired_cells((RUNTIMES, "aedb_queue", col), (RUNTIMES, "aedb_queue", RT_LOOP))
+        .map(|p| format!(" (paired {p:.2}×)"))
+        .unwrap_or_default();
+    Some((ratio, format!("{ratio:.2}×{paired}")))
 }
 
 /// A keyed cell against the unkeyed one: the ratio of the medians, and the
@@ -1764,6 +1840,19 @@ fn targets(bench: &Bench) -> String {
             );
         }
     }
+    for (col, floor, limit) in [
+        (RT_RUST, 0.9, LIMIT_RUNTIME_RUST),
+        (RT_PYTHON, 0.5, LIMIT_RUNTIME_PYTHON),
+    ] {
+        if let Some((ratio, text)) = runtime_ratio(r, col) {
+            line(
+                format!("worker runtimes, {col}, 8 handlers: ≥ {floor}× the hand-written loop"),
+                Some(text),
+                Some(ratio >= floor),
+                limit,
+            );
+        }
+    }
     if let Some((text, met)) = fair_target(r, bench.plan.fair) {
         let f = bench.plan.fair;
         line(
@@ -1845,6 +1934,8 @@ const LIMIT_ENQUEUE: &str = "batches are written the way COPY writes them (heap_
 const LIMIT_CLUTTER: &str = "the claim reads only its own queue's ready index; a miss here comes from the dead index entries that a large drain leaves at the head of that index until vacuum.";
 const LIMIT_KEYS_SPREAD: &str = "each completion of a keyed task also hands its key's slot on, in the same transaction and through two more statements over SPI (src/store/flow.rs): it locks the key's row of aedb_queue.concurrency_slot, then moves the key's next blocked task to ready (an update of that task, with its entry in the ready index) and writes the key's row, or deletes it after the key's last task. The unkeyed completion does none of this; the difference in WAL bytes per job above is that work.";
 const LIMIT_KEYS_SATURATED: &str = "the claim reads only the queue's ready index, which holds none of the blocked tasks (they are in task_blocked_idx, which no claim reads), and the held task's lease is an hour from expiry, beyond the range the claim's check for expired leases reads; what is left to differ is a heap and indexes larger by the blocked tasks.";
+const LIMIT_RUNTIME_RUST: &str = "the runtime makes the loop's calls (a batch claim, then queue_complete_and_claim per task while the queue is busy), and adds per task a boxed handler future, a tracing span, the heartbeat timer and the bookkeeping of its slot; the bench's process also runs the runtime's tokio tasks on the same two cores as the server.";
+const LIMIT_RUNTIME_PYTHON: &str = "the Python runtime's CPU per task (psycopg's row decoding, asyncio's scheduling, the interpreter) on the same two cores as the server: at this rate the interpreter, not the database, is the bottleneck.";
 const LIMIT_FAIR: &str = "claims serve the ready tasks by virtual start time, each key's tasks spaced by 1000 / weight from the later of its last time and the queue's head, so a small key enqueued behind the big one starts at the head and its tenth task comes up in the tenth round of 101 claims (1,010 of the load); a miss means the claims did not follow that order (a task enqueued by a backend that had not yet seen fair_share turned on has no virtual time and is served only when the fair order comes up short).";
 const LIMIT_LONG_TX: &str = "a held snapshot keeps VACUUM from removing the index entries of claimed and completed tasks. Claims resume where the session's last claim stopped and the reap check reads only the recently due range, so each session walks those entries once per aedb_queue.claim_rescan_interval (1 s) instead of on every claim; what is left is that periodic rescan, which grows with the snapshot's age, and heap pages full of dead versions until autovacuum runs after the snapshot ends.";
 const LIMIT_CHURN: &str = "every task is inserted, updated when claimed and deleted when completed, so the hot table holds the dead versions made between autovacuum runs; the size levels off only if autovacuum keeps up with the churn.";

@@ -1010,3 +1010,113 @@ async fn wait_for_autovacuum(ctx: &Ctx, conn: &mut Conn) -> Result<()> {
     }
     Ok(())
 }
+
+/// Who drains in the worker-runtime cells.
+#[derive(Debug, Clone, Copy)]
+pub enum Runtime {
+    /// The bench's own settle-and-claim loop (aedb-loop): the fastest
+    /// hand-written aedb_queue worker.
+    HandWritten,
+    /// The Rust worker runtime (clients/rust), no-op handlers, in this process.
+    Rust,
+    /// The Python worker runtime (clients/python), no-op handlers, in a
+    /// process of its own (`clients/python/benchmarks/drain.py`).
+    Python,
+}
+
+/// Drains `jobs` preloaded tasks with `workers` handlers through `runtime`,
+/// or as many as the window allows.
+pub async fn runtime_drain(
+    cluster: &Cluster,
+    runtime: Runtime,
+    jobs: usize,
+    workers: usize,
+    window: Duration,
+) -> Result<Measured> {
+    let system = match runtime {
+        Runtime::HandWritten => System::AedbLoop,
+        Runtime::Rust | Runtime::Python => System::Aedb,
+    };
+    let ctx = Ctx {
+        cluster: cluster.clone(),
+        system,
+    };
+    let mut conn = ctx.fresh().await?;
+    preload(&ctx, &mut conn, QUEUE, jobs).await?;
+    drop(conn);
+    let target = jobs as u64;
+    match runtime {
+        Runtime::HandWritten => drain_loaded(&ctx, target, workers, 1, window).await,
+        Runtime::Rust => rust_runtime_drain(&ctx, target, workers, window).await,
+        Runtime::Python => python_runtime_drain(&ctx, workers, window).await,
+    }
+}
+
+/// Jobs are counted as the handlers are called (at most `workers` of them
+/// not yet completed when the window closes); the costs as completed.
+async fn rust_runtime_drain(ctx: &Ctx, target: u64, workers: usize, window: Duration) -> Result<Measured> {
+    use aedb_queue_client::{handler, Done, QueueOptions, Task, TaskError, Worker};
+    let costs = Window::open(&ctx.cluster, &ctx.db()).await?;
+    let done = Arc::new(AtomicU64::new(0));
+    let counter = done.clone();
+    let worker = Worker::builder(&ctx.cluster.url(&ctx.db()))?
+        .listen(false)
+        .queue(
+            QueueOptions::new(QUEUE)
+                .concurrency(workers)
+                .lease(Duration::from_secs(30)),
+            handler(move |_task: Task<Value>| {
+                counter.fetch_add(1, Ordering::Relaxed);
+                async { Ok::<_, TaskError>(Done::new()) }
+            }),
+        )
+        .build()?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let start = Instant::now();
+    let run = tokio::spawn(worker.run(async {
+        let _ = stopped.await;
+    }));
+    while done.load(Ordering::Relaxed) < target && start.elapsed() < window {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    let jobs = done.load(Ordering::Relaxed);
+    let _ = stop.send(());
+    let report = run.await??;
+    Ok(Measured {
+        jobs,
+        seconds,
+        cost: Some(costs.close(&ctx.cluster, &ctx.db(), report.completed).await?),
+        ..Default::default()
+    })
+}
+
+/// The Python runtime's own clock: from its first claim to the window's
+/// end or an empty queue (`drain.py` prints jobs and seconds as JSON).
+async fn python_runtime_drain(ctx: &Ctx, workers: usize, window: Duration) -> Result<Measured> {
+    let python = std::env::var("AEDB_CLIENT_PYTHON")
+        .map_err(|_| "AEDB_CLIENT_PYTHON is not set (bench/run.sh sets it)")?;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../clients/python/benchmarks/drain.py");
+    let costs = Window::open(&ctx.cluster, &ctx.db()).await?;
+    let out = tokio::process::Command::new(python)
+        .arg(script)
+        .args(["--dsn", &ctx.cluster.url(&ctx.db()), "--queue", QUEUE])
+        .args(["--handlers", &workers.to_string()])
+        .args(["--max-seconds", &window.as_secs_f64().to_string()])
+        .output()
+        .await?;
+    if !out.status.success() {
+        return Err(format!("drain.py failed: {}", String::from_utf8_lossy(&out.stderr)).into());
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout.lines().last().ok_or("drain.py printed nothing")?;
+    let result: Value = serde_json::from_str(line)?;
+    let jobs = result["jobs"].as_u64().ok_or("drain.py: no jobs")?;
+    let seconds = result["seconds"].as_f64().ok_or("drain.py: no seconds")?;
+    Ok(Measured {
+        jobs,
+        seconds,
+        cost: Some(costs.close(&ctx.cluster, &ctx.db(), jobs).await?),
+        ..Default::default()
+    })
+}

@@ -181,6 +181,16 @@ impl Cluster {
         self.port
     }
 
+    /// The connection string of login role `user` to the test database,
+    /// for clients other than the `postgres` crate (async runtimes, CLIs).
+    pub fn dsn(&self, user: &str) -> String {
+        format!(
+            "host=127.0.0.1 port={} user={user} dbname={DB_NAME} connect_timeout=20 \
+             application_name=aedb_itests",
+            self.port
+        )
+    }
+
     /// A new session over TCP as the superuser `postgres`, for what an
     /// application cannot do: set-up (roles, grants to them, its tables),
     /// reaching into `aedb_queue`'s tables (backdating a lease, reading rows

@@ -1,4 +1,5 @@
-//! Fenced settlements (`queue_complete`, `queue_fail`, `queue_heartbeat`) and `queue_cancel`.
+//! Fenced settlements (`queue_complete`, `queue_fail`, `queue_heartbeat`,
+//! `queue_release`) and `queue_cancel`.
 
 use aedb_queue_core::fence;
 use aedb_queue_core::grants::Action;
@@ -321,6 +322,42 @@ fn queue_heartbeat(
             extend,
             progress,
         )?))
+    })
+}
+
+/// Hands a leased task back unworked (a worker shutting down): ready again,
+/// or scheduled after `delay`, without counting the claim's attempt; its
+/// progress stays for the next claim. Fenced like `queue_fail`.
+#[pg_extern]
+fn queue_release(
+    queue: Option<&str>,
+    task_id: Option<i64>,
+    fencing_token: Option<i64>,
+    delay: default!(Option<Interval>, "'0'"),
+    strict: default!(Option<bool>, false),
+) -> Outcome {
+    run(|| {
+        let queue = checked_name("queue", queue)?;
+        let held = Held::checked(
+            queue,
+            ("task_id", task_id),
+            ("fencing_token", fencing_token),
+        )?;
+        let delay = validate::non_negative_duration("delay", micros(required("delay", delay)?))?;
+        let strict = required("strict", strict)?;
+        security::authorize(Action::Work, queue)?;
+        let released = store::release(
+            queue,
+            held.task_id,
+            held.fencing_token,
+            interval(delay),
+            delay == 0,
+        )?;
+        let Some(woken) = released else {
+            return held.fenced_out(strict);
+        };
+        wake(woken)?;
+        Ok(Outcome::Applied)
     })
 }
 

@@ -1,0 +1,72 @@
+//! A pooled client for producers.
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use serde::Serialize;
+use tokio_postgres::NoTls;
+
+use crate::enqueue::{self, EnqueueOptions, Enqueued};
+use crate::error::{Error, Result};
+
+/// Producers' handle: a pool of connections (deadpool-postgres). Inside a
+/// transaction of your own, call [`enqueue::enqueue`](crate::enqueue()) on
+/// it instead, so the task commits with your writes.
+#[derive(Clone)]
+pub struct Client {
+    pool: Pool,
+}
+
+/// A pool of `size` connections made from `config`.
+pub fn pool(config: tokio_postgres::Config, size: usize) -> Result<Pool> {
+    let manager = Manager::from_config(
+        config,
+        NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(manager)
+        .max_size(size.max(1))
+        .build()
+        .map_err(|e| Error::invalid("config", e))
+}
+
+impl Client {
+    /// A client over `size` pooled connections from a connection string
+    /// (`host=... user=... dbname=...` or a `postgresql://` URL).
+    pub fn connect(conninfo: &str, size: usize) -> Result<Client> {
+        let config: tokio_postgres::Config = conninfo.parse()?;
+        Ok(Client {
+            pool: pool(config, size)?,
+        })
+    }
+
+    pub fn from_pool(pool: Pool) -> Client {
+        Client { pool }
+    }
+
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// Enqueues one task, committed at once.
+    pub async fn enqueue<T: Serialize + ?Sized>(
+        &self,
+        queue: &str,
+        payload: &T,
+        options: &EnqueueOptions,
+    ) -> Result<Enqueued> {
+        let conn = self.pool.get().await?;
+        enqueue::enqueue(&**conn, queue, payload, options).await
+    }
+
+    /// Enqueues many tasks in one statement, committed at once.
+    pub async fn enqueue_batch<T: Serialize>(
+        &self,
+        queue: &str,
+        payloads: &[T],
+        options: &EnqueueOptions,
+    ) -> Result<Vec<i64>> {
+        let conn = self.pool.get().await?;
+        enqueue::enqueue_batch(&**conn, queue, payloads, options).await
+    }
+}

@@ -1,0 +1,32 @@
+//! Producer client and worker runtime for aedb_queue.
+//!
+//! - [`enqueue()`] / [`enqueue_batch`] on any connection or transaction of
+//!   yours (the outbox), or [`Client`] over a pool.
+//! - [`Worker`]: handlers ([`handler`]) for one or more queues, claims in
+//!   batches, one commit per job while busy, heartbeats and checkpoints,
+//!   strict completion in the handler's own transaction, LISTEN wake-ups,
+//!   graceful shutdown that hands unfinished tasks back, reconnects.
+//!
+//! Every SQL statement is in `sql.rs`; the README's "Rust client" section
+//! has the examples.
+
+mod client;
+mod duration;
+mod enqueue;
+mod error;
+mod handler;
+mod sql;
+mod task;
+mod worker;
+
+pub use client::{pool, Client};
+pub use enqueue::{enqueue, enqueue_batch, EnqueueOptions, Enqueued};
+pub use error::{Error, Result};
+pub use handler::{handler, BoxFuture, Handler};
+pub use task::{Done, Task, TaskError};
+pub use worker::{shutdown_signal, QueueOptions, Report, Worker, WorkerBuilder};
+
+/// The README's examples, compiled as doc tests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

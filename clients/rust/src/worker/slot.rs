@@ -1,0 +1,260 @@
+//! One handler slot: runs a task's handler with heartbeats, settles it,
+//! and while the queue is busy takes its next task from the settling call
+//! itself (`queue_complete_and_claim` / `queue_fail_and_claim`).
+
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use deadpool_postgres::Object;
+use futures_util::FutureExt;
+use tokio::sync::{Mutex, OwnedSemaphorePermit};
+use tracing::Instrument;
+
+use super::backoff::Backoff;
+use super::{Phase, QueueRuntime};
+use crate::duration::micros;
+use crate::error::{Error, Result};
+use crate::handler::payload_value;
+use crate::sql;
+use crate::task::{Claimed, Done, Lease, Task, TaskError};
+
+/// How a handler's run ended.
+enum Finished {
+    Done(Done),
+    Failed(TaskError),
+    /// Completed in the handler's own transaction (strict), or found lost
+    /// there: nothing left to settle.
+    Settled,
+    /// A heartbeat found the lease lost: the result is dropped.
+    Lost,
+    /// Shutdown's deadline passed: hand the task back.
+    HandBack,
+}
+
+pub(crate) async fn run(q: Arc<QueueRuntime>, first: Claimed, permit: OwnedSemaphorePermit) {
+    let mut conn: Option<Object> = None;
+    let mut task = first;
+    loop {
+        let finished = work(&q, &task).await;
+        match settle(&q, &task, finished, &mut conn).await {
+            Some(next) => task = next,
+            None => break,
+        }
+    }
+    drop(permit);
+}
+
+async fn work(q: &QueueRuntime, claimed: &Claimed) -> Finished {
+    let lease = Arc::new(Lease {
+        pool: q.shared.pool.clone(),
+        queue: q.options.name.clone(),
+        id: claimed.id,
+        token: claimed.fencing_token,
+        extend: q.options.lease,
+        lost: AtomicBool::new(false),
+        tx: Mutex::new(None),
+    });
+    let task = Task {
+        id: claimed.id,
+        queue: q.options.name.clone(),
+        attempts: claimed.attempts,
+        fencing_token: claimed.fencing_token,
+        payload: payload_value(claimed.payload.clone()),
+        progress: claimed.progress.clone(),
+        lease: lease.clone(),
+    };
+    let span = tracing::info_span!("task", queue = %q.options.name, task_id = claimed.id, attempt = claimed.attempts);
+    let handler = AssertUnwindSafe(q.handler.call(task))
+        .catch_unwind()
+        .instrument(span);
+    tokio::pin!(handler);
+    let every = q.options.heartbeat_every();
+    let mut next_beat = tokio::time::Instant::now() + every;
+    let mut phase = q.shared.phase.clone();
+    let returned = loop {
+        tokio::select! {
+            returned = &mut handler => break returned,
+            _ = tokio::time::sleep_until(next_beat) => {
+                next_beat += every;
+                if let Err(e) = lease.heartbeat(None).await {
+                    tracing::warn!(queue = %q.options.name, task_id = claimed.id, error = %e, "heartbeat failed");
+                }
+            }
+            _ = phase.wait_for(|p| *p == Phase::HandBack) => {
+                rollback(&lease).await;
+                return Finished::HandBack;
+            }
+        }
+    };
+    let returned = returned.unwrap_or_else(|panic| {
+        let message = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic".to_string());
+        Err(TaskError::retry(format!("the handler panicked: {message}")))
+    });
+    if lease.lost.load(Ordering::Relaxed) {
+        rollback(&lease).await;
+        q.shared.counters.lease_lost.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(queue = %q.options.name, task_id = claimed.id, "lease lost while running: result dropped");
+        return Finished::Lost;
+    }
+    match returned {
+        Ok(done) => match lease.tx.lock().await.take() {
+            Some(tx) => complete_in(q, claimed, &tx, &done).await,
+            None => Finished::Done(done),
+        },
+        Err(error) => {
+            rollback(&lease).await;
+            Finished::Failed(error)
+        }
+    }
+}
+
+/// The handler's transaction, if it opened one, rolled back.
+async fn rollback(lease: &Lease) {
+    if let Some(tx) = lease.tx.lock().await.take() {
+        if let Err(e) = tx.batch_execute(sql::ROLLBACK).await {
+            tracing::warn!(error = %e, "rollback of the handler's transaction failed");
+        }
+    }
+}
+
+/// Completes strictly in the handler's transaction and commits: its writes
+/// and the completion stand or fall together.
+async fn complete_in(q: &QueueRuntime, claimed: &Claimed, tx: &Object, done: &Done) -> Finished {
+    let completed = async {
+        tx.query_one(
+            sql::COMPLETE_STRICT,
+            &[&q.options.name, &claimed.id, &claimed.fencing_token, &done.result, &done.follow_ups()],
+        )
+        .await?;
+        tx.batch_execute(sql::COMMIT).await
+    }
+    .await;
+    match completed {
+        Ok(()) => {
+            q.shared.counters.completed.fetch_add(1, Ordering::Relaxed);
+        }
+        Err(e) => {
+            let _ = tx.batch_execute(sql::ROLLBACK).await;
+            if e.code().map(|c| c.code()) == Some("40002") {
+                q.shared.counters.lease_lost.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(queue = %q.options.name, task_id = claimed.id, "lease lost: the handler's transaction rolled back");
+            } else {
+                tracing::error!(queue = %q.options.name, task_id = claimed.id, error = %e, "completing in the handler's transaction failed; the lease will expire");
+            }
+        }
+    }
+    Finished::Settled
+}
+
+/// Settles the task, retrying on a failed connection for as long as the
+/// lease would still be ours; returns the next task when the settling call
+/// claimed one.
+async fn settle(
+    q: &QueueRuntime,
+    claimed: &Claimed,
+    finished: Finished,
+    conn: &mut Option<Object>,
+) -> Option<Claimed> {
+    if matches!(finished, Finished::Settled | Finished::Lost) {
+        return None;
+    }
+    let until = Instant::now() + q.options.lease;
+    let mut backoff = Backoff::default();
+    loop {
+        let result = settle_once(q, claimed, &finished, conn).await;
+        match result {
+            Ok(next) => return next,
+            Err(e) if e.is_connection() && Instant::now() < until => {
+                *conn = None;
+                tracing::warn!(queue = %q.options.name, task_id = claimed.id, error = %e, "settling failed; retrying");
+                tokio::time::sleep(backoff.next()).await;
+            }
+            Err(e) => {
+                *conn = None;
+                tracing::error!(queue = %q.options.name, task_id = claimed.id, error = %e, "settling failed; the lease will expire");
+                return None;
+            }
+        }
+    }
+}
+
+async fn settle_once(
+    q: &QueueRuntime,
+    claimed: &Claimed,
+    finished: &Finished,
+    conn: &mut Option<Object>,
+) -> Result<Option<Claimed>> {
+    if conn.is_none() {
+        *conn = Some(q.shared.pool.get().await?);
+    }
+    let c = conn.as_ref().expect("set above");
+    let (queue, owner) = (&q.options.name, &q.shared.owner);
+    let (id, token) = (claimed.id, claimed.fencing_token);
+    let lease = micros("lease", q.options.lease)?;
+    let next_wanted = q.shared.running();
+    let counters = &q.shared.counters;
+    let (outcome, next) = match finished {
+        Finished::Done(done) if next_wanted => {
+            let row = c
+                .query_one(
+                    sql::COMPLETE_AND_CLAIM,
+                    &[queue, owner, &id, &token, &done.result, &done.follow_ups(), &lease, &1i32],
+                )
+                .await?;
+            (row.get::<_, String>(0), Claimed::from_row(&row, 1))
+        }
+        Finished::Done(done) => {
+            let row = c
+                .query_one(sql::COMPLETE, &[queue, &id, &token, &done.result, &done.follow_ups()])
+                .await?;
+            (row.get(0), None)
+        }
+        Finished::Failed(error) if next_wanted => {
+            let retry_in = retry_micros(error)?;
+            let row = c
+                .query_one(
+                    sql::FAIL_AND_CLAIM,
+                    &[queue, owner, &id, &token, &error.message, &retry_in, &error.dead_letter, &lease, &1i32],
+                )
+                .await?;
+            (row.get::<_, String>(0), Claimed::from_row(&row, 1))
+        }
+        Finished::Failed(error) => {
+            let retry_in = retry_micros(error)?;
+            let row = c
+                .query_one(sql::FAIL, &[queue, &id, &token, &error.message, &retry_in, &error.dead_letter])
+                .await?;
+            (row.get(0), None)
+        }
+        Finished::HandBack => {
+            let row = c.query_one(sql::RELEASE, &[queue, &id, &token]).await?;
+            (row.get(0), None)
+        }
+        Finished::Settled | Finished::Lost => return Ok(None),
+    };
+    if outcome == "applied" {
+        let counter = match finished {
+            Finished::Done(_) => &counters.completed,
+            Finished::Failed(_) => &counters.failed,
+            _ => &counters.released,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    } else {
+        counters.lease_lost.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(queue = %queue, task_id = id, "lease lost: another worker has the task");
+    }
+    Ok(next)
+}
+
+fn retry_micros(error: &TaskError) -> Result<Option<i64>, Error> {
+    error
+        .retry_in
+        .map(|d: Duration| micros("retry_in", d))
+        .transpose()
+}
