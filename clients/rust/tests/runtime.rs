@@ -402,7 +402,7 @@ fn outcomes_of_handlers_reach_the_task() {
         .unwrap();
     assert_eq!(kept.get::<_, String>(0), "completed");
     assert_eq!(kept.get::<_, Option<serde_json::Value>>(1), Some(json!({"sent": true})));
-    let task = |id| aedb_queue_itests::get(&mut c, "rt.kinds", id).unwrap();
+    let mut task = |id| aedb_queue_itests::get(&mut c, "rt.kinds", id).unwrap();
     let r = task(retry);
     assert_eq!((r.state.as_str(), r.last_error.as_deref()), ("scheduled", Some("smtp timeout")));
     let d = task(dead);

@@ -10,7 +10,7 @@ SELECT state, attempts FROM aedb_queue.queue_get('export', :t);
 SELECT aedb_queue.queue_release('export', :t, :tok);
 SELECT state, attempts, owner_id, progress FROM aedb_queue.queue_get('export', :t);
 
--- The old token is fenced out: release, complete and fail are lease_lost.
+-- The old token is fenced out: a second release and a complete are lease_lost.
 SELECT aedb_queue.queue_release('export', :t, :tok);
 SELECT aedb_queue.queue_complete('export', :t, :tok);
 

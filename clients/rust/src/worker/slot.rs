@@ -73,16 +73,26 @@ async fn work(q: &QueueRuntime, claimed: &Claimed) -> Finished {
     let every = q.options.heartbeat_every();
     let mut next_beat = tokio::time::Instant::now() + every;
     let mut phase = q.shared.phase.clone();
+    enum Event<R> {
+        Returned(R),
+        Beat,
+        HandBack,
+    }
     let returned = loop {
-        tokio::select! {
-            returned = &mut handler => break returned,
-            _ = tokio::time::sleep_until(next_beat) => {
+        let event = tokio::select! {
+            returned = &mut handler => Event::Returned(returned),
+            _ = tokio::time::sleep_until(next_beat) => Event::Beat,
+            _ = phase.wait_for(|p| *p == Phase::HandBack) => Event::HandBack,
+        };
+        match event {
+            Event::Returned(returned) => break returned,
+            Event::Beat => {
                 next_beat += every;
                 if let Err(e) = lease.heartbeat(None).await {
                     tracing::warn!(queue = %q.options.name, task_id = claimed.id, error = %e, "heartbeat failed");
                 }
             }
-            _ = phase.wait_for(|p| *p == Phase::HandBack) => {
+            Event::HandBack => {
                 rollback(&lease).await;
                 return Finished::HandBack;
             }
