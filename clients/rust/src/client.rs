@@ -6,6 +6,7 @@ use tokio_postgres::NoTls;
 
 use crate::enqueue::{self, EnqueueOptions, Enqueued};
 use crate::error::{Error, Result};
+use crate::sql;
 
 /// Producers' handle: a pool of connections (deadpool-postgres). Inside a
 /// transaction of your own, call [`enqueue::enqueue`](crate::enqueue()) on
@@ -56,7 +57,8 @@ impl Client {
         options: &EnqueueOptions,
     ) -> Result<Enqueued> {
         let conn = self.pool.get().await?;
-        enqueue::enqueue(&**conn, queue, payload, options).await
+        let statement = conn.prepare_cached(sql::ENQUEUE).await?;
+        enqueue::enqueue_with(&**conn, &statement, queue, payload, options).await
     }
 
     /// Enqueues many tasks in one statement, committed at once.
@@ -67,6 +69,7 @@ impl Client {
         options: &EnqueueOptions,
     ) -> Result<Vec<i64>> {
         let conn = self.pool.get().await?;
-        enqueue::enqueue_batch(&**conn, queue, payloads, options).await
+        let statement = conn.prepare_cached(sql::ENQUEUE_BATCH).await?;
+        enqueue::enqueue_batch_with(&**conn, &statement, queue, payloads, options).await
     }
 }

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use serde::Serialize;
-use tokio_postgres::GenericClient;
+use tokio_postgres::{GenericClient, ToStatement};
 
 use crate::duration::micros;
 use crate::error::{Error, Result};
@@ -87,11 +87,28 @@ where
     C: GenericClient + Sync,
     T: Serialize + ?Sized,
 {
+    enqueue_with(client, sql::ENQUEUE, queue, payload, options).await
+}
+
+/// [`enqueue`] with the statement given (text, or prepared on a pooled
+/// connection).
+pub(crate) async fn enqueue_with<C, S, T>(
+    client: &C,
+    statement: &S,
+    queue: &str,
+    payload: &T,
+    options: &EnqueueOptions,
+) -> Result<Enqueued>
+where
+    C: GenericClient + Sync,
+    S: ToStatement + Sync + Send + ?Sized,
+    T: Serialize + ?Sized,
+{
     let payload = serde_json::to_value(payload)?;
     let delay = micros("delay", options.delay)?;
     let row = client
         .query_one(
-            sql::ENQUEUE,
+            statement,
             &[
                 &queue,
                 &payload,
@@ -125,6 +142,21 @@ where
     C: GenericClient + Sync,
     T: Serialize,
 {
+    enqueue_batch_with(client, sql::ENQUEUE_BATCH, queue, payloads, options).await
+}
+
+pub(crate) async fn enqueue_batch_with<C, S, T>(
+    client: &C,
+    statement: &S,
+    queue: &str,
+    payloads: &[T],
+    options: &EnqueueOptions,
+) -> Result<Vec<i64>>
+where
+    C: GenericClient + Sync,
+    S: ToStatement + Sync + Send + ?Sized,
+    T: Serialize,
+{
     if options.idempotency_key.is_some() {
         return Err(Error::invalid(
             "idempotency_key",
@@ -138,7 +170,7 @@ where
     let delay = micros("delay", options.delay)?;
     let rows = client
         .query(
-            sql::ENQUEUE_BATCH,
+            statement,
             &[
                 &queue,
                 &payloads,

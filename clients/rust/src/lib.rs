@@ -16,6 +16,7 @@ mod enqueue;
 mod error;
 mod handler;
 mod sql;
+mod statement;
 mod task;
 mod worker;
 

@@ -14,6 +14,7 @@ use tokio_postgres::Row;
 use crate::duration::micros;
 use crate::error::Result;
 use crate::sql;
+use crate::statement;
 
 /// A task as the claiming statements return it (columns from `at` on:
 /// task_id, payload, attempts, fencing_token, progress).
@@ -58,8 +59,8 @@ impl Lease {
     pub async fn heartbeat(&self, progress: Option<&Value>) -> Result<bool> {
         let conn = self.pool.get().await?;
         let extend = micros("extend", self.extend)?;
-        let outcome: String = conn
-            .query_one(
+        let outcome: String = statement::query_one(
+                &conn,
                 sql::HEARTBEAT,
                 &[&self.queue, &self.id, &self.token, &extend, &progress],
             )

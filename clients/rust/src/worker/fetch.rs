@@ -12,6 +12,7 @@ use super::{Phase, QueueRuntime};
 use crate::duration::micros;
 use crate::error::Result;
 use crate::sql;
+use crate::statement;
 use crate::task::Claimed;
 
 pub(crate) async fn run(q: Arc<QueueRuntime>) {
@@ -61,8 +62,8 @@ pub(crate) async fn run(q: Arc<QueueRuntime>) {
 async fn claim(q: &QueueRuntime, max: usize) -> Result<Vec<Claimed>> {
     let conn = q.shared.pool.get().await?;
     let lease = micros("lease", q.options.lease)?;
-    let rows = conn
-        .query(
+    let rows = statement::query(
+            &conn,
             sql::CLAIM,
             &[&q.options.name, &q.shared.owner, &lease, &(max as i32)],
         )

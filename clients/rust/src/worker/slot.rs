@@ -18,6 +18,7 @@ use crate::duration::micros;
 use crate::error::{Error, Result};
 use crate::handler::payload_value;
 use crate::sql;
+use crate::statement;
 use crate::task::{Claimed, Done, Lease, Task, TaskError};
 
 /// How a handler's run ended.
@@ -137,12 +138,14 @@ async fn rollback(lease: &Lease) {
 /// and the completion stand or fall together.
 async fn complete_in(q: &QueueRuntime, claimed: &Claimed, tx: &Object, done: &Done) -> Finished {
     let completed = async {
-        tx.query_one(
+        statement::query_one(
+            tx,
             sql::COMPLETE_STRICT,
             &[&q.options.name, &claimed.id, &claimed.fencing_token, &done.result, &done.follow_ups()],
         )
         .await?;
-        tx.batch_execute(sql::COMMIT).await
+        tx.batch_execute(sql::COMMIT).await?;
+        Ok::<(), Error>(())
     }
     .await;
     match completed {
@@ -151,7 +154,7 @@ async fn complete_in(q: &QueueRuntime, claimed: &Claimed, tx: &Object, done: &Do
         }
         Err(e) => {
             let _ = tx.batch_execute(sql::ROLLBACK).await;
-            if e.code().map(|c| c.code()) == Some("40002") {
+            if e.sqlstate() == Some("40002") {
                 q.shared.counters.lease_lost.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(queue = %q.options.name, task_id = claimed.id, "lease lost: the handler's transaction rolled back");
             } else {
@@ -211,8 +214,7 @@ async fn settle_once(
     let counters = &q.shared.counters;
     let (outcome, next) = match finished {
         Finished::Done(done) if next_wanted => {
-            let row = c
-                .query_one(
+            let row = statement::query_one(c, 
                     sql::COMPLETE_AND_CLAIM,
                     &[queue, owner, &id, &token, &done.result, &done.follow_ups(), &lease, &1i32],
                 )
@@ -220,15 +222,13 @@ async fn settle_once(
             (row.get::<_, String>(0), Claimed::from_row(&row, 1))
         }
         Finished::Done(done) => {
-            let row = c
-                .query_one(sql::COMPLETE, &[queue, &id, &token, &done.result, &done.follow_ups()])
+            let row = statement::query_one(c, sql::COMPLETE, &[queue, &id, &token, &done.result, &done.follow_ups()])
                 .await?;
             (row.get(0), None)
         }
         Finished::Failed(error) if next_wanted => {
             let retry_in = retry_micros(error)?;
-            let row = c
-                .query_one(
+            let row = statement::query_one(c, 
                     sql::FAIL_AND_CLAIM,
                     &[queue, owner, &id, &token, &error.message, &retry_in, &error.dead_letter, &lease, &1i32],
                 )
@@ -237,13 +237,12 @@ async fn settle_once(
         }
         Finished::Failed(error) => {
             let retry_in = retry_micros(error)?;
-            let row = c
-                .query_one(sql::FAIL, &[queue, &id, &token, &error.message, &retry_in, &error.dead_letter])
+            let row = statement::query_one(c, sql::FAIL, &[queue, &id, &token, &error.message, &retry_in, &error.dead_letter])
                 .await?;
             (row.get(0), None)
         }
         Finished::HandBack => {
-            let row = c.query_one(sql::RELEASE, &[queue, &id, &token]).await?;
+            let row = statement::query_one(c, sql::RELEASE, &[queue, &id, &token]).await?;
             (row.get(0), None)
         }
         Finished::Settled | Finished::Lost => return Ok(None),

@@ -1,0 +1,316 @@
+//! `aedb-queue`: the operator command line of the aedb_queue extension.
+//!
+//! Connects as a member of `aedb_queue_admin`, runs the extension's SQL
+//! functions with bound parameters (`sql.rs`), and prints tables or JSON
+//! (`output.rs`). Exit codes: 0 success, 1 any failure (server errors print
+//! their SQLSTATE), 2 usage errors (from clap).
+
+mod admin;
+mod conn;
+mod enqueue;
+mod error;
+mod inspect;
+mod output;
+mod sql;
+mod tail;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "aedb-queue",
+    version,
+    about = "Inspect and operate aedb_queue task queues in PostgreSQL",
+    long_about = "Inspect and operate aedb_queue task queues in PostgreSQL.\n\n\
+        Connect as a role that is a member of aedb_queue_admin. The connection \
+        comes from --dsn (or AEDB_QUEUE_DSN), a libpq connection string \
+        (\"host=... port=... user=... dbname=...\") or URL \
+        (postgresql://user@host:port/db); whatever it leaves out comes from \
+        PGHOST, PGPORT, PGUSER, PGDATABASE and PGPASSWORD (defaults 127.0.0.1, \
+        5432, the OS user, the user name). No TLS.\n\n\
+        Exit codes: 0 success, 1 failure (a server error prints its SQLSTATE), \
+        2 usage error."
+)]
+struct Cli {
+    /// Connection string (key=value pairs or a postgresql:// URL).
+    #[arg(long, env = "AEDB_QUEUE_DSN", global = true, hide_env_values = true)]
+    dsn: Option<String>,
+
+    /// Print JSON for scripts (one document, or one per line for lists and
+    /// streams) instead of tables.
+    #[arg(long, global = true)]
+    json: bool,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Show aedb_queue.queue_stats: task counts per state, oldest ready
+    /// task, next timer, expired leases, pause.
+    ///
+    /// --json prints an array of every queue, or the one queue's object.
+    Stats {
+        /// Only this queue.
+        queue: Option<String>,
+        /// Refresh every SECONDS (fractions allowed) until Ctrl-C; redraws in
+        /// place on a terminal, prints one snapshot after another otherwise
+        /// (with --json: one document per line).
+        #[arg(long, value_name = "SECONDS", value_parser = positive_secs)]
+        watch: Option<f64>,
+    },
+
+    /// List tasks of a queue (aedb_queue.queue_list), in the state's own
+    /// order: ready in service order, in_flight by lease deadline, scheduled
+    /// by due time, dead oldest first, completed newest first.
+    ///
+    /// --json prints one task per line, every field.
+    List {
+        queue: String,
+        /// waiting, scheduled, blocked, ready, in_flight, dead or completed
+        /// (kept completed tasks); all live tasks when left out.
+        #[arg(long, value_name = "STATE")]
+        state: Option<String>,
+        /// At most this many tasks (the server allows 1 to its own maximum).
+        #[arg(
+            long,
+            value_name = "N",
+            default_value_t = 100,
+            allow_negative_numbers = true
+        )]
+        limit: i32,
+    },
+
+    /// Show one task with every field, payload, progress and result
+    /// pretty-printed (aedb_queue.queue_get). Exits 1 if there is no such task.
+    Show {
+        queue: String,
+        #[arg(allow_negative_numbers = true)]
+        task_id: i64,
+    },
+
+    /// Move dead tasks back to ready with their attempts reset
+    /// (aedb_queue.queue_retry_dead).
+    ///
+    /// Without --task, retries in transactions of 1,000 tasks with a progress
+    /// bar, until --max tasks (else as many as were dead at the start) have
+    /// moved.
+    RetryDead {
+        queue: String,
+        /// Only this task.
+        #[arg(long = "task", value_name = "TASK_ID", allow_negative_numbers = true)]
+        task: Option<i64>,
+        /// At most N tasks.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(1..))]
+        max: Option<i32>,
+    },
+
+    /// Delete every task of a queue in one state (aedb_queue.queue_purge).
+    ///
+    /// Asks for confirmation on stdin unless --yes. in_flight tasks belong to
+    /// running workers: the server refuses them without --force.
+    Purge {
+        queue: String,
+        /// waiting, scheduled, blocked, ready, in_flight, dead or completed.
+        #[arg(long, value_name = "STATE")]
+        state: String,
+        /// Allow purging in_flight tasks.
+        #[arg(long)]
+        force: bool,
+        /// Do not ask.
+        #[arg(long, short = 'y')]
+        yes: bool,
+    },
+
+    /// Stop handing out tasks of a queue (enqueues still land; the reaper
+    /// still reclaims expired leases).
+    Pause { queue: String },
+
+    /// Hand out tasks of a paused queue again.
+    Resume { queue: String },
+
+    /// Enqueue one task, or one per line of a file; prints the task id(s).
+    ///
+    /// A file holds one JSON payload a line (blank lines skipped). It is
+    /// checked whole first, then sent with queue_enqueue_batch in batches of
+    /// 1,000, each its own transaction, with a progress bar; the ids come out
+    /// in line order (--json: {"task_id", "line"} per line).
+    Enqueue {
+        queue: String,
+        /// The payload, a JSON document ('{"to": "ada@example.com"}'); NULL
+        /// when left out.
+        #[arg(value_name = "PAYLOAD_JSON", value_parser = parse_json, conflicts_with = "file")]
+        payload: Option<Value>,
+        /// One JSON payload per line.
+        #[arg(long, value_name = "FILE")]
+        file: Option<PathBuf>,
+        /// Ready only after this many seconds (fractions allowed).
+        #[arg(
+            long,
+            value_name = "SECS",
+            default_value_t = 0.0,
+            allow_negative_numbers = true
+        )]
+        delay: f64,
+        /// Higher is served first.
+        #[arg(
+            long,
+            value_name = "N",
+            default_value_t = 0,
+            allow_negative_numbers = true
+        )]
+        priority: i64,
+        /// A second enqueue with this key returns the first task's id
+        /// (single payloads only).
+        #[arg(long, value_name = "K", conflicts_with = "file")]
+        idempotency_key: Option<String>,
+    },
+
+    /// Follow queues live: a line per wake-up and per change of counts.
+    ///
+    /// LISTENs on channel aedb_queue and prints a timestamped "wake" line for
+    /// each notification (sent when an enqueue commits into a queue
+    /// configured with notify => true, or a reap promotes or reclaims its
+    /// tasks). Every --interval seconds it reads queue_stats and prints a
+    /// "counts" line for each queue whose ready, in_flight, scheduled or dead
+    /// count changed, with the changes. "~completed N" is an estimate: tasks
+    /// that left ready + in_flight without a rise in dead (or in scheduled,
+    /// a retry's backoff) most likely completed, or were cancelled or
+    /// purged; enqueues in the same interval hide as many. Runs until Ctrl-C.
+    Tail {
+        /// Only these queues (default: every queue).
+        queues: Vec<String>,
+        /// Seconds between reads of queue_stats.
+        #[arg(long, value_name = "SECONDS", default_value_t = 1.0, value_parser = positive_secs)]
+        interval: f64,
+    },
+}
+
+fn positive_secs(s: &str) -> std::result::Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.01..=86_400.0).contains(&v) => Ok(v),
+        _ => Err(format!("expected seconds from 0.01 to 86400, got {s:?}")),
+    }
+}
+
+fn parse_json(s: &str) -> std::result::Result<Value, String> {
+    serde_json::from_str(s).map_err(|e| format!("not a JSON document: {e}"))
+}
+
+async fn run(cli: Cli) -> Result<()> {
+    let cfg = conn::config(cli.dsn.as_deref())?;
+    let json = cli.json;
+    if let Command::Tail { queues, interval } = &cli.command {
+        return tail::run(&cfg, queues, *interval, json).await;
+    }
+    let c = conn::connect(&cfg).await?;
+    match cli.command {
+        Command::Stats { queue, watch } => inspect::stats(&c, queue.as_deref(), watch, json).await,
+        Command::List {
+            queue,
+            state,
+            limit,
+        } => inspect::list(&c, &queue, state.as_deref(), limit, json).await,
+        Command::Show { queue, task_id } => inspect::show(&c, &queue, task_id, json).await,
+        Command::RetryDead { queue, task, max } => {
+            admin::retry_dead(&c, &queue, task, max, json).await
+        }
+        Command::Purge {
+            queue,
+            state,
+            force,
+            yes,
+        } => admin::purge(&c, &queue, &state, force, yes, json).await,
+        Command::Pause { queue } => admin::set_paused(&c, &queue, true, json).await,
+        Command::Resume { queue } => admin::set_paused(&c, &queue, false, json).await,
+        Command::Enqueue {
+            queue,
+            payload,
+            file,
+            delay,
+            priority,
+            idempotency_key,
+        } => {
+            let opts = enqueue::Options {
+                delay_secs: delay,
+                priority,
+                idempotency_key: idempotency_key.as_deref(),
+            };
+            match file {
+                Some(path) => enqueue::file(&c, &queue, &path, &opts, json).await,
+                None => enqueue::one(&c, &queue, payload.as_ref(), &opts, json).await,
+            }
+        }
+        Command::Tail { .. } => unreachable!("handled above"),
+    }
+}
+
+fn main() -> ExitCode {
+    // Usage errors print clap's message and exit 2; --help and --version exit 0.
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) | Err(Error::BrokenPipe) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{}", e.report());
+            ExitCode::from(1)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_definitions_are_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn a_payload_and_a_file_exclude_each_other() {
+        let r = Cli::try_parse_from(["aedb-queue", "enqueue", "q", "{}", "--file", "x"]);
+        assert!(r.is_err());
+        let r = Cli::try_parse_from([
+            "aedb-queue",
+            "enqueue",
+            "q",
+            "--file",
+            "x",
+            "--idempotency-key",
+            "k",
+        ]);
+        assert!(r.is_err());
+    }
+
+    #[test]
+    fn negative_priorities_parse() {
+        let cli = Cli::try_parse_from(["aedb-queue", "enqueue", "q", "--priority", "-5"]).unwrap();
+        match cli.command {
+            Command::Enqueue {
+                priority, payload, ..
+            } => {
+                assert_eq!(priority, -5);
+                assert_eq!(payload, None);
+            }
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+}

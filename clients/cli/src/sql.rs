@@ -1,0 +1,187 @@
+//! Every SQL statement of the command line, and the calls that run them.
+//!
+//! Every value, queue names included, is a bound parameter: no statement is
+//! ever built from input. Statements are assembled at compile time only
+//! (`concat!` of literals). Columns are cast on the server to a few types
+//! (int8, int4, bool, text, jsonb, float8), timestamps to ISO 8601 text and
+//! intervals to text, so rows convert to [`Record`]s without date crates.
+
+use serde_json::Value;
+use tokio_postgres::types::Type;
+use tokio_postgres::{Client, Row};
+
+use crate::error::{Error, Result};
+use crate::output::Record;
+
+/// The columns read from `aedb_queue.queue_stats`, in the view's order.
+macro_rules! stats_columns {
+    () => {
+        "queue::text AS queue, waiting::int8 AS waiting, scheduled::int8 AS scheduled, \
+         blocked::int8 AS blocked, ready::int8 AS ready, in_flight::int8 AS in_flight, \
+         dead::int8 AS dead, completed_kept::int8 AS completed_kept, \
+         oldest_ready_age::text AS oldest_ready_age, \
+         to_json(next_due) #>> '{}' AS next_due, expired_leases::int8 AS expired_leases, \
+         paused AS paused, concurrency_limit::int8 AS concurrency_limit, \
+         rate_limit::int8 AS rate_limit, rate_tokens::int8 AS rate_tokens, \
+         fair_share AS fair_share"
+    };
+}
+
+/// Every column of an `aedb_queue.task_row` (`queue_get`, `queue_list`).
+macro_rules! task_columns {
+    () => {
+        "task_id::int8 AS task_id, queue::text AS queue, state::text AS state, \
+         to_json(not_before) #>> '{}' AS not_before, priority::int8 AS priority, \
+         attempts::int4 AS attempts, max_attempts::int4 AS max_attempts, \
+         owner_id::text AS owner_id, fencing_token::int8 AS fencing_token, \
+         to_json(lease_deadline) #>> '{}' AS lease_deadline, payload AS payload, \
+         progress AS progress, last_error::text AS last_error, \
+         idempotency_key::text AS idempotency_key, backoff_base::text AS backoff_base, \
+         backoff_max::text AS backoff_max, to_json(created_at) #>> '{}' AS created_at, \
+         to_json(updated_at) #>> '{}' AS updated_at, result AS result, \
+         to_json(completed_at) #>> '{}' AS completed_at"
+    };
+}
+
+const STATS_ALL: &str = concat!(
+    "SELECT ",
+    stats_columns!(),
+    " FROM aedb_queue.queue_stats ORDER BY queue"
+);
+const STATS_ONE: &str = concat!(
+    "SELECT ",
+    stats_columns!(),
+    " FROM aedb_queue.queue_stats WHERE queue = $1::text"
+);
+const LIST: &str = concat!(
+    "SELECT ",
+    task_columns!(),
+    " FROM aedb_queue.queue_list($1::text, $2::text, $3::int4)"
+);
+const GET: &str = concat!(
+    "SELECT ",
+    task_columns!(),
+    " FROM aedb_queue.queue_get($1::text, $2::int8)"
+);
+const RETRY_DEAD: &str =
+    "SELECT aedb_queue.queue_retry_dead($1::text, task_id => $2::int8, max => $3::int4)::int8";
+const PURGE: &str = "SELECT aedb_queue.queue_purge($1::text, $2::text, force => $3::bool)::int8";
+const PAUSE: &str = "SELECT aedb_queue.queue_pause($1::text)";
+const RESUME: &str = "SELECT aedb_queue.queue_resume($1::text)";
+const ENQUEUE: &str = "SELECT task_id::int8, deduplicated \
+     FROM aedb_queue.queue_enqueue($1::text, $2::jsonb, \
+          delay => make_interval(secs => $3::float8), priority => $4::int8, \
+          idempotency_key => $5::text)";
+const ENQUEUE_BATCH: &str = "SELECT b.id::int8 \
+     FROM aedb_queue.queue_enqueue_batch($1::text, $2::jsonb[], \
+          delay => make_interval(secs => $3::float8), priority => $4::int8) \
+          WITH ORDINALITY AS b(id, ord) ORDER BY b.ord";
+/// The channel `queue_configure(notify => true)` queues notify on.
+pub const LISTEN: &str = "LISTEN aedb_queue";
+
+/// One row as a [`Record`], each column converted by its type.
+fn record(row: &Row) -> Result<Record> {
+    let mut rec = Record::default();
+    for (i, col) in row.columns().iter().enumerate() {
+        let v: Option<Value> = match *col.type_() {
+            Type::INT8 => row.try_get::<_, Option<i64>>(i)?.map(Value::from),
+            Type::INT4 => row.try_get::<_, Option<i32>>(i)?.map(Value::from),
+            Type::BOOL => row.try_get::<_, Option<bool>>(i)?.map(Value::from),
+            Type::FLOAT8 => row.try_get::<_, Option<f64>>(i)?.map(Value::from),
+            Type::TEXT => row.try_get::<_, Option<String>>(i)?.map(Value::from),
+            Type::JSONB | Type::JSON => row.try_get::<_, Option<Value>>(i)?,
+            ref other => {
+                return Err(Error::msg(format!(
+                    "internal: column {} has unexpected type {other}",
+                    col.name()
+                )))
+            }
+        };
+        rec.push(col.name(), v.unwrap_or(Value::Null));
+    }
+    Ok(rec)
+}
+
+fn records(rows: &[Row]) -> Result<Vec<Record>> {
+    rows.iter().map(record).collect()
+}
+
+/// `queue_stats`: every queue the role may read, or one (None if absent).
+pub async fn stats_all(c: &Client) -> Result<Vec<Record>> {
+    records(&c.query(STATS_ALL, &[]).await?)
+}
+
+pub async fn stats_one(c: &Client, queue: &str) -> Result<Option<Record>> {
+    let rows = c.query(STATS_ONE, &[&queue]).await?;
+    rows.first().map(record).transpose()
+}
+
+/// `queue_list(queue, state, "limit")`.
+pub async fn list(c: &Client, queue: &str, state: Option<&str>, limit: i32) -> Result<Vec<Record>> {
+    records(&c.query(LIST, &[&queue, &state, &limit]).await?)
+}
+
+/// `queue_get(queue, task_id)`: the task, live or kept, or None.
+pub async fn get(c: &Client, queue: &str, task_id: i64) -> Result<Option<Record>> {
+    let rows = c.query(GET, &[&queue, &task_id]).await?;
+    rows.first().map(record).transpose()
+}
+
+/// `queue_retry_dead(queue, task_id, max)`: how many moved back to ready.
+pub async fn retry_dead(
+    c: &Client,
+    queue: &str,
+    task_id: Option<i64>,
+    max: Option<i32>,
+) -> Result<i64> {
+    Ok(c.query_one(RETRY_DEAD, &[&queue, &task_id, &max])
+        .await?
+        .try_get(0)?)
+}
+
+/// `queue_purge(queue, state, force)`: how many were deleted.
+pub async fn purge(c: &Client, queue: &str, state: &str, force: bool) -> Result<i64> {
+    Ok(c.query_one(PURGE, &[&queue, &state, &force])
+        .await?
+        .try_get(0)?)
+}
+
+/// `queue_pause` / `queue_resume`: whether that changed anything.
+pub async fn set_paused(c: &Client, queue: &str, paused: bool) -> Result<bool> {
+    let sql = if paused { PAUSE } else { RESUME };
+    Ok(c.query_one(sql, &[&queue]).await?.try_get(0)?)
+}
+
+/// `queue_enqueue`: (task_id, deduplicated).
+pub async fn enqueue(
+    c: &Client,
+    queue: &str,
+    payload: Option<&Value>,
+    delay_secs: f64,
+    priority: i64,
+    idempotency_key: Option<&str>,
+) -> Result<(i64, bool)> {
+    let row = c
+        .query_one(
+            ENQUEUE,
+            &[&queue, &payload, &delay_secs, &priority, &idempotency_key],
+        )
+        .await?;
+    Ok((row.try_get(0)?, row.try_get(1)?))
+}
+
+/// `queue_enqueue_batch`: the ids, in payload order.
+pub async fn enqueue_batch(
+    c: &Client,
+    queue: &str,
+    payloads: &[Value],
+    delay_secs: f64,
+    priority: i64,
+) -> Result<Vec<i64>> {
+    let rows = c
+        .query(ENQUEUE_BATCH, &[&queue, &payloads, &delay_secs, &priority])
+        .await?;
+    rows.iter()
+        .map(|r| r.try_get(0).map_err(Error::from))
+        .collect()
+}
