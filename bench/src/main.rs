@@ -212,6 +212,9 @@ const RUNTIMES: &str = "runtimes";
 const RT_LOOP: &str = "hand-written loop (aedb-loop)";
 const RT_RUST: &str = "Rust runtime";
 const RT_PYTHON: &str = "Python runtime";
+const WAKEUP: &str = "runtime_wakeup";
+const WAKEUP_RATE: u64 = 200;
+const WAKEUP_SECONDS: u64 = 10;
 const FLOOR_ROW: &str = "insert + delete (pgbench)";
 const NOTIFY_COLUMN: &str = "single, 8 producers, NOTIFY on";
 
@@ -632,6 +635,8 @@ impl Bench {
             .await;
             self.record(RUNTIMES, System::Aedb, col, m);
         }
+        let m = scenarios::runtime_wakeup(&self.ctx(System::Aedb).cluster, WAKEUP_RATE, WAKEUP_SECONDS).await;
+        self.record(WAKEUP, System::Aedb, RT_RUST, m);
     }
 
     /// Fair share, aedb_queue only: the fair-share queue and the same load
@@ -1513,6 +1518,13 @@ fn runtimes_section(bench: &Bench) -> String {
         secs = p.window.as_secs(),
     );
     out.push_str(&cost_block(r, RUNTIMES, &["aedb_queue"], &cols));
+    let wake = [RT_RUST];
+    let _ = write!(
+        out,
+        "\nWake-up latency through the {RT_RUST} ({WAKEUP_RATE} tasks/s for {WAKEUP_SECONDS} s, one task per enqueue transaction into a queue configured with `notify => true`; the worker idle between tasks, LISTEN on, its poll 5 s; from the payload's time, taken before the enqueue's commit, to the handler's start; target p99 ≤ 20 ms):\n\np50:\n\n{}\np99:\n\n{}\n",
+        r.table(&format!("{WAKEUP}_p50"), &["aedb_queue"], &wake, Unit::Micros, None),
+        r.table(&format!("{WAKEUP}_p99"), &["aedb_queue"], &wake, Unit::Micros, None),
+    );
     for col in [RT_RUST, RT_PYTHON] {
         if let Some((_, text)) = runtime_ratio(r, col) {
             let _ = writeln!(out, "\n{col}: {text} the hand-written loop.");
@@ -1840,6 +1852,14 @@ fn targets(bench: &Bench) -> String {
             );
         }
     }
+    if let Some(p99) = r.median(&format!("{WAKEUP}_p99"), aedb, RT_RUST) {
+        line(
+            format!("wake-up latency, {RT_RUST}, {WAKEUP_RATE}/s: p99 ≤ 20 ms"),
+            Some(Unit::Micros.format(p99)),
+            Some(p99 <= 20_000.0),
+            LIMIT_WAKEUP,
+        );
+    }
     for (col, floor, limit) in [
         (RT_RUST, 0.9, LIMIT_RUNTIME_RUST),
         (RT_PYTHON, 0.5, LIMIT_RUNTIME_PYTHON),
@@ -1934,6 +1954,7 @@ const LIMIT_ENQUEUE: &str = "batches are written the way COPY writes them (heap_
 const LIMIT_CLUTTER: &str = "the claim reads only its own queue's ready index; a miss here comes from the dead index entries that a large drain leaves at the head of that index until vacuum.";
 const LIMIT_KEYS_SPREAD: &str = "each completion of a keyed task also hands its key's slot on, in the same transaction and through two more statements over SPI (src/store/flow.rs): it locks the key's row of aedb_queue.concurrency_slot, then moves the key's next blocked task to ready (an update of that task, with its entry in the ready index) and writes the key's row, or deletes it after the key's last task. The unkeyed completion does none of this; the difference in WAL bytes per job above is that work.";
 const LIMIT_KEYS_SATURATED: &str = "the claim reads only the queue's ready index, which holds none of the blocked tasks (they are in task_blocked_idx, which no claim reads), and the held task's lease is an hour from expiry, beyond the range the claim's check for expired leases reads; what is left to differ is a heap and indexes larger by the blocked tasks.";
+const LIMIT_WAKEUP: &str = "a wake-up is the enqueue's commit, the NOTIFY delivered to the worker's LISTEN connection, a claim on another connection and the handler's start; on two shared cores a slow spell delays any of them.";
 const LIMIT_RUNTIME_RUST: &str = "the runtime makes the loop's calls (a batch claim, then queue_complete_and_claim per task while the queue is busy), and adds per task a boxed handler future, a tracing span, the heartbeat timer and the bookkeeping of its slot; the bench's process also runs the runtime's tokio tasks on the same two cores as the server.";
 const LIMIT_RUNTIME_PYTHON: &str = "the Python runtime's CPU per task (psycopg's row decoding, asyncio's scheduling, the interpreter) on the same two cores as the server: at this rate the interpreter, not the database, is the bottleneck.";
 const LIMIT_FAIR: &str = "claims serve the ready tasks by virtual start time, each key's tasks spaced by 1000 / weight from the later of its last time and the queue's head, so a small key enqueued behind the big one starts at the head and its tenth task comes up in the tenth round of 101 claims (1,010 of the load); a miss means the claims did not follow that order (a task enqueued by a backend that had not yet seen fair_share turned on has no virtual time and is served only when the fair order comes up short).";

@@ -1120,3 +1120,68 @@ async fn python_runtime_drain(ctx: &Ctx, workers: usize, window: Duration) -> Re
         ..Default::default()
     })
 }
+
+/// Wake-up latency through the Rust runtime: an idle worker (8 handlers,
+/// LISTEN on, a 5 s poll behind it) and one producer enqueueing one task
+/// per transaction at `rate` into a queue that notifies. Latency is from
+/// the payload's time (before the enqueue's commit) to the handler's start.
+pub async fn runtime_wakeup(cluster: &Cluster, rate: u64, seconds: u64) -> Result<Measured> {
+    use aedb_queue_client::{handler, Done, QueueOptions, Task, TaskError, Worker};
+    let ctx = Ctx {
+        cluster: cluster.clone(),
+        system: System::Aedb,
+    };
+    let setup = ctx.fresh().await?;
+    setup
+        .client
+        .execute("SELECT aedb_queue.queue_configure($1, notify => true)", &[&QUEUE])
+        .await?;
+    settle_storage(&setup).await?;
+    drop(setup);
+    let latency = Arc::new(std::sync::Mutex::new(latency_histogram()));
+    let done = Arc::new(AtomicU64::new(0));
+    let (seen, counter) = (latency.clone(), done.clone());
+    let worker = Worker::builder(&ctx.cluster.url(&ctx.db()))?
+        .queue(
+            QueueOptions::new(QUEUE).concurrency(8).poll_interval(Duration::from_secs(5)),
+            handler(move |task: Task<Value>| {
+                record(&mut seen.lock().expect("not poisoned"), [task.payload["t"].as_i64()].into_iter());
+                counter.fetch_add(1, Ordering::Relaxed);
+                async { Ok::<_, TaskError>(Done::new()) }
+            }),
+        )
+        .build()?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(worker.run(async {
+        let _ = stopped.await;
+    }));
+    // The worker's first claim (nothing) and its LISTEN, before the clock.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut conn = ctx.connect().await?;
+    let tick = Duration::from_secs_f64(1.0 / rate as f64);
+    let start = Instant::now();
+    let mut interval = tokio::time::interval(tick);
+    let mut enqueued = 0u64;
+    while start.elapsed() < Duration::from_secs(seconds) {
+        interval.tick().await;
+        systems::enqueue_one(System::Aedb, &mut conn, QUEUE, &payload()).await?;
+        enqueued += 1;
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let wait = Instant::now();
+    while done.load(Ordering::Relaxed) < enqueued && wait.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let _ = stop.send(());
+    run.await??;
+    let latency = latency.lock().expect("not poisoned").clone();
+    let jobs = done.load(Ordering::Relaxed);
+    Ok(Measured {
+        jobs,
+        seconds: elapsed,
+        p50_us: Some(latency.value_at_quantile(0.5)),
+        p99_us: Some(latency.value_at_quantile(0.99)),
+        backlog_end: Some(enqueued as i64 - jobs as i64),
+        cost: None,
+    })
+}
