@@ -635,7 +635,9 @@ impl Bench {
             .await;
             self.record(RUNTIMES, System::Aedb, col, m);
         }
-        let m = scenarios::runtime_wakeup(&self.ctx(System::Aedb).cluster, WAKEUP_RATE, WAKEUP_SECONDS).await;
+        let m =
+            scenarios::runtime_wakeup(&self.ctx(System::Aedb).cluster, WAKEUP_RATE, WAKEUP_SECONDS)
+                .await;
         self.record(WAKEUP, System::Aedb, RT_RUST, m);
     }
 
@@ -1536,9 +1538,13 @@ fn runtimes_section(bench: &Bench) -> String {
 /// A runtime's cell against the hand-written loop's: the ratio of the
 /// medians, and the text with the paired ratio beside it.
 fn runtime_ratio(r: &report::Results, col: &str) -> Option<(f64, String)> {
-    let ratio = r.median(RUNTIMES, "aedb_queue", col)? / r.median(RUNTIMES, "aedb_queue", RT_LOOP)?;
+    let ratio =
+        r.median(RUNTIMES, "aedb_queue", col)? / r.median(RUNTIMES, "aedb_queue", RT_LOOP)?;
     let paired = r
-        .paired_cells((RUNTIMES, "aedb_queue", col), (RUNTIMES, "aedb_queue", RT_LOOP))
+        .paired_cells(
+            (RUNTIMES, "aedb_queue", col),
+            (RUNTIMES, "aedb_queue", RT_LOOP),
+        )
         .map(|p| format!(" (paired {p:.2}×)"))
         .unwrap_or_default();
     Some((ratio, format!("{ratio:.2}×{paired}")))

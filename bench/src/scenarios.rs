@@ -1054,7 +1054,12 @@ pub async fn runtime_drain(
 
 /// Jobs are counted as the handlers are called (at most `workers` of them
 /// not yet completed when the window closes); the costs as completed.
-async fn rust_runtime_drain(ctx: &Ctx, target: u64, workers: usize, window: Duration) -> Result<Measured> {
+async fn rust_runtime_drain(
+    ctx: &Ctx,
+    target: u64,
+    workers: usize,
+    window: Duration,
+) -> Result<Measured> {
     use aedb_queue_client::{handler, Done, QueueOptions, Task, TaskError, Worker};
     let costs = Window::open(&ctx.cluster, &ctx.db()).await?;
     let done = Arc::new(AtomicU64::new(0));
@@ -1086,7 +1091,11 @@ async fn rust_runtime_drain(ctx: &Ctx, target: u64, workers: usize, window: Dura
     Ok(Measured {
         jobs,
         seconds,
-        cost: Some(costs.close(&ctx.cluster, &ctx.db(), report.completed).await?),
+        cost: Some(
+            costs
+                .close(&ctx.cluster, &ctx.db(), report.completed)
+                .await?,
+        ),
         ..Default::default()
     })
 }
@@ -1096,7 +1105,10 @@ async fn rust_runtime_drain(ctx: &Ctx, target: u64, workers: usize, window: Dura
 async fn python_runtime_drain(ctx: &Ctx, workers: usize, window: Duration) -> Result<Measured> {
     let python = std::env::var("AEDB_CLIENT_PYTHON")
         .map_err(|_| "AEDB_CLIENT_PYTHON is not set (bench/run.sh sets it)")?;
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../clients/python/benchmarks/drain.py");
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../clients/python/benchmarks/drain.py"
+    );
     let costs = Window::open(&ctx.cluster, &ctx.db()).await?;
     let out = tokio::process::Command::new(python)
         .arg(script)
@@ -1134,7 +1146,10 @@ pub async fn runtime_wakeup(cluster: &Cluster, rate: u64, seconds: u64) -> Resul
     let setup = ctx.fresh().await?;
     setup
         .client
-        .execute("SELECT aedb_queue.queue_configure($1, notify => true)", &[&QUEUE])
+        .execute(
+            "SELECT aedb_queue.queue_configure($1, notify => true)",
+            &[&QUEUE],
+        )
         .await?;
     settle_storage(&setup).await?;
     drop(setup);
@@ -1143,9 +1158,14 @@ pub async fn runtime_wakeup(cluster: &Cluster, rate: u64, seconds: u64) -> Resul
     let (seen, counter) = (latency.clone(), done.clone());
     let worker = Worker::builder(&ctx.cluster.url(&ctx.db()))?
         .queue(
-            QueueOptions::new(QUEUE).concurrency(8).poll_interval(Duration::from_secs(5)),
+            QueueOptions::new(QUEUE)
+                .concurrency(8)
+                .poll_interval(Duration::from_secs(5)),
             handler(move |task: Task<Value>| {
-                record(&mut seen.lock().expect("not poisoned"), [task.payload["t"].as_i64()].into_iter());
+                record(
+                    &mut seen.lock().expect("not poisoned"),
+                    [task.payload["t"].as_i64()].into_iter(),
+                );
                 counter.fetch_add(1, Ordering::Relaxed);
                 async { Ok::<_, TaskError>(Done::new()) }
             }),

@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use aedb_queue_client::{enqueue, handler, Done, EnqueueOptions, QueueOptions, Task, TaskError, Worker};
+use aedb_queue_client::{
+    enqueue, handler, Done, EnqueueOptions, QueueOptions, Task, TaskError, Worker,
+};
 use serde::{Deserialize, Serialize};
 use tokio_postgres::NoTls;
 
@@ -27,8 +29,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tokio::spawn(connection);
     let tx = client.transaction().await?;
     for to in ["ada@example.com", "alan@example.com", "grace@example.com"] {
-        let email = Email { to: to.into(), subject: "Welcome".into() };
-        enqueue(&tx, "emails", &email, &EnqueueOptions::new().max_attempts(3)).await?;
+        let email = Email {
+            to: to.into(),
+            subject: "Welcome".into(),
+        };
+        enqueue(
+            &tx,
+            "emails",
+            &email,
+            &EnqueueOptions::new().max_attempts(3),
+        )
+        .await?;
     }
     tx.commit().await?;
 
@@ -37,7 +48,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let counter = sent.clone();
     let worker = Worker::builder(&dsn)?
         .queue(
-            QueueOptions::new("emails").concurrency(4).lease(Duration::from_secs(30)),
+            QueueOptions::new("emails")
+                .concurrency(4)
+                .lease(Duration::from_secs(30)),
             handler(move |task: Task<Email>| {
                 let counter = counter.clone();
                 async move {

@@ -15,7 +15,10 @@ mod tests {
 
     #[test]
     fn micros_are_exact_and_overflow_is_refused() {
-        assert_eq!(micros("delay", Duration::from_millis(1500)).unwrap(), 1_500_000);
+        assert_eq!(
+            micros("delay", Duration::from_millis(1500)).unwrap(),
+            1_500_000
+        );
         assert_eq!(micros("delay", Duration::ZERO).unwrap(), 0);
         let err = micros("delay", Duration::MAX).unwrap_err();
         assert_eq!(err.to_string(), "invalid argument \"delay\": is too long");

@@ -16,11 +16,13 @@ pub const CLAIM: &str = "SELECT task_id, payload, attempts, fencing_token, progr
 
 /// Completes the held task and claims up to `max` more; `settled` on every
 /// row, one row with NULL task columns when nothing was claimed.
-pub const COMPLETE_AND_CLAIM: &str = "SELECT settled::text, task_id, payload, attempts, fencing_token, progress
+pub const COMPLETE_AND_CLAIM: &str =
+    "SELECT settled::text, task_id, payload, attempts, fencing_token, progress
     FROM aedb_queue.queue_complete_and_claim($1, $2, $3, $4, result => $5, follow_ups => $6,
         lease => $7::int8 * interval '1 microsecond', max => $8)";
 
-pub const FAIL_AND_CLAIM: &str = "SELECT settled::text, task_id, payload, attempts, fencing_token, progress
+pub const FAIL_AND_CLAIM: &str =
+    "SELECT settled::text, task_id, payload, attempts, fencing_token, progress
     FROM aedb_queue.queue_fail_and_claim($1, $2, $3, $4, $5,
         retry_in => $6::int8 * interval '1 microsecond', dead_letter => $7,
         lease => $8::int8 * interval '1 microsecond', max => $9)";

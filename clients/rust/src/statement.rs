@@ -8,12 +8,20 @@ use tokio_postgres::Row;
 
 use crate::error::Result;
 
-pub(crate) async fn query_one(conn: &Object, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Row> {
+pub(crate) async fn query_one(
+    conn: &Object,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Row> {
     let statement = conn.prepare_cached(sql).await?;
     Ok(conn.query_one(&statement, params).await?)
 }
 
-pub(crate) async fn query(conn: &Object, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>> {
+pub(crate) async fn query(
+    conn: &Object,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Vec<Row>> {
     let statement = conn.prepare_cached(sql).await?;
     Ok(conn.query(&statement, params).await?)
 }

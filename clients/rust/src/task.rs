@@ -60,12 +60,12 @@ impl Lease {
         let conn = self.pool.get().await?;
         let extend = micros("extend", self.extend)?;
         let outcome: String = statement::query_one(
-                &conn,
-                sql::HEARTBEAT,
-                &[&self.queue, &self.id, &self.token, &extend, &progress],
-            )
-            .await?
-            .get(0);
+            &conn,
+            sql::HEARTBEAT,
+            &[&self.queue, &self.id, &self.token, &extend, &progress],
+        )
+        .await?
+        .get(0);
         let held = outcome == "applied";
         if !held {
             self.lost.store(true, Ordering::Relaxed);

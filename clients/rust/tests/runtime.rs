@@ -46,7 +46,10 @@ async fn until_empty(dsn: String, queue: &'static str, bound: Duration) {
     let start = Instant::now();
     while start.elapsed() < bound {
         let left: i64 = client
-            .query_one("SELECT count(*) FROM aedb_queue.task WHERE queue = $1", &[&queue])
+            .query_one(
+                "SELECT count(*) FROM aedb_queue.task WHERE queue = $1",
+                &[&queue],
+            )
             .await
             .unwrap()
             .get(0);
@@ -106,7 +109,10 @@ fn two_runtimes_drain_exactly_once_through_the_handlers_transactions() {
     });
     let completed: u64 = reports.iter().map(|r| r.completed).sum();
     assert_eq!(completed, N as u64, "{reports:?}");
-    assert!(reports.iter().all(|r| r.completed > 0), "both runtimes worked: {reports:?}");
+    assert!(
+        reports.iter().all(|r| r.completed > 0),
+        "both runtimes worked: {reports:?}"
+    );
     assert_eq!(count(cluster, "SELECT count(*) FROM rt_ledger"), N as i64);
     assert_eq!(
         count(cluster, "SELECT count(DISTINCT n) FROM rt_ledger"),
@@ -115,10 +121,22 @@ fn two_runtimes_drain_exactly_once_through_the_handlers_transactions() {
     );
     let first = ids[0];
     assert_eq!(
-        count(cluster, &format!("SELECT count(*) FROM rt_ledger WHERE task_id BETWEEN {first} AND {}", first + N as i64 - 1)),
+        count(
+            cluster,
+            &format!(
+                "SELECT count(*) FROM rt_ledger WHERE task_id BETWEEN {first} AND {}",
+                first + N as i64 - 1
+            )
+        ),
         N as i64
     );
-    assert_eq!(count(cluster, "SELECT count(*) FROM aedb_queue.task WHERE queue = 'rt.drain'"), 0);
+    assert_eq!(
+        count(
+            cluster,
+            "SELECT count(*) FROM aedb_queue.task WHERE queue = 'rt.drain'"
+        ),
+        0
+    );
 }
 
 /// Shutdown mid-run: handlers that finish before the deadline complete,
@@ -145,7 +163,11 @@ fn shutdown_completes_or_hands_back_every_task() {
                     async move {
                         // Quick ones finish within the deadline, the others
                         // would run for a minute.
-                        let work = if quick { Duration::from_millis(300) } else { Duration::from_secs(60) };
+                        let work = if quick {
+                            Duration::from_millis(300)
+                        } else {
+                            Duration::from_secs(60)
+                        };
                         tokio::time::sleep(work).await;
                         Ok(Done::new())
                     }
@@ -194,7 +216,10 @@ fn a_dead_runtimes_tasks_are_reclaimed_after_their_lease() {
             let worker = Worker::builder(&cluster.dsn(WORKER))
                 .unwrap()
                 .queue(
-                    QueueOptions::new("rt.kill").concurrency(6).lease(Duration::from_secs(2)).heartbeat(Duration::from_millis(500)),
+                    QueueOptions::new("rt.kill")
+                        .concurrency(6)
+                        .lease(Duration::from_secs(2))
+                        .heartbeat(Duration::from_millis(500)),
                     handler(move |_task: Task<serde_json::Value>| {
                         held.fetch_add(1, Ordering::SeqCst);
                         async move {
@@ -215,7 +240,10 @@ fn a_dead_runtimes_tasks_are_reclaimed_after_their_lease() {
     assert_eq!(held.load(Ordering::SeqCst), 6);
     first.shutdown_background(); // the process dies: no hand-back
     assert_eq!(
-        count(cluster, "SELECT count(*) FROM aedb_queue.task WHERE queue = 'rt.kill' AND state = 'in_flight'"),
+        count(
+            cluster,
+            "SELECT count(*) FROM aedb_queue.task WHERE queue = 'rt.kill' AND state = 'in_flight'"
+        ),
         6
     );
     let done = Arc::new(Mutex::new(Vec::new()));
@@ -225,7 +253,10 @@ fn a_dead_runtimes_tasks_are_reclaimed_after_their_lease() {
         Worker::builder(&cluster.dsn(WORKER))
             .unwrap()
             .queue(
-                QueueOptions::new("rt.kill").concurrency(6).lease(Duration::from_secs(2)).poll_interval(Duration::from_millis(200)),
+                QueueOptions::new("rt.kill")
+                    .concurrency(6)
+                    .lease(Duration::from_secs(2))
+                    .poll_interval(Duration::from_millis(200)),
                 handler(move |task: Task<serde_json::Value>| {
                     done.lock().unwrap().push((task.id, task.attempts));
                     async { Ok(Done::new()) }
@@ -233,7 +264,11 @@ fn a_dead_runtimes_tasks_are_reclaimed_after_their_lease() {
             )
             .build()
             .unwrap()
-            .run(until_empty(cluster.dsn(SUPERUSER), "rt.kill", Duration::from_secs(30)))
+            .run(until_empty(
+                cluster.dsn(SUPERUSER),
+                "rt.kill",
+                Duration::from_secs(30),
+            ))
             .await
             .unwrap()
     });
@@ -254,7 +289,8 @@ fn heartbeats_keep_a_task_longer_than_its_lease() {
     let rt = runtime();
     let stealer = std::thread::spawn(move || {
         let mut c = cluster.connect_as(WORKER);
-        c.batch_execute("SET aedb_queue.claim_rescan_interval = 0").unwrap();
+        c.batch_execute("SET aedb_queue.claim_rescan_interval = 0")
+            .unwrap();
         // Only once the runtime holds it: the first claim is the runtime's.
         let mut su = cluster.connect();
         let held = |su: &mut aedb_queue_itests::Client| -> i64 {
@@ -278,7 +314,9 @@ fn heartbeats_keep_a_task_longer_than_its_lease() {
         Worker::builder(&cluster.dsn(WORKER))
             .unwrap()
             .queue(
-                QueueOptions::new("rt.long").lease(Duration::from_secs(1)).heartbeat(Duration::from_millis(250)),
+                QueueOptions::new("rt.long")
+                    .lease(Duration::from_secs(1))
+                    .heartbeat(Duration::from_millis(250)),
                 handler(|task: Task<serde_json::Value>| async move {
                     tokio::time::sleep(Duration::from_secs(3)).await;
                     assert!(!task.lease_lost());
@@ -287,12 +325,26 @@ fn heartbeats_keep_a_task_longer_than_its_lease() {
             )
             .build()
             .unwrap()
-            .run(until_empty(cluster.dsn(SUPERUSER), "rt.long", Duration::from_secs(20)))
+            .run(until_empty(
+                cluster.dsn(SUPERUSER),
+                "rt.long",
+                Duration::from_secs(20),
+            ))
             .await
             .unwrap()
     });
-    assert_eq!(stealer.join().unwrap(), 0, "never reclaimable while heartbeating");
-    assert_eq!(report, Report { completed: 1, ..Report::default() });
+    assert_eq!(
+        stealer.join().unwrap(),
+        0,
+        "never reclaimable while heartbeating"
+    );
+    assert_eq!(
+        report,
+        Report {
+            completed: 1,
+            ..Report::default()
+        }
+    );
     assert!(aedb_queue_itests::get(&mut cluster.connect(), "rt.long", ids[0]).is_none());
 }
 
@@ -303,7 +355,10 @@ fn a_notify_wakes_an_idle_runtime_long_before_its_poll() {
     let cluster = Cluster::shared();
     let mut admin = cluster.connect_as(aedb_queue_itests::ADMIN);
     admin
-        .execute("SELECT aedb_queue.queue_configure('rt.wake', notify => true)", &[])
+        .execute(
+            "SELECT aedb_queue.queue_configure('rt.wake', notify => true)",
+            &[],
+        )
         .unwrap();
     let picked = Arc::new(Mutex::new(None::<Instant>));
     let enqueued = Arc::new(Mutex::new(None::<Instant>));
@@ -333,7 +388,8 @@ fn a_notify_wakes_an_idle_runtime_long_before_its_poll() {
             .unwrap()
             .run(async {
                 let start = Instant::now();
-                while picked.lock().unwrap().is_none() && start.elapsed() < Duration::from_secs(30) {
+                while picked.lock().unwrap().is_none() && start.elapsed() < Duration::from_secs(30)
+                {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
             })
@@ -341,9 +397,15 @@ fn a_notify_wakes_an_idle_runtime_long_before_its_poll() {
             .unwrap()
     });
     producer.join().unwrap();
-    let (enqueued, picked) = (enqueued.lock().unwrap().unwrap(), picked.lock().unwrap().expect("picked up"));
+    let (enqueued, picked) = (
+        enqueued.lock().unwrap().unwrap(),
+        picked.lock().unwrap().expect("picked up"),
+    );
     let waited = picked.saturating_duration_since(enqueued);
-    assert!(waited < Duration::from_secs(10), "woken after {waited:?}, the poll is 60 s");
+    assert!(
+        waited < Duration::from_secs(10),
+        "woken after {waited:?}, the poll is 60 s"
+    );
 }
 
 /// Typed payloads, a handler's error (retried with the queue's backoff),
@@ -359,7 +421,10 @@ fn outcomes_of_handlers_reach_the_task() {
     let cluster = Cluster::shared();
     let mut admin = cluster.connect_as(aedb_queue_itests::ADMIN);
     admin
-        .execute("SELECT aedb_queue.queue_configure('rt.kinds', keep_completed => '1 hour')", &[])
+        .execute(
+            "SELECT aedb_queue.queue_configure('rt.kinds', keep_completed => '1 hour')",
+            &[],
+        )
         .unwrap();
     let mut p = cluster.connect_as(aedb_queue_itests::PRODUCER);
     let mut id = |payload| aedb_queue_itests::enqueue(&mut p, "rt.kinds", &payload).task_id;
@@ -398,20 +463,38 @@ fn outcomes_of_handlers_reach_the_task() {
     assert!(report.failed >= 4, "{report:?}");
     let mut c = cluster.connect();
     let kept = c
-        .query_one("SELECT state, result FROM aedb_queue.queue_get('rt.kinds', $1)", &[&ok])
+        .query_one(
+            "SELECT state, result FROM aedb_queue.queue_get('rt.kinds', $1)",
+            &[&ok],
+        )
         .unwrap();
     assert_eq!(kept.get::<_, String>(0), "completed");
-    assert_eq!(kept.get::<_, Option<serde_json::Value>>(1), Some(json!({"sent": true})));
+    assert_eq!(
+        kept.get::<_, Option<serde_json::Value>>(1),
+        Some(json!({"sent": true}))
+    );
     let mut task = |id| aedb_queue_itests::get(&mut c, "rt.kinds", id).unwrap();
     let r = task(retry);
-    assert_eq!((r.state.as_str(), r.last_error.as_deref()), ("scheduled", Some("smtp timeout")));
+    assert_eq!(
+        (r.state.as_str(), r.last_error.as_deref()),
+        ("scheduled", Some("smtp timeout"))
+    );
     let d = task(dead);
-    assert_eq!((d.state.as_str(), d.last_error.as_deref()), ("dead", Some("bad address")));
+    assert_eq!(
+        (d.state.as_str(), d.last_error.as_deref()),
+        ("dead", Some("bad address"))
+    );
     let pn = task(panic);
-    assert_eq!(pn.last_error.as_deref(), Some("the handler panicked: handler bug"));
+    assert_eq!(
+        pn.last_error.as_deref(),
+        Some("the handler panicked: handler bug")
+    );
     let g = task(garbled);
     assert_eq!(g.state, "dead");
-    assert!(g.last_error.unwrap().starts_with("the payload does not decode: missing field `kind`"));
+    assert!(g
+        .last_error
+        .unwrap()
+        .starts_with("the payload does not decode: missing field `kind`"));
     assert_eq!(
         count(cluster, &format!("SELECT count(*) FROM aedb_queue.task WHERE queue = 'rt.after' AND payload = '{{\"after\": {ok}}}'")),
         1,
@@ -427,7 +510,9 @@ fn a_lost_lease_drops_the_result_and_rolls_back_the_handlers_writes() {
     let cluster = Cluster::shared();
     cluster
         .connect()
-        .batch_execute("CREATE TABLE rt_lost (task_id bigint); GRANT INSERT ON rt_lost TO app_service;")
+        .batch_execute(
+            "CREATE TABLE rt_lost (task_id bigint); GRANT INSERT ON rt_lost TO app_service;",
+        )
         .unwrap();
     let ids = load(cluster, "rt.lost", 1);
     let id = ids[0];
@@ -436,7 +521,8 @@ fn a_lost_lease_drops_the_result_and_rolls_back_the_handlers_writes() {
         // Once the runtime holds it: expire the lease and reclaim it in one
         // transaction, so no heartbeat can extend the lease in between.
         let mut c = cluster.connect();
-        c.batch_execute("SET aedb_queue.claim_rescan_interval = 0").unwrap();
+        c.batch_execute("SET aedb_queue.claim_rescan_interval = 0")
+            .unwrap();
         let start = Instant::now();
         while start.elapsed() < Duration::from_secs(20) {
             let mut tx = c.transaction().unwrap();
@@ -461,11 +547,14 @@ fn a_lost_lease_drops_the_result_and_rolls_back_the_handlers_writes() {
         Worker::builder(&cluster.dsn(SERVICE))
             .unwrap()
             .queue(
-                QueueOptions::new("rt.lost").lease(Duration::from_secs(3)).heartbeat(Duration::from_millis(200)),
+                QueueOptions::new("rt.lost")
+                    .lease(Duration::from_secs(3))
+                    .heartbeat(Duration::from_millis(200)),
                 handler(|task: Task<serde_json::Value>| async move {
                     {
                         let tx = task.transaction().await.map_err(TaskError::retry)?;
-                        tx.execute("INSERT INTO rt_lost VALUES ($1)", &[&task.id]).await?;
+                        tx.execute("INSERT INTO rt_lost VALUES ($1)", &[&task.id])
+                            .await?;
                     }
                     // Long enough for the thief and a heartbeat to notice.
                     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -482,9 +571,16 @@ fn a_lost_lease_drops_the_result_and_rolls_back_the_handlers_writes() {
     assert_eq!(stolen.len(), 1, "the thief reclaimed it");
     assert_eq!(report.lease_lost, 1, "{report:?}");
     assert_eq!(report.completed, 0, "{report:?}");
-    assert_eq!(count(cluster, "SELECT count(*) FROM rt_lost"), 0, "the handler's write rolled back");
+    assert_eq!(
+        count(cluster, "SELECT count(*) FROM rt_lost"),
+        0,
+        "the handler's write rolled back"
+    );
     let t = aedb_queue_itests::get(&mut cluster.connect(), "rt.lost", id).unwrap();
-    assert_eq!((t.state.as_str(), t.owner_id.as_deref()), ("in_flight", Some("thief")));
+    assert_eq!(
+        (t.state.as_str(), t.owner_id.as_deref()),
+        ("in_flight", Some("thief"))
+    );
 }
 
 /// Postgres crashes and recovers mid-run (its own cluster: the others'
@@ -511,7 +607,10 @@ fn the_runtime_carries_on_through_a_postgres_restart() {
             let start = Instant::now();
             // Once about a sixth is done: crash, stay down a moment, start.
             while count(&cluster, "SELECT count(*) FROM rt_restart") < (N / 6) as i64 {
-                assert!(start.elapsed() < Duration::from_secs(60), "no progress before the crash");
+                assert!(
+                    start.elapsed() < Duration::from_secs(60),
+                    "no progress before the crash"
+                );
                 std::thread::sleep(Duration::from_millis(10));
             }
             cluster.stop_immediate();
@@ -530,7 +629,8 @@ fn the_runtime_carries_on_through_a_postgres_restart() {
                     .poll_interval(Duration::from_millis(200)),
                 handler(|task: Task<serde_json::Value>| async move {
                     let tx = task.transaction().await.map_err(TaskError::retry)?;
-                    tx.execute("INSERT INTO rt_restart VALUES ($1)", &[&task.id]).await?;
+                    tx.execute("INSERT INTO rt_restart VALUES ($1)", &[&task.id])
+                        .await?;
                     tokio::time::sleep(Duration::from_millis(5)).await;
                     Ok(Done::new())
                 }),
@@ -541,10 +641,15 @@ fn the_runtime_carries_on_through_a_postgres_restart() {
                 // The superuser's check reconnects too.
                 let start = Instant::now();
                 loop {
-                    if let Ok((client, conn)) = tokio_postgres::connect(&cluster.dsn(SUPERUSER), NoTls).await {
+                    if let Ok((client, conn)) =
+                        tokio_postgres::connect(&cluster.dsn(SUPERUSER), NoTls).await
+                    {
                         tokio::spawn(conn);
                         if let Ok(row) = client
-                            .query_one("SELECT count(*) FROM aedb_queue.task WHERE queue = 'rt.restart'", &[])
+                            .query_one(
+                                "SELECT count(*) FROM aedb_queue.task WHERE queue = 'rt.restart'",
+                                &[],
+                            )
                             .await
                         {
                             if row.get::<_, i64>(0) == 0 {
@@ -563,11 +668,23 @@ fn the_runtime_carries_on_through_a_postgres_restart() {
     });
     crasher.join().unwrap();
     assert!(
-        cluster.server_log().contains("database system was not properly shut down"),
+        cluster
+            .server_log()
+            .contains("database system was not properly shut down"),
         "the server really crashed and recovered"
     );
-    assert_eq!(count(&cluster, "SELECT count(*) FROM rt_restart"), N as i64, "{report:?}");
-    assert_eq!(count(&cluster, "SELECT count(*) FROM aedb_queue.task WHERE queue = 'rt.restart'"), 0);
+    assert_eq!(
+        count(&cluster, "SELECT count(*) FROM rt_restart"),
+        N as i64,
+        "{report:?}"
+    );
+    assert_eq!(
+        count(
+            &cluster,
+            "SELECT count(*) FROM aedb_queue.task WHERE queue = 'rt.restart'"
+        ),
+        0
+    );
 }
 
 /// The outbox: a task enqueued in the caller's transaction exists if and
@@ -583,31 +700,71 @@ fn producers_enqueue_in_their_own_transactions() {
         let (mut client, conn) = tokio_postgres::connect(&dsn, NoTls).await.unwrap();
         tokio::spawn(conn);
         let tx = client.transaction().await.unwrap();
-        let gone = enqueue(&tx, "rt.outbox", &json!({"order": 1}), &EnqueueOptions::new()).await.unwrap();
+        let gone = enqueue(
+            &tx,
+            "rt.outbox",
+            &json!({"order": 1}),
+            &EnqueueOptions::new(),
+        )
+        .await
+        .unwrap();
         tx.rollback().await.unwrap();
         let tx = client.transaction().await.unwrap();
-        let kept = enqueue(&tx, "rt.outbox", &json!({"order": 2}), &EnqueueOptions::new().priority(5)).await.unwrap();
+        let kept = enqueue(
+            &tx,
+            "rt.outbox",
+            &json!({"order": 2}),
+            &EnqueueOptions::new().priority(5),
+        )
+        .await
+        .unwrap();
         tx.commit().await.unwrap();
-        let batch = enqueue_batch(&client, "rt.outbox", &[json!({"b": 1}), json!({"b": 2})], &EnqueueOptions::new().delay(Duration::from_secs(60)))
-            .await
-            .unwrap();
+        let batch = enqueue_batch(
+            &client,
+            "rt.outbox",
+            &[json!({"b": 1}), json!({"b": 2})],
+            &EnqueueOptions::new().delay(Duration::from_secs(60)),
+        )
+        .await
+        .unwrap();
         let pooled = Client::connect(&dsn, 2).unwrap();
         let key = EnqueueOptions::new().idempotency_key("receipt-7");
-        let first = pooled.enqueue("rt.outbox", &json!({"r": 7}), &key).await.unwrap();
-        let again = pooled.enqueue("rt.outbox", &json!({"r": 7}), &key).await.unwrap();
-        let refused = pooled.enqueue_batch("rt.outbox", &[json!({})], &key).await.unwrap_err().to_string();
+        let first = pooled
+            .enqueue("rt.outbox", &json!({"r": 7}), &key)
+            .await
+            .unwrap();
+        let again = pooled
+            .enqueue("rt.outbox", &json!({"r": 7}), &key)
+            .await
+            .unwrap();
+        let refused = pooled
+            .enqueue_batch("rt.outbox", &[json!({})], &key)
+            .await
+            .unwrap_err()
+            .to_string();
         (gone, kept, batch, first, again, refused)
     });
     let mut c = cluster.connect();
-    assert!(aedb_queue_itests::get(&mut c, "rt.outbox", rolled_back.task_id).is_none(), "rolled back: no task");
+    assert!(
+        aedb_queue_itests::get(&mut c, "rt.outbox", rolled_back.task_id).is_none(),
+        "rolled back: no task"
+    );
     let kept = aedb_queue_itests::get(&mut c, "rt.outbox", committed.task_id).expect("committed");
     assert_eq!((kept.state.as_str(), kept.priority), ("ready", 5));
     assert_eq!(batch.len(), 2);
     assert!(batch[0] < batch[1], "ids in payload order");
     for id in &batch {
-        assert_eq!(aedb_queue_itests::get(&mut c, "rt.outbox", *id).unwrap().state, "scheduled");
+        assert_eq!(
+            aedb_queue_itests::get(&mut c, "rt.outbox", *id)
+                .unwrap()
+                .state,
+            "scheduled"
+        );
     }
     assert!(!first.deduplicated);
     assert_eq!((again.task_id, again.deduplicated), (first.task_id, true));
-    assert_eq!(refused, "invalid argument \"idempotency_key\": is for single enqueues only");
+    assert_eq!(
+        refused,
+        "invalid argument \"idempotency_key\": is for single enqueues only"
+    );
 }

@@ -63,10 +63,13 @@ async fn claim(q: &QueueRuntime, max: usize) -> Result<Vec<Claimed>> {
     let conn = q.shared.pool.get().await?;
     let lease = micros("lease", q.options.lease)?;
     let rows = statement::query(
-            &conn,
-            sql::CLAIM,
-            &[&q.options.name, &q.shared.owner, &lease, &(max as i32)],
-        )
-        .await?;
-    Ok(rows.iter().filter_map(|r| Claimed::from_row(r, 0)).collect())
+        &conn,
+        sql::CLAIM,
+        &[&q.options.name, &q.shared.owner, &lease, &(max as i32)],
+    )
+    .await?;
+    Ok(rows
+        .iter()
+        .filter_map(|r| Claimed::from_row(r, 0))
+        .collect())
 }

@@ -90,7 +90,10 @@ impl QueueOptions {
         }
         let heartbeat = self.heartbeat_every();
         if heartbeat.is_zero() || heartbeat >= self.lease {
-            return Err(Error::invalid("heartbeat", "must be shorter than the lease"));
+            return Err(Error::invalid(
+                "heartbeat",
+                "must be shorter than the lease",
+            ));
         }
         if self.poll_interval.is_zero() {
             return Err(Error::invalid("poll_interval", "must be positive"));
@@ -213,7 +216,10 @@ impl WorkerBuilder {
         }
         let mut names = std::collections::HashSet::new();
         if let Some((dup, _)) = queues.iter().find(|(o, _)| !names.insert(o.name.clone())) {
-            return Err(Error::invalid("queue", format!("{} is added twice", dup.name)));
+            return Err(Error::invalid(
+                "queue",
+                format!("{} is added twice", dup.name),
+            ));
         }
         // Each slot's settle and its handler's transaction or checkpoint.
         let size = queues.iter().map(|(o, _)| 2 * o.concurrency).sum::<usize>() + 2;
@@ -289,7 +295,11 @@ impl Worker {
                 .iter()
                 .map(|q| (q.options.name.clone(), q.clone()))
                 .collect();
-            tokio::spawn(listen::run(self.config.clone(), wakes, shared.phase.clone()))
+            tokio::spawn(listen::run(
+                self.config.clone(),
+                wakes,
+                shared.phase.clone(),
+            ))
         });
         let fetchers: Vec<_> = runtimes
             .iter()
@@ -364,11 +374,19 @@ mod tests {
             "invalid argument \"batch\": must be 1 to concurrency"
         );
         assert_eq!(
-            bad(QueueOptions::new("q").lease(Duration::from_secs(3)).heartbeat(Duration::from_secs(3))),
+            bad(QueueOptions::new("q")
+                .lease(Duration::from_secs(3))
+                .heartbeat(Duration::from_secs(3))),
             "invalid argument \"heartbeat\": must be shorter than the lease"
         );
-        assert_eq!(bad(QueueOptions::new("")), "invalid argument \"queue\": must not be empty");
-        let ok = QueueOptions::new("q").lease(Duration::from_secs(9)).checked().unwrap();
+        assert_eq!(
+            bad(QueueOptions::new("")),
+            "invalid argument \"queue\": must not be empty"
+        );
+        let ok = QueueOptions::new("q")
+            .lease(Duration::from_secs(9))
+            .checked()
+            .unwrap();
         assert_eq!(ok.heartbeat_every(), Duration::from_secs(3));
     }
 }

@@ -141,7 +141,13 @@ async fn complete_in(q: &QueueRuntime, claimed: &Claimed, tx: &Object, done: &Do
         statement::query_one(
             tx,
             sql::COMPLETE_STRICT,
-            &[&q.options.name, &claimed.id, &claimed.fencing_token, &done.result, &done.follow_ups()],
+            &[
+                &q.options.name,
+                &claimed.id,
+                &claimed.fencing_token,
+                &done.result,
+                &done.follow_ups(),
+            ],
         )
         .await?;
         tx.batch_execute(sql::COMMIT).await?;
@@ -214,31 +220,67 @@ async fn settle_once(
     let counters = &q.shared.counters;
     let (outcome, next) = match finished {
         Finished::Done(done) if next_wanted => {
-            let row = statement::query_one(c, 
-                    sql::COMPLETE_AND_CLAIM,
-                    &[queue, owner, &id, &token, &done.result, &done.follow_ups(), &lease, &1i32],
-                )
-                .await?;
+            let row = statement::query_one(
+                c,
+                sql::COMPLETE_AND_CLAIM,
+                &[
+                    queue,
+                    owner,
+                    &id,
+                    &token,
+                    &done.result,
+                    &done.follow_ups(),
+                    &lease,
+                    &1i32,
+                ],
+            )
+            .await?;
             (row.get::<_, String>(0), Claimed::from_row(&row, 1))
         }
         Finished::Done(done) => {
-            let row = statement::query_one(c, sql::COMPLETE, &[queue, &id, &token, &done.result, &done.follow_ups()])
-                .await?;
+            let row = statement::query_one(
+                c,
+                sql::COMPLETE,
+                &[queue, &id, &token, &done.result, &done.follow_ups()],
+            )
+            .await?;
             (row.get(0), None)
         }
         Finished::Failed(error) if next_wanted => {
             let retry_in = retry_micros(error)?;
-            let row = statement::query_one(c, 
-                    sql::FAIL_AND_CLAIM,
-                    &[queue, owner, &id, &token, &error.message, &retry_in, &error.dead_letter, &lease, &1i32],
-                )
-                .await?;
+            let row = statement::query_one(
+                c,
+                sql::FAIL_AND_CLAIM,
+                &[
+                    queue,
+                    owner,
+                    &id,
+                    &token,
+                    &error.message,
+                    &retry_in,
+                    &error.dead_letter,
+                    &lease,
+                    &1i32,
+                ],
+            )
+            .await?;
             (row.get::<_, String>(0), Claimed::from_row(&row, 1))
         }
         Finished::Failed(error) => {
             let retry_in = retry_micros(error)?;
-            let row = statement::query_one(c, sql::FAIL, &[queue, &id, &token, &error.message, &retry_in, &error.dead_letter])
-                .await?;
+            let row = statement::query_one(
+                c,
+                sql::FAIL,
+                &[
+                    queue,
+                    &id,
+                    &token,
+                    &error.message,
+                    &retry_in,
+                    &error.dead_letter,
+                ],
+            )
+            .await?;
             (row.get(0), None)
         }
         Finished::HandBack => {
