@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs what building and testing aedb_queue needs on Debian 12, skipping
 # whatever is already there: PostgreSQL 15 with server headers and pg_cron,
-# clang for bindgen, sudo (cargo pgrx --runas uses it), cargo-pgrx 0.18.1.
+# clang for bindgen, sudo (cargo pgrx --runas uses it), python3-venv (the
+# Python package's tests run in a virtualenv), cargo-pgrx 0.18.1.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
-packages=(postgresql-15 postgresql-server-dev-15 postgresql-15-cron libclang-dev clang sudo pkg-config)
+packages=(postgresql-15 postgresql-server-dev-15 postgresql-15-cron libclang-dev clang sudo pkg-config python3-venv)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
