@@ -1,0 +1,42 @@
+"""Python client of the aedb_queue PostgreSQL extension: producer API and worker runtime.
+
+Producer (on your own connection, inside your transaction)::
+
+    from aedb_queue import enqueue
+    with psycopg.connect(dsn) as conn:
+        enqueue(conn, "emails", {"to": "ada@example.com"})
+
+Worker::
+
+    from aedb_queue import App
+    app = App(dsn)
+
+    @app.task("emails", concurrency=8)
+    def send(task):
+        ...
+
+    app.run()   # or: python -m aedb_queue worker mymodule:app
+"""
+
+from .app import App
+from .payloads import PayloadError
+from .producer import Enqueued, aenqueue, aenqueue_batch, enqueue, enqueue_batch
+from .task import AsyncTask, Complete, DeadLetter, FollowUp, Retry, Task
+
+__version__ = "0.7.0"
+
+__all__ = [
+    "App",
+    "AsyncTask",
+    "Complete",
+    "DeadLetter",
+    "Enqueued",
+    "FollowUp",
+    "PayloadError",
+    "Retry",
+    "Task",
+    "aenqueue",
+    "aenqueue_batch",
+    "enqueue",
+    "enqueue_batch",
+]

@@ -1,0 +1,119 @@
+"""Checks of the caller's arguments, each error naming the argument.
+
+The extension checks everything again (and is the authority); these checks
+turn the common mistakes into a Python exception before a round trip, with
+a message that names the argument as the caller spelled it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from datetime import timedelta
+from typing import Any
+
+MAX_NAME_BYTES = 128
+
+Duration = int | float | timedelta
+
+
+def queue_name(value: Any, arg: str = "queue") -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{arg}: expected a str, got {type(value).__name__}")
+    size = len(value.encode("utf-8"))
+    if size == 0:
+        raise ValueError(f"{arg}: must not be empty")
+    if size > MAX_NAME_BYTES:
+        raise ValueError(f"{arg}: at most {MAX_NAME_BYTES} bytes, got {size}")
+    return value
+
+
+def duration(
+    value: Any, arg: str, *, positive: bool = False, optional: bool = True
+) -> timedelta | None:
+    """A number of seconds or a timedelta, as a timedelta (None stays None)."""
+    if value is None:
+        if optional:
+            return None
+        raise TypeError(f"{arg}: required, got None")
+    if isinstance(value, bool) or not isinstance(value, (int, float, timedelta)):
+        raise TypeError(
+            f"{arg}: expected seconds (int or float) or a timedelta, "
+            f"got {type(value).__name__}"
+        )
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    else:
+        seconds = float(value)
+        if not math.isfinite(seconds):
+            raise ValueError(f"{arg}: must be finite, got {value!r}")
+    if positive and seconds <= 0:
+        raise ValueError(f"{arg}: must be positive, got {value!r}")
+    if seconds < 0:
+        raise ValueError(f"{arg}: must not be negative, got {value!r}")
+    return value if isinstance(value, timedelta) else timedelta(seconds=seconds)
+
+
+def seconds(value: Any, arg: str, *, positive: bool = True) -> float:
+    """A required duration, as float seconds."""
+    d = duration(value, arg, positive=positive, optional=False)
+    assert d is not None
+    return d.total_seconds()
+
+
+def integer(
+    value: Any, arg: str, *, minimum: int | None = None, optional: bool = True
+) -> int | None:
+    if value is None:
+        if optional:
+            return None
+        raise TypeError(f"{arg}: required, got None")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{arg}: expected an int, got {type(value).__name__}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{arg}: must be at least {minimum}, got {value}")
+    return value
+
+
+def text(value: Any, arg: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"{arg}: expected a str, got {type(value).__name__}")
+    if not value:
+        raise ValueError(f"{arg}: must not be empty")
+    return value
+
+
+def task_ids(value: Any, arg: str = "wait_for") -> list[int] | None:
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise TypeError(f"{arg}: expected a sequence of task ids, got {type(value).__name__}")
+    ids = list(value)
+    for i, item in enumerate(ids):
+        if isinstance(item, bool) or not isinstance(item, int):
+            raise TypeError(f"{arg}[{i}]: expected an int task id, got {type(item).__name__}")
+    return ids
+
+
+PARENT_FAILURE = ("dead_letter", "run")
+
+
+def on_parent_failure(value: Any) -> str:
+    if value is None:
+        return "dead_letter"
+    if value not in PARENT_FAILURE:
+        raise ValueError(f"on_parent_failure: one of {PARENT_FAILURE}, got {value!r}")
+    return value
+
+
+def flow_keys(concurrency_key: Any, ordering_key: Any, fairness_key: Any) -> tuple:
+    keys = (
+        text(concurrency_key, "concurrency_key"),
+        text(ordering_key, "ordering_key"),
+        text(fairness_key, "fairness_key"),
+    )
+    if keys[0] is not None and keys[1] is not None:
+        raise ValueError("concurrency_key, ordering_key: give one or the other, not both")
+    return keys

@@ -1,0 +1,75 @@
+"""``python -m aedb_queue worker module:app``: run an App from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+
+from .app import App
+
+
+def load_app(target: str) -> App:
+    """The App named by ``module:attribute`` (``module`` alone means ``module:app``)."""
+    module_name, _, attr = target.partition(":")
+    if not module_name:
+        raise ValueError(f"app: expected module:attribute, got {target!r}")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    module = importlib.import_module(module_name)
+    obj = module
+    for part in (attr or "app").split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ValueError(f"app: module {module_name!r} has no attribute {attr or 'app'!r}") from None
+    if not isinstance(obj, App):
+        raise TypeError(f"app: {target!r} is a {type(obj).__name__}, not an aedb_queue.App")
+    return obj
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must not be negative")
+    return value
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="python -m aedb_queue", description="aedb_queue worker runtime")
+    commands = top.add_subparsers(dest="command", required=True)
+    worker = commands.add_parser("worker", help="run the handlers of an App until SIGTERM/SIGINT")
+    worker.add_argument("app", help="the App to run, as module:attribute (module alone: module:app)")
+    worker.add_argument("--concurrency", type=_positive_int, help="handlers per queue running at once (overrides each task's)")
+    worker.add_argument("--queues", help="comma-separated queues to work (default: every registered queue)")
+    worker.add_argument("--shutdown-timeout", type=_seconds, help="seconds running handlers get to finish after SIGTERM")
+    worker.add_argument("--log-level", default=os.environ.get("AEDB_QUEUE_LOG_LEVEL", "INFO"),
+                        help="logging level (default INFO, or $AEDB_QUEUE_LOG_LEVEL)")
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = parser().parse_args(argv)
+    logging.basicConfig(
+        level=options.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s",
+    )
+    queues = [q.strip() for q in options.queues.split(",") if q.strip()] if options.queues else None
+    try:
+        app = load_app(options.app)
+        app.select(queues, options.concurrency)  # refuse unknown queues before connecting
+    except (ImportError, ValueError, TypeError) as exc:
+        print(f"aedb_queue worker: {exc}", file=sys.stderr)
+        return 2
+    app.run(queues=queues, concurrency=options.concurrency,
+            shutdown_timeout=options.shutdown_timeout, handle_signals=True)
+    return 0

@@ -1,0 +1,396 @@
+"""One queue's claim loop, and the life of each task it claims.
+
+A runner claims up to its free slots in one call. Each claimed task runs in
+a slot: the handler, with heartbeats every third of the lease, then the
+settle. While the queue is busy (the last claim came back full) a slot
+settles and claims its next task in one statement
+(``queue_complete_and_claim`` / ``queue_fail_and_claim``), one commit per
+job; when that claim comes back empty the queue is no longer busy and slots
+settle with ``queue_complete``/``queue_fail`` alone. No transaction is open
+while a handler runs, except a transactional handler's own (``tx.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import traceback
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from . import sql
+from .connections import Backoff, is_transient
+from .payloads import PayloadError, decode, to_jsonb
+from .spec import TaskSpec
+from .task import AsyncTask, Complete, DeadLetter, Retry, Task
+
+if TYPE_CHECKING:
+    from .runtime import Runtime
+
+log = logging.getLogger("aedb_queue")
+
+MAX_ERROR_CHARS = 8000
+
+
+@dataclasses.dataclass
+class Settle:
+    """How a task ends this attempt."""
+
+    complete: bool
+    result: Jsonb | None = None
+    follow_ups: Jsonb | None = None
+    error: str = ""
+    retry_in: timedelta | None = None
+    dead_letter: bool = False
+
+    @classmethod
+    def failure(cls, exc: BaseException) -> "Settle":
+        if isinstance(exc, Retry):
+            return cls(False, error=error_text(exc), retry_in=exc.in_)
+        return cls(False, error=error_text(exc), dead_letter=isinstance(exc, DeadLetter))
+
+    @classmethod
+    def completion(cls, value: Any) -> "Settle":
+        """Settle for a handler's return value (a failure if it does not encode)."""
+        try:
+            if isinstance(value, Complete):
+                follow = [f.spec() for f in value.follow_ups]
+                return cls(
+                    True,
+                    result=to_jsonb(value.result, "result"),
+                    follow_ups=to_jsonb(follow, "follow_ups") if follow else None,
+                )
+            return cls(True, result=to_jsonb(value, "result"))
+        except (PayloadError, TypeError, ValueError) as exc:
+            return cls(False, error=error_text(exc))
+
+    def params(self) -> dict[str, Any]:
+        if self.complete:
+            return {"result": self.result, "follow_ups": self.follow_ups}
+        return {"error": self.error, "retry_in": self.retry_in, "dead_letter": self.dead_letter}
+
+
+def error_text(exc: BaseException) -> str:
+    """What ``queue_fail`` records: the exception's type and message."""
+    if isinstance(exc, (Retry, DeadLetter)):
+        text = f"{type(exc).__name__}: {exc}"
+    else:
+        text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 3] + "..."
+
+
+class Job:
+    """A claimed task while this worker holds it."""
+
+    def __init__(self, row: tuple, spec: TaskSpec) -> None:
+        (self.task_id, self.payload, self.attempts, self.fencing_token, self.lease_deadline,
+         self.priority, self.enqueued_at, self.progress) = row
+        self.spec = spec
+        self.phase = "handler"  # then "settle"
+        self.abandoned = False  # handed back at shutdown: drop whatever the handler does
+        self.task: Task | AsyncTask | None = None
+        self.slot: asyncio.Task | None = None
+
+    def key(self) -> dict[str, Any]:
+        return {"queue": self.spec.queue, "task_id": self.task_id, "fencing_token": self.fencing_token}
+
+    def __repr__(self) -> str:
+        return f"{self.spec.queue}#{self.task_id} (attempt {self.attempts})"
+
+
+async def fetchall(conn: psycopg.AsyncConnection, query: str, params: dict[str, Any]) -> list[tuple]:
+    async with conn.cursor() as cur:
+        await cur.execute(query, params)
+        return await cur.fetchall()
+
+
+async def fetchval(conn: psycopg.AsyncConnection, query: str, params: dict[str, Any]) -> Any:
+    rows = await fetchall(conn, query, params)
+    return rows[0][0]
+
+
+def next_row(rows: list[tuple]) -> tuple[str, tuple | None]:
+    """The outcome of a settle-and-claim call, and the task it claimed (if any)."""
+    first = rows[0]
+    return first[0], (first[1:] if first[1] is not None else None)
+
+
+class QueueRunner:
+    def __init__(self, runtime: "Runtime", spec: TaskSpec) -> None:
+        self.rt = runtime
+        self.spec = spec
+        self.active = 0
+        self.busy = False
+        self.wanted = True
+        self.jobs: set[Job] = set()
+        self.slots: set[asyncio.Task] = set()
+        self._kick = asyncio.Event()
+
+    # -- the claim loop ------------------------------------------------------
+
+    def wake(self) -> None:
+        """Claim as soon as a slot is free (a notification, a reconnect)."""
+        self.wanted = True
+        self._kick.set()
+
+    def kick(self) -> None:
+        self._kick.set()
+
+    @property
+    def chaining(self) -> bool:
+        return self.busy and not self.rt.stopping
+
+    async def run(self) -> None:
+        """The claim loop, restarted (after a pause) should it ever raise."""
+        while not self.rt.stopping:
+            try:
+                await self._claim_loop()
+            except Exception:
+                log.exception("claim loop of %r failed; restarting it in 1 s", self.spec.queue)
+                self.wanted = True
+                await self.rt.sleep_unless_stopping(1.0)
+
+    async def _claim_loop(self) -> None:
+        spec, loop = self.spec, asyncio.get_running_loop()
+        backoff = Backoff()
+        next_poll = 0.0
+        while not self.rt.stopping:
+            self._kick.clear()
+            free = spec.concurrency - self.active
+            now = loop.time()
+            if free > 0 and (self.wanted or now >= next_poll):
+                self.wanted = False
+                ask = min(free, spec.batch_size)
+                try:
+                    rows = await self.rt.run_db(self._claim(ask), what=f"claim from {spec.queue!r}")
+                except psycopg.Error as exc:
+                    self.wanted = True
+                    if is_transient(exc):
+                        delay = backoff.next()
+                        log.warning("claim from %r: %s; retrying in %.1f s", spec.queue, _one_line(exc), delay)
+                    else:
+                        delay = spec.poll_interval
+                        log.error("claim from %r refused: %s; retrying in %.1f s", spec.queue, _one_line(exc), delay)
+                    await self.rt.sleep_unless_stopping(delay)
+                    continue
+                backoff.reset()
+                next_poll = loop.time() + spec.poll_interval
+                self.busy = len(rows) == ask
+                if self.rt.stopping:
+                    for row in rows:  # claimed as the stop came: hand back untouched
+                        await self.rt.hand_back(Job(row, spec))
+                    break
+                for row in rows:
+                    self._spawn(row)
+                if self.busy and self.active < spec.concurrency:
+                    self.wanted = True
+                continue
+            timeout = None if free <= 0 else max(0.0, next_poll - now)
+            try:
+                await asyncio.wait_for(self._kick.wait(), timeout)
+            except TimeoutError:
+                pass
+
+    def _claim(self, ask: int):
+        params = {"queue": self.spec.queue, "owner_id": self.rt.owner_id,
+                  "lease": timedelta(seconds=self.spec.lease), "max": ask}
+
+        async def op(conn: psycopg.AsyncConnection) -> list[tuple]:
+            return await fetchall(conn, sql.CLAIM, params)
+
+        return op
+
+    def _spawn(self, row: tuple) -> None:
+        self.active += 1
+        slot = asyncio.ensure_future(self._slot(row))
+        self.slots.add(slot)
+        slot.add_done_callback(self._slot_done)
+
+    def _slot_done(self, slot: asyncio.Task) -> None:
+        self.slots.discard(slot)
+        self.active -= 1
+        if not slot.cancelled() and slot.exception() is not None:
+            log.error("slot of %r crashed", self.spec.queue, exc_info=slot.exception())
+            self.wanted = True
+        self.kick()
+
+    async def _slot(self, row: tuple | None) -> None:
+        """Run a claimed task, then each task claimed along with its settle."""
+        while row is not None:
+            job = Job(row, self.spec)
+            if self.rt.stopping:  # claimed along with a settle as the stop came
+                await self.rt.hand_back(job)
+                return
+            job.slot = asyncio.current_task()
+            self.jobs.add(job)
+            try:
+                row = await self._process(job)
+            finally:
+                self.jobs.discard(job)
+
+    # -- one task --------------------------------------------------------------
+
+    async def _process(self, job: Job) -> tuple | None:
+        try:
+            job.task = self._make_task(job)
+        except PayloadError as exc:
+            log.error("%r: %s; dead-lettering it", job, exc)
+            return await self.settle(job, Settle(False, error=str(exc), dead_letter=True))
+        if self.spec.transactional:
+            from .tx import run_transactional  # one concern per module
+
+            return await run_transactional(self, job)
+        settle = await self._run_handler(job)
+        return await self.settle(job, settle)
+
+    def _make_task(self, job: Job) -> Task | AsyncTask:
+        spec = self.spec
+        payload = job.payload if spec.payload_type is None else decode(spec.payload_type, job.payload)
+        cls = AsyncTask if spec.is_async else Task
+        task = cls(
+            task_id=job.task_id, queue=spec.queue, payload=payload, raw_payload=job.payload,
+            attempts=job.attempts, fencing_token=job.fencing_token, progress=job.progress,
+            lease_deadline=job.lease_deadline, priority=job.priority, enqueued_at=job.enqueued_at,
+            lease=timedelta(seconds=spec.lease),
+        )
+        if spec.is_async:
+            task._beat = lambda progress: self.beat(job, progress)
+        else:
+            task._beat = lambda progress: self.rt.call_from_thread(self.beat(job, progress))
+        return task
+
+    async def _run_handler(self, job: Job) -> Settle:
+        beats = self.start_heartbeats(job)
+        try:
+            if self.spec.is_async:
+                value = await self.spec.handler(job.task)
+            else:
+                value = await self.rt.threads.submit(self.spec.handler, job.task)
+        except (Retry, DeadLetter) as exc:
+            log.info("%r: %s", job, error_text(exc))
+            return Settle.failure(exc)
+        except Exception as exc:
+            log.warning("%r failed: %s", job, error_text(exc), exc_info=exc)
+            return Settle.failure(exc)
+        finally:
+            beats.cancel()
+        return Settle.completion(value)
+
+    # -- heartbeats ------------------------------------------------------------
+
+    def start_heartbeats(self, job: Job) -> asyncio.Task:
+        return asyncio.ensure_future(self._heartbeats(job))
+
+    async def _heartbeats(self, job: Job) -> None:
+        while True:
+            await asyncio.sleep(self.spec.heartbeat_interval)
+            try:
+                await self.beat(job, None)
+            except psycopg.Error as exc:
+                log.warning("heartbeat of %r: %s", job, _one_line(exc))
+
+    async def beat(self, job: Job, progress: Any) -> bool:
+        """Extend the lease (and store progress); False once the lease is lost."""
+        task = job.task
+        if job.abandoned or (task is not None and task.lease_lost):
+            return False
+        params = {**job.key(), "extend": timedelta(seconds=self.spec.lease),
+                  "progress": to_jsonb(progress, "progress")}
+
+        async def op(conn: psycopg.AsyncConnection) -> str:
+            return await fetchval(conn, sql.HEARTBEAT, params)
+
+        try:
+            outcome = await self.rt.run_db(op, what=f"heartbeat of {job!r}")
+        except psycopg.Error as exc:
+            if not is_transient(exc):
+                raise
+            log.warning("heartbeat of %r: %s", job, _one_line(exc))
+            return True  # not known to be lost; the next beat tries again
+        if outcome != "applied":
+            if task is not None:
+                task.lease_lost = True
+            log.warning("%r: lease lost (heartbeat refused); its result will be dropped", job)
+            return False
+        return True
+
+    # -- settling --------------------------------------------------------------
+
+    async def settle(self, job: Job, settle: Settle, *, chain: bool | None = None) -> tuple | None:
+        """Complete or fail the task; while the queue is busy, claim the next in the same call."""
+        if job.abandoned:
+            return None
+        job.phase = "settle"
+        if chain is None:
+            chain = self.chaining
+        base = {**job.key(), **settle.params()}
+        if chain:
+            query = sql.COMPLETE_AND_CLAIM if settle.complete else sql.FAIL_AND_CLAIM
+            params = {**base, "strict": False, "owner_id": self.rt.owner_id,
+                      "lease": timedelta(seconds=self.spec.lease), "max": 1}
+
+            async def chained(conn: psycopg.AsyncConnection) -> list[tuple]:
+                return await fetchall(conn, query, params)
+
+            try:
+                outcome, row = next_row(await self.rt.run_db(chained, what=f"settle {job!r}"))
+            except psycopg.Error as exc:
+                if is_transient(exc):
+                    log.warning("settle-and-claim of %r: %s; settling alone", job, _one_line(exc))
+                    return await self._settle_alone(job, settle, base, retried=True)
+                return await self._refused(job, settle, exc)
+            self.log_outcome(job, outcome, settle)
+            if row is None:
+                self.busy = False
+            return row
+        return await self._settle_alone(job, settle, base)
+
+    async def _settle_alone(self, job: Job, settle: Settle, base: dict[str, Any], *, retried: bool = False) -> None:
+        query = sql.COMPLETE if settle.complete else sql.FAIL
+        params = {**base, "strict": False}
+
+        async def op(conn: psycopg.AsyncConnection) -> str:
+            return await fetchval(conn, query, params)
+
+        try:
+            outcome = await self.rt.run_db(op, what=f"settle {job!r}", retry=True)
+        except psycopg.Error as exc:
+            if is_transient(exc):
+                log.error("%r: could not settle (%s); its lease will expire and it runs again",
+                          job, _one_line(exc))
+                return None
+            return await self._refused(job, settle, exc)
+        if retried and outcome == "lease_lost":
+            log.info("%r: settled before the connection was lost", job)
+        else:
+            self.log_outcome(job, outcome, settle)
+        if self.busy:
+            self.wake()  # this slot claims through the runner now
+        return None
+
+    async def _refused(self, job: Job, settle: Settle, exc: psycopg.Error) -> None:
+        """The server refused the completion (a result too large, a bad follow-up...): fail the task."""
+        if not settle.complete:
+            log.error("%r: the server refused queue_fail: %s", job, _one_line(exc))
+            return None
+        log.error("%r: the server refused the completion: %s; failing the task", job, _one_line(exc))
+        failure = Settle(False, error=f"completion refused: {error_text(exc)}")
+        return await self._settle_alone(job, failure, {**job.key(), **failure.params()})
+
+    @staticmethod
+    def log_outcome(job: Job, outcome: str, settle: Settle) -> None:
+        if outcome == "applied":
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("%r %s", job, "completed" if settle.complete else "failed")
+        else:
+            log.warning("%r: lease lost; the %s was dropped (another worker owns the task now)",
+                        job, "result" if settle.complete else "failure")
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"
