@@ -26,6 +26,11 @@ pub static CLAIM_RESUME_LAG: GucSetting<i32> = GucSetting::<i32>::new(128);
 /// database, in ms; 0 stops it (only with `shared_preload_libraries`).
 pub static REAPER_INTERVAL_MS: GucSetting<i32> = GucSetting::<i32>::new(1000);
 
+/// Whether completions send `NOTIFY aedb_queue_completed` (for `tail`,
+/// dashboards). Off by default: a notifying commit takes NOTIFY's
+/// cluster-wide lock.
+pub static NOTIFY_COMPLETIONS: GucSetting<bool> = GucSetting::<bool>::new(false);
+
 pub fn register() {
     GucRegistry::define_int_guc(
         c"aedb_queue.reaper_interval",
@@ -65,6 +70,14 @@ pub fn register() {
         GucContext::Userset,
         GucFlags::default(),
     );
+    GucRegistry::define_bool_guc(
+        c"aedb_queue.notify_completions",
+        c"Completions send NOTIFY aedb_queue_completed with the queue, the tasks completed and the first task's id.",
+        c"For live views of completions (aedb-queue tail). Set it where the workers run, e.g. ALTER DATABASE ... SET; each notifying commit takes NOTIFY's cluster-wide lock.",
+        &NOTIFY_COMPLETIONS,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
     GucRegistry::define_int_guc(
         c"aedb_queue.max_payload_bytes",
         c"Largest jsonb payload, progress or result aedb_queue accepts, in bytes.",
@@ -97,4 +110,8 @@ pub fn claim_resume_lag() -> u32 {
 pub fn reaper_interval() -> Option<std::time::Duration> {
     let ms = REAPER_INTERVAL_MS.get();
     (ms > 0).then(|| std::time::Duration::from_millis(ms as u64))
+}
+
+pub fn notify_completions() -> bool {
+    NOTIFY_COMPLETIONS.get()
 }

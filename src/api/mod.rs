@@ -78,6 +78,13 @@ pub(crate) fn positive_interval(arg: &'static str, value: Option<Interval>) -> R
 
 /// Wakes the listeners of each of `queues` that notifies (children that
 /// became ready when a parent completed or failed).
+pub(crate) fn announce_completed(queue: &str, count: usize, first_task_id: i64) -> Result<()> {
+    if count > 0 && guc::notify_completions() {
+        crate::store::notify_completed(queue, count, first_task_id)?;
+    }
+    Ok(())
+}
+
 pub(crate) fn wake(queues: Vec<String>) -> Result<()> {
     for queue in queues {
         if crate::store::settings(&queue)?.notify {

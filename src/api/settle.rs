@@ -11,7 +11,7 @@ use pgrx::prelude::*;
 use std::collections::HashSet;
 
 use super::enqueue::CheckedEnqueue;
-use super::wake;
+use super::{announce_completed, wake};
 use super::{
     checked_json, checked_name, int8_elements, interval, micros, positive_interval, required,
 };
@@ -123,6 +123,7 @@ impl<'a> Completion<'a> {
             return self.held.fenced_out(strict);
         };
         wake(woken)?;
+        announce_completed(queue, 1, task_id)?;
         for follow_up in &self.follow_ups {
             follow_up.insert()?;
         }
@@ -210,6 +211,10 @@ fn queue_complete_batch(
                     fencing_token: fencing_tokens[i],
                 });
             }
+        }
+        let mut applied = rows.iter().filter(|(_, o)| *o == Outcome::Applied);
+        if let Some(&(first, _)) = applied.clone().next() {
+            announce_completed(queue, applied.count(), first)?;
         }
         Ok(TableIterator::new(rows))
     })

@@ -375,6 +375,13 @@ static EXPIRE_KEYS: Statement = Statement {
 };
 
 /// Wakes listeners; Postgres delivers it at commit, once per transaction and queue.
+/// `$1` is `<queue> <tasks completed> <first task id>`.
+static NOTIFY_COMPLETED: Statement = Statement {
+    sql: "SELECT pg_catalog.pg_notify('aedb_queue_completed', $1)",
+    args: &[TEXT],
+    clock: false,
+};
+
 static NOTIFY: Statement = Statement {
     sql: "SELECT pg_catalog.pg_notify('aedb_queue', $1)",
     args: &[TEXT],
@@ -751,6 +758,16 @@ pub fn expire_keys(queue: &str, keep: Interval, max: i32) -> Result<i64> {
 pub fn notify(queue: &str) -> Result<()> {
     with_client(|client| {
         execute(client, &NOTIFY, &[queue.into()])?;
+        Ok(())
+    })
+}
+
+/// Tells listeners of `aedb_queue_completed` that `count` tasks of
+/// `queue` completed, the first of them `first_task_id`.
+pub fn notify_completed(queue: &str, count: usize, first_task_id: i64) -> Result<()> {
+    with_client(|client| {
+        let payload = format!("{queue} {count} {first_task_id}");
+        execute(client, &NOTIFY_COMPLETED, &[payload.as_str().into()])?;
         Ok(())
     })
 }

@@ -77,7 +77,10 @@ const ENQUEUE_BATCH: &str = "SELECT b.id::int8 \
           delay => make_interval(secs => $3::float8), priority => $4::int8) \
           WITH ORDINALITY AS b(id, ord) ORDER BY b.ord";
 /// The channel `queue_configure(notify => true)` queues notify on.
-pub const LISTEN: &str = "LISTEN aedb_queue";
+pub const LISTEN: &str = "LISTEN aedb_queue; LISTEN aedb_queue_completed";
+/// The channel completions notify on where `aedb_queue.notify_completions`
+/// is on; the payload is `<queue> <tasks> <first task id>`.
+pub const COMPLETED_CHANNEL: &str = "aedb_queue_completed";
 
 /// One row as a [`Record`], each column converted by its type.
 fn record(row: &Row) -> Result<Record> {

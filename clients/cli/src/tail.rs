@@ -99,6 +99,33 @@ fn wake_line(queue: &str, json: bool) -> Result<()> {
     }
 }
 
+/// `<queue> <tasks> <first task id>`; the queue's name may hold spaces.
+pub fn parse_completed(payload: &str) -> Option<(&str, u64, i64)> {
+    let mut parts = payload.rsplitn(3, ' ');
+    let first = parts.next()?.parse().ok()?;
+    let count = parts.next()?.parse().ok()?;
+    let queue = parts.next()?;
+    Some((queue, count, first))
+}
+
+fn completed_line(queue: &str, count: u64, first: i64, json: bool) -> Result<()> {
+    if json {
+        let mut r = Record::default();
+        r.push("ts", output::utc_now());
+        r.push("event", "completed");
+        r.push("queue", queue);
+        r.push("tasks", count as i64);
+        r.push("first_task_id", first);
+        output::json_line(&r)
+    } else {
+        output::line(&format!(
+            "{}  done    {queue}  {count} (task {first}{})",
+            output::utc_now(),
+            if count > 1 { " and more" } else { "" }
+        ))
+    }
+}
+
 /// Runs until Ctrl-C (or the connection fails).
 pub async fn run(cfg: &Config, queues: &[String], interval: f64, json: bool) -> Result<()> {
     let (client, mut connection) = conn::connect_raw(cfg).await?;
@@ -110,7 +137,8 @@ pub async fn run(cfg: &Config, queues: &[String], interval: f64, json: bool) -> 
         while let Some(message) = messages.next().await {
             match message {
                 Ok(AsyncMessage::Notification(n)) => {
-                    if tx.send(Ok(n.payload().to_string())).is_err() {
+                    let event = (n.channel().to_string(), n.payload().to_string());
+                    if tx.send(Ok(event)).is_err() {
                         break;
                     }
                 }
@@ -142,7 +170,14 @@ pub async fn run(cfg: &Config, queues: &[String], interval: f64, json: bool) -> 
         tokio::select! {
             _ = &mut ctrl_c => return Ok(()),
             message = rx.recv() => match message {
-                Some(Ok(queue)) => {
+                Some(Ok((channel, payload))) if channel == sql::COMPLETED_CHANNEL => {
+                    if let Some((queue, count, first)) = parse_completed(&payload) {
+                        if wanted(queue) {
+                            completed_line(queue, count, first, json)?;
+                        }
+                    }
+                }
+                Some(Ok((_, queue))) => {
                     if wanted(&queue) {
                         wake_line(&queue, json)?;
                     }
@@ -171,6 +206,14 @@ pub async fn run(cfg: &Config, queues: &[String], interval: f64, json: bool) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn completed_payloads_parse_from_the_right() {
+        assert_eq!(parse_completed("emails 3 41"), Some(("emails", 3, 41)));
+        assert_eq!(parse_completed("a queue 1 7"), Some(("a queue", 1, 7)));
+        assert_eq!(parse_completed("emails x 41"), None);
+        assert_eq!(parse_completed("41"), None);
+    }
 
     fn c(ready: i64, in_flight: i64, scheduled: i64, dead: i64) -> Counts {
         Counts {
