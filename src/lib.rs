@@ -48,11 +48,11 @@ mod tests_ops;
 #[cfg(any(test, feature = "pg_test"))]
 mod tests_plans;
 #[cfg(any(test, feature = "pg_test"))]
+mod tests_release;
+#[cfg(any(test, feature = "pg_test"))]
 mod tests_schedule;
 #[cfg(any(test, feature = "pg_test"))]
 mod tests_security;
-#[cfg(any(test, feature = "pg_test"))]
-mod tests_release;
 #[cfg(any(test, feature = "pg_test"))]
 mod tests_settle_and_claim;
 

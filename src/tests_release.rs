@@ -23,7 +23,10 @@ mod tests {
         assert_eq!(state_of("rl", id).as_deref(), Some("ready"));
         assert_eq!(field::<i32>(id, "attempts"), Some(0));
         assert_eq!(
-            field::<bool>(id, "owner_id IS NULL AND lease_deadline IS NULL AND last_error IS NULL"),
+            field::<bool>(
+                id,
+                "owner_id IS NULL AND lease_deadline IS NULL AND last_error IS NULL"
+            ),
             Some(true)
         );
         assert_task_invariants("released");
@@ -65,7 +68,10 @@ mod tests {
     fn release_with_a_delay_schedules_the_task() {
         let id = enqueue("rl", "");
         let (_, token) = claim_one("rl");
-        assert_eq!(release("rl", id, token, ", delay => '90 seconds'"), "applied");
+        assert_eq!(
+            release("rl", id, token, ", delay => '90 seconds'"),
+            "applied"
+        );
         assert_eq!(state_of("rl", id).as_deref(), Some("scheduled"));
         assert_eq!(
             text_field(id, "not_before - updated_at").as_deref(),
@@ -80,12 +86,17 @@ mod tests {
     fn release_with_a_stale_token_or_of_a_task_not_held_changes_nothing() {
         let id = enqueue("rl", "");
         let (_, token) = claim_one("rl");
-        let snapshot = "(state, attempts, fencing_token, not_before, owner_id, lease_deadline, updated_at)";
+        let snapshot =
+            "(state, attempts, fencing_token, not_before, owner_id, lease_deadline, updated_at)";
         let before = text_field(id, snapshot);
         assert_eq!(release("rl", id, token + 1, ""), "lease_lost");
         assert_eq!(release("rl", id, token - 1, ""), "lease_lost");
         assert_eq!(release("other", id, token, ""), "lease_lost", "wrong queue");
-        assert_eq!(release("rl", id + 1000, token, ""), "lease_lost", "no such task");
+        assert_eq!(
+            release("rl", id + 1000, token, ""),
+            "lease_lost",
+            "no such task"
+        );
         assert_eq!(text_field(id, snapshot), before);
         assert_eq!(release("rl", id, token, ""), "applied");
         assert_eq!(
@@ -93,7 +104,11 @@ mod tests {
             "lease_lost",
             "a second release: the task is no longer in flight"
         );
-        assert_eq!(complete("rl", id, token, ""), "lease_lost", "released: fenced out");
+        assert_eq!(
+            complete("rl", id, token, ""),
+            "lease_lost",
+            "released: fenced out"
+        );
     }
 
     #[pg_test]
@@ -102,7 +117,10 @@ mod tests {
         let (_, token) = claim_one("rl");
         let before = text_field(id, "(state, attempts, fencing_token, lease_deadline)");
         expect_error(
-            &format!("SELECT aedb_queue.queue_release('rl', {id}, {}, strict => true)", token + 1),
+            &format!(
+                "SELECT aedb_queue.queue_release('rl', {id}, {}, strict => true)",
+                token + 1
+            ),
             "40002",
             &format!(
                 "lease lost: task {id} is no longer in flight under fencing token {}",
@@ -146,7 +164,11 @@ mod tests {
             "22004",
             "argument \"delay\" must not be NULL",
         );
-        assert_eq!(state_of("rl", id).as_deref(), Some("in_flight"), "nothing changed");
+        assert_eq!(
+            state_of("rl", id).as_deref(),
+            Some("in_flight"),
+            "nothing changed"
+        );
         assert_eq!(field::<i32>(id, "attempts"), Some(1));
     }
 
@@ -164,7 +186,10 @@ mod tests {
         // Delayed: the slot goes to the waiter.
         let (again, token) = claim_one("rl.k");
         assert_eq!(again, holder);
-        assert_eq!(release("rl.k", holder, token, ", delay => '1 hour'"), "applied");
+        assert_eq!(
+            release("rl.k", holder, token, ", delay => '1 hour'"),
+            "applied"
+        );
         assert_eq!(state_of("rl.k", holder).as_deref(), Some("scheduled"));
         assert_eq!(state_of("rl.k", waiter).as_deref(), Some("ready"));
         assert_task_invariants("released with a delay");

@@ -97,7 +97,10 @@ mod tests {
         role("plain_producer", &["aedb_queue_producer"]);
         let secret = enqueue("b.secret", "");
         let (_, token) = claim_one("b.secret");
-        let before = text_field(secret, "(state, attempts, fencing_token, owner_id, lease_deadline)");
+        let before = text_field(
+            secret,
+            "(state, attempts, fencing_token, owner_id, lease_deadline)",
+        );
         let (own_queue, other_queue) = as_login("tenant_worker", None, || {
             (
                 one::<String>(&format!(
@@ -115,9 +118,16 @@ mod tests {
                 "SELECT aedb_queue.queue_release('b.secret', {secret}, {token})"
             ))
         });
-        assert_eq!(producer.as_deref(), Some("42501"), "no EXECUTE for producers");
         assert_eq!(
-            text_field(secret, "(state, attempts, fencing_token, owner_id, lease_deadline)"),
+            producer.as_deref(),
+            Some("42501"),
+            "no EXECUTE for producers"
+        );
+        assert_eq!(
+            text_field(
+                secret,
+                "(state, attempts, fencing_token, owner_id, lease_deadline)"
+            ),
             before
         );
     }

@@ -1038,7 +1038,8 @@ pub fn release(
         ];
         let rows = execute(client, &RELEASE, &args)?;
         let mut slots = SlotChanges::default();
-        let Some(()) = rows.first(|row| keys_of(&mut slots, queue, task_id, row, 2, !ready))? else {
+        let Some(()) = rows.first(|row| keys_of(&mut slots, queue, task_id, row, 2, !ready))?
+        else {
             return Ok(None);
         };
         let mut woken = flow::settle_in(client, slots)?;

@@ -644,15 +644,27 @@ fn tail_shows_completions_of_workers_that_notify_them() {
     // Without the setting: no event (checked below, after the later ones).
     let mut quiet = cluster.connect_as(WORKER);
     let silent = claim_one(&mut quiet, &q, "w0", "5 minutes").unwrap();
-    assert_eq!(complete(&mut quiet, &q, silent.task_id, silent.fencing_token), Outcome::Applied);
+    assert_eq!(
+        complete(&mut quiet, &q, silent.task_id, silent.fencing_token),
+        Outcome::Applied
+    );
 
     let mut worker = cluster.connect_as(WORKER);
-    worker.batch_execute("SET aedb_queue.notify_completions = on").unwrap();
+    worker
+        .batch_execute("SET aedb_queue.notify_completions = on")
+        .unwrap();
     let one = claim_one(&mut worker, &q, "w1", "5 minutes").unwrap();
-    assert_eq!(complete(&mut worker, &q, one.task_id, one.fencing_token), Outcome::Applied);
+    assert_eq!(
+        complete(&mut worker, &q, one.task_id, one.fencing_token),
+        Outcome::Applied
+    );
     let event = tail.json_line("with the completion", |v| v["event"] == json!("completed"));
     assert_eq!(
-        (event["queue"].clone(), event["tasks"].clone(), event["first_task_id"].clone()),
+        (
+            event["queue"].clone(),
+            event["tasks"].clone(),
+            event["first_task_id"].clone()
+        ),
         (json!(q), json!(1), json!(one.task_id))
     );
     let rest = claim(&mut worker, &q, "w1", "5 minutes", 10);
@@ -660,12 +672,20 @@ fn tail_shows_completions_of_workers_that_notify_them() {
     let ids: Vec<i64> = rest.iter().map(|t| t.task_id).collect();
     let tokens: Vec<i64> = rest.iter().map(|t| t.fencing_token).collect();
     worker
-        .execute("SELECT count(*) FROM aedb_queue.queue_complete_batch($1, $2, $3)", &[&q, &ids, &tokens])
+        .execute(
+            "SELECT count(*) FROM aedb_queue.queue_complete_batch($1, $2, $3)",
+            &[&q, &ids, &tokens],
+        )
         .unwrap();
-    let batch = tail.json_line("with the batch", |v| v["event"] == json!("completed") && v["tasks"] == json!(2));
+    let batch = tail.json_line("with the batch", |v| {
+        v["event"] == json!("completed") && v["tasks"] == json!(2)
+    });
     assert_eq!(batch["first_task_id"], json!(ids[0]));
     assert!(
-        !tail.seen.iter().any(|l| l.contains(&format!("\"first_task_id\":{}", silent.task_id))),
+        !tail
+            .seen
+            .iter()
+            .any(|l| l.contains(&format!("\"first_task_id\":{}", silent.task_id))),
         "the quiet worker's completion was announced: {:#?}",
         tail.seen
     );
