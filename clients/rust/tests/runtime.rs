@@ -201,54 +201,44 @@ fn shutdown_completes_or_hands_back_every_task() {
     }
 }
 
-/// A runtime that dies (its process gone: the tokio runtime dropped with
-/// its connections, no shutdown) leaves its tasks leased; after the lease
-/// a second runtime reclaims and completes every one.
+/// A worker process killed with SIGKILL (no shutdown, no hand-back)
+/// leaves its tasks leased, kept alive by nothing once its heartbeats stop;
+/// after the lease a runtime reclaims and completes every one, each as its
+/// second attempt.
 #[test]
-fn a_dead_runtimes_tasks_are_reclaimed_after_their_lease() {
+fn a_killed_worker_process_s_tasks_are_reclaimed_after_their_lease() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
     let cluster = Cluster::shared();
     let ids = load(cluster, "rt.kill", 6);
-    let first = runtime();
-    let held = Arc::new(AtomicU32::new(0));
-    {
-        let held = held.clone();
-        first.spawn(async move {
-            let worker = Worker::builder(&cluster.dsn(WORKER))
-                .unwrap()
-                .queue(
-                    QueueOptions::new("rt.kill")
-                        .concurrency(6)
-                        .lease(Duration::from_secs(2))
-                        .heartbeat(Duration::from_millis(500)),
-                    handler(move |_task: Task<serde_json::Value>| {
-                        held.fetch_add(1, Ordering::SeqCst);
-                        async move {
-                            tokio::time::sleep(Duration::from_secs(3600)).await;
-                            Ok(Done::new())
-                        }
-                    }),
-                )
-                .build()
-                .unwrap();
-            worker.run(std::future::pending()).await.unwrap();
-        });
+    // Built by `cargo test` beside this test binary (target/*/examples/).
+    let exe = std::env::current_exe().unwrap();
+    let example = exe.parent().unwrap().parent().unwrap().join("examples").join("hold_tasks");
+    let mut child = Command::new(&example)
+        .env("AEDB_QUEUE_DSN", cluster.dsn(WORKER))
+        .env("AEDB_QUEUE_NAME", "rt.kill")
+        .env("AEDB_QUEUE_HOLD", "6")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{}: {e}", example.display()));
+    let mut started = HashSet::new();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    while started.len() < 6 {
+        let line = lines.next().expect("the worker printed its tasks").unwrap();
+        started.insert(line.strip_prefix("started ").unwrap().parse::<i64>().unwrap());
     }
-    let start = Instant::now();
-    while held.load(Ordering::SeqCst) < 6 && start.elapsed() < Duration::from_secs(20) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert_eq!(held.load(Ordering::SeqCst), 6);
-    first.shutdown_background(); // the process dies: no hand-back
+    // Past a heartbeat or two, then the process dies.
+    std::thread::sleep(Duration::from_millis(1200));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(started, ids.iter().copied().collect::<HashSet<_>>());
     assert_eq!(
-        count(
-            cluster,
-            "SELECT count(*) FROM aedb_queue.task WHERE queue = 'rt.kill' AND state = 'in_flight'"
-        ),
+        count(cluster, "SELECT count(*) FROM aedb_queue.task WHERE queue = 'rt.kill' AND state = 'in_flight'"),
         6
     );
     let done = Arc::new(Mutex::new(Vec::new()));
-    let second = runtime();
-    let report = second.block_on(async {
+    let rt = runtime();
+    let report = rt.block_on(async {
         let done = done.clone();
         Worker::builder(&cluster.dsn(WORKER))
             .unwrap()
@@ -264,11 +254,7 @@ fn a_dead_runtimes_tasks_are_reclaimed_after_their_lease() {
             )
             .build()
             .unwrap()
-            .run(until_empty(
-                cluster.dsn(SUPERUSER),
-                "rt.kill",
-                Duration::from_secs(30),
-            ))
+            .run(until_empty(cluster.dsn(SUPERUSER), "rt.kill", Duration::from_secs(30)))
             .await
             .unwrap()
     });
