@@ -211,9 +211,28 @@ fn a_killed_worker_process_s_tasks_are_reclaimed_after_their_lease() {
     use std::process::{Command, Stdio};
     let cluster = Cluster::shared();
     let ids = load(cluster, "rt.kill", 6);
-    // Built by `cargo test` beside this test binary (target/*/examples/).
+    // Built beside this test binary (target/debug/examples/); `cargo test`
+    // of the whole crate has built it already, a single test target has not.
+    let built = Command::new(env!("CARGO"))
+        .args([
+            "build",
+            "-q",
+            "-p",
+            "aedb_queue_client",
+            "--example",
+            "hold_tasks",
+        ])
+        .status()
+        .expect("cargo build --example hold_tasks");
+    assert!(built.success());
     let exe = std::env::current_exe().unwrap();
-    let example = exe.parent().unwrap().parent().unwrap().join("examples").join("hold_tasks");
+    let example = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples")
+        .join("hold_tasks");
     let mut child = Command::new(&example)
         .env("AEDB_QUEUE_DSN", cluster.dsn(WORKER))
         .env("AEDB_QUEUE_NAME", "rt.kill")
@@ -225,7 +244,12 @@ fn a_killed_worker_process_s_tasks_are_reclaimed_after_their_lease() {
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     while started.len() < 6 {
         let line = lines.next().expect("the worker printed its tasks").unwrap();
-        started.insert(line.strip_prefix("started ").unwrap().parse::<i64>().unwrap());
+        started.insert(
+            line.strip_prefix("started ")
+                .unwrap()
+                .parse::<i64>()
+                .unwrap(),
+        );
     }
     // Past a heartbeat or two, then the process dies.
     std::thread::sleep(Duration::from_millis(1200));
@@ -233,7 +257,10 @@ fn a_killed_worker_process_s_tasks_are_reclaimed_after_their_lease() {
     child.wait().unwrap();
     assert_eq!(started, ids.iter().copied().collect::<HashSet<_>>());
     assert_eq!(
-        count(cluster, "SELECT count(*) FROM aedb_queue.task WHERE queue = 'rt.kill' AND state = 'in_flight'"),
+        count(
+            cluster,
+            "SELECT count(*) FROM aedb_queue.task WHERE queue = 'rt.kill' AND state = 'in_flight'"
+        ),
         6
     );
     let done = Arc::new(Mutex::new(Vec::new()));
@@ -254,7 +281,11 @@ fn a_killed_worker_process_s_tasks_are_reclaimed_after_their_lease() {
             )
             .build()
             .unwrap()
-            .run(until_empty(cluster.dsn(SUPERUSER), "rt.kill", Duration::from_secs(30)))
+            .run(until_empty(
+                cluster.dsn(SUPERUSER),
+                "rt.kill",
+                Duration::from_secs(30),
+            ))
             .await
             .unwrap()
     });
