@@ -78,9 +78,18 @@ pub(crate) fn positive_interval(arg: &'static str, value: Option<Interval>) -> R
 
 /// Wakes the listeners of each of `queues` that notifies (children that
 /// became ready when a parent completed or failed).
-pub(crate) fn announce_completed(queue: &str, count: usize, first_task_id: i64) -> Result<()> {
-    if count > 0 && guc::notify_completions() {
-        crate::store::notify_completed(queue, count, first_task_id)?;
+/// Tells `aedb_queue_completed` listeners of the tasks a call completed,
+/// where `aedb_queue.notify_completions` is on; off, the ids are not read.
+pub(crate) fn announce_completed(
+    queue: &str,
+    completed: impl IntoIterator<Item = i64>,
+) -> Result<()> {
+    if !guc::notify_completions() {
+        return Ok(());
+    }
+    let mut ids = completed.into_iter();
+    if let Some(first) = ids.next() {
+        crate::store::notify_completed(queue, 1 + ids.count(), first)?;
     }
     Ok(())
 }

@@ -123,7 +123,7 @@ impl<'a> Completion<'a> {
             return self.held.fenced_out(strict);
         };
         wake(woken)?;
-        announce_completed(queue, 1, task_id)?;
+        announce_completed(queue, [task_id])?;
         for follow_up in &self.follow_ups {
             follow_up.insert()?;
         }
@@ -212,10 +212,8 @@ fn queue_complete_batch(
                 });
             }
         }
-        let mut applied = rows.iter().filter(|(_, o)| *o == Outcome::Applied);
-        if let Some(&(first, _)) = applied.clone().next() {
-            announce_completed(queue, applied.count(), first)?;
-        }
+        let applied = rows.iter().filter(|(_, o)| *o == Outcome::Applied);
+        announce_completed(queue, applied.map(|&(id, _)| id))?;
         Ok(TableIterator::new(rows))
     })
 }
