@@ -1,0 +1,1 @@
+//! OpenTelemetry spans of the worker runtime (filled in by the next commit).
