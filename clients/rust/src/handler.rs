@@ -9,6 +9,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::task::{Done, Task, TaskError};
+use crate::telemetry::Cause;
 
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
@@ -57,9 +58,10 @@ where
         match serde_json::from_value::<T>(raw) {
             Ok(payload) => Box::pin((self.f)(task.with_payload(payload).0)),
             Err(e) => Box::pin(async move {
-                Err(TaskError::dead_letter(format!(
-                    "the payload does not decode: {e}"
-                )))
+                Err(
+                    TaskError::dead_letter(format!("the payload does not decode: {e}"))
+                        .caused_by(Cause::Undecodable),
+                )
             }),
         }
     }

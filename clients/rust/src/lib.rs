@@ -18,7 +18,11 @@ mod handler;
 mod sql;
 mod statement;
 mod task;
+mod telemetry;
 mod worker;
+
+#[cfg(feature = "otel")]
+pub mod otel;
 
 pub use client::{pool, Client};
 pub use enqueue::{enqueue, enqueue_batch, EnqueueOptions, Enqueued};

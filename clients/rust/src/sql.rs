@@ -41,6 +41,12 @@ pub const FAIL: &str = "SELECT aedb_queue.queue_fail($1, $2, $3, $4,
 pub const HEARTBEAT: &str = "SELECT aedb_queue.queue_heartbeat($1, $2, $3,
     $4::int8 * interval '1 microsecond', progress => $5)::text";
 
+/// With the `otel` feature, after a failure that applied: whether it
+/// dead-lettered the task (dead, at the fencing token of the attempt that
+/// failed).
+pub const DEAD_AT_TOKEN: &str = "SELECT EXISTS (SELECT FROM aedb_queue.queue_get($1, $2)
+    WHERE state = 'dead' AND fencing_token = $3)";
+
 pub const RELEASE: &str = "SELECT aedb_queue.queue_release($1, $2, $3)::text";
 
 pub const LISTEN: &str = "LISTEN aedb_queue";

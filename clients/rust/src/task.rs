@@ -15,6 +15,7 @@ use crate::duration::micros;
 use crate::error::Result;
 use crate::sql;
 use crate::statement;
+use crate::telemetry::Cause;
 
 /// A task as the claiming statements return it (columns from `at` on:
 /// task_id, payload, attempts, fencing_token, progress).
@@ -174,6 +175,9 @@ pub struct TaskError {
     pub(crate) message: String,
     pub(crate) retry_in: Option<Duration>,
     pub(crate) dead_letter: bool,
+    /// What failed, for the `otel` feature's `error.type`.
+    #[cfg_attr(not(feature = "otel"), allow(dead_code))]
+    pub(crate) cause: Cause,
 }
 
 impl TaskError {
@@ -183,6 +187,7 @@ impl TaskError {
             message: message.to_string(),
             retry_in: None,
             dead_letter: false,
+            cause: Cause::Handler,
         }
     }
 
@@ -204,6 +209,10 @@ impl TaskError {
 
     pub fn message(&self) -> &str {
         &self.message
+    }
+
+    pub(crate) fn caused_by(self, cause: Cause) -> TaskError {
+        TaskError { cause, ..self }
     }
 }
 

@@ -20,6 +20,7 @@ use crate::handler::payload_value;
 use crate::sql;
 use crate::statement;
 use crate::task::{Claimed, Done, Lease, Task, TaskError};
+use crate::telemetry::{Attempt, Cause, Outcome};
 
 /// How a handler's run ended.
 enum Finished {
@@ -27,7 +28,7 @@ enum Finished {
     Failed(TaskError),
     /// Completed in the handler's own transaction (strict), or found lost
     /// there: nothing left to settle.
-    Settled,
+    Settled(Outcome),
     /// A heartbeat found the lease lost: the result is dropped.
     Lost,
     /// Shutdown's deadline passed: hand the task back.
@@ -38,8 +39,17 @@ pub(crate) async fn run(q: Arc<QueueRuntime>, first: Claimed, permit: OwnedSemap
     let mut conn: Option<Object> = None;
     let mut task = first;
     loop {
-        let finished = work(&q, &task).await;
-        match settle(&q, &task, finished, &mut conn).await {
+        let mut attempt = Attempt::start(&q.options.name, &q.shared.owner, &task);
+        let finished = work(&q, &task, &mut attempt).await;
+        let (outcome, next) = settle(&q, &task, finished, &mut conn)
+            .instrument(attempt.settling())
+            .await;
+        let outcome = match outcome {
+            Outcome::Failed if attempt.records() => fate(&q, &task, &mut conn).await,
+            outcome => outcome,
+        };
+        attempt.end(outcome);
+        match next {
             Some(next) => task = next,
             None => break,
         }
@@ -47,7 +57,7 @@ pub(crate) async fn run(q: Arc<QueueRuntime>, first: Claimed, permit: OwnedSemap
     drop(permit);
 }
 
-async fn work(q: &QueueRuntime, claimed: &Claimed) -> Finished {
+async fn work(q: &QueueRuntime, claimed: &Claimed, attempt: &mut Attempt) -> Finished {
     let lease = Arc::new(Lease {
         pool: q.shared.pool.clone(),
         queue: q.options.name.clone(),
@@ -66,10 +76,9 @@ async fn work(q: &QueueRuntime, claimed: &Claimed) -> Finished {
         progress: claimed.progress.clone(),
         lease: lease.clone(),
     };
-    let span = tracing::info_span!("task", queue = %q.options.name, task_id = claimed.id, attempt = claimed.attempts);
     let handler = AssertUnwindSafe(q.handler.call(task))
         .catch_unwind()
-        .instrument(span);
+        .instrument(attempt.span().clone());
     tokio::pin!(handler);
     let every = q.options.heartbeat_every();
     let mut next_beat = tokio::time::Instant::now() + every;
@@ -105,7 +114,7 @@ async fn work(q: &QueueRuntime, claimed: &Claimed) -> Finished {
             .map(|s| s.to_string())
             .or_else(|| panic.downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "a panic".to_string());
-        Err(TaskError::retry(format!("the handler panicked: {message}")))
+        Err(TaskError::retry(format!("the handler panicked: {message}")).caused_by(Cause::Panic))
     });
     if lease.lost.load(Ordering::Relaxed) {
         rollback(&lease).await;
@@ -119,6 +128,7 @@ async fn work(q: &QueueRuntime, claimed: &Claimed) -> Finished {
             None => Finished::Done(done),
         },
         Err(error) => {
+            attempt.failed(&error);
             rollback(&lease).await;
             Finished::Failed(error)
         }
@@ -154,34 +164,40 @@ async fn complete_in(q: &QueueRuntime, claimed: &Claimed, tx: &Object, done: &Do
         Ok::<(), Error>(())
     }
     .await;
-    match completed {
+    let outcome = match completed {
         Ok(()) => {
             q.shared.counters.completed.fetch_add(1, Ordering::Relaxed);
+            Outcome::Completed
         }
         Err(e) => {
             let _ = tx.batch_execute(sql::ROLLBACK).await;
             if e.sqlstate() == Some("40002") {
                 q.shared.counters.lease_lost.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(queue = %q.options.name, task_id = claimed.id, "lease lost: the handler's transaction rolled back");
+                Outcome::LeaseLost
             } else {
                 tracing::error!(queue = %q.options.name, task_id = claimed.id, error = %e, "completing in the handler's transaction failed; the lease will expire");
+                Outcome::Unsettled
             }
         }
-    }
-    Finished::Settled
+    };
+    Finished::Settled(outcome)
 }
 
 /// Settles the task, retrying on a failed connection for as long as the
-/// lease would still be ours; returns the next task when the settling call
-/// claimed one.
+/// lease would still be ours; returns how the attempt ended (a failure
+/// that applied as `Failed` unless the handler dead-lettered it) and the
+/// next task when the settling call claimed one.
 async fn settle(
     q: &QueueRuntime,
     claimed: &Claimed,
     finished: Finished,
     conn: &mut Option<Object>,
-) -> Option<Claimed> {
-    if matches!(finished, Finished::Settled | Finished::Lost) {
-        return None;
+) -> (Outcome, Option<Claimed>) {
+    match finished {
+        Finished::Settled(outcome) => return (outcome, None),
+        Finished::Lost => return (Outcome::LeaseLost, None),
+        _ => {}
     }
     let until = Instant::now() + q.options.lease;
     let mut backoff = Backoff::default();
@@ -197,7 +213,7 @@ async fn settle(
             Err(e) => {
                 *conn = None;
                 tracing::error!(queue = %q.options.name, task_id = claimed.id, error = %e, "settling failed; the lease will expire");
-                return None;
+                return (Outcome::Unsettled, None);
             }
         }
     }
@@ -208,7 +224,7 @@ async fn settle_once(
     claimed: &Claimed,
     finished: &Finished,
     conn: &mut Option<Object>,
-) -> Result<Option<Claimed>> {
+) -> Result<(Outcome, Option<Claimed>)> {
     if conn.is_none() {
         *conn = Some(q.shared.pool.get().await?);
     }
@@ -287,20 +303,54 @@ async fn settle_once(
             let row = statement::query_one(c, sql::RELEASE, &[queue, &id, &token]).await?;
             (row.get(0), None)
         }
-        Finished::Settled | Finished::Lost => return Ok(None),
+        Finished::Settled(outcome) => return Ok((*outcome, None)),
+        Finished::Lost => return Ok((Outcome::LeaseLost, None)),
     };
-    if outcome == "applied" {
-        let counter = match finished {
-            Finished::Done(_) => &counters.completed,
-            Finished::Failed(_) => &counters.failed,
-            _ => &counters.released,
+    let settled = if outcome == "applied" {
+        let (counter, settled) = match finished {
+            Finished::Done(_) => (&counters.completed, Outcome::Completed),
+            Finished::Failed(e) if e.dead_letter => (&counters.failed, Outcome::DeadLettered),
+            Finished::Failed(_) => (&counters.failed, Outcome::Failed),
+            _ => (&counters.released, Outcome::Released),
         };
         counter.fetch_add(1, Ordering::Relaxed);
+        settled
     } else {
         counters.lease_lost.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(queue = %queue, task_id = id, "lease lost: another worker has the task");
+        Outcome::LeaseLost
+    };
+    Ok((settled, next))
+}
+
+/// Whether the failure this attempt reported dead-lettered the task (no
+/// attempt left) or retried it, read back for the attempt's span: dead and
+/// still at this attempt's fencing token (a later claim moves the token).
+/// One query per failed attempt, made only when the span is exported.
+async fn fate(q: &QueueRuntime, claimed: &Claimed, conn: &mut Option<Object>) -> Outcome {
+    let dead = async {
+        if conn.is_none() {
+            *conn = Some(q.shared.pool.get().await?);
+        }
+        let c = conn.as_ref().expect("set above");
+        let row = statement::query_one(
+            c,
+            sql::DEAD_AT_TOKEN,
+            &[&q.options.name, &claimed.id, &claimed.fencing_token],
+        )
+        .await?;
+        Ok::<bool, Error>(row.get(0))
     }
-    Ok(next)
+    .await;
+    match dead {
+        Ok(true) => Outcome::DeadLettered,
+        Ok(false) => Outcome::Retried,
+        Err(e) => {
+            *conn = None;
+            tracing::warn!(queue = %q.options.name, task_id = claimed.id, error = %e, "could not read back whether the failure dead-lettered the task");
+            Outcome::Failed
+        }
+    }
 }
 
 fn retry_micros(error: &TaskError) -> Result<Option<i64>, Error> {
