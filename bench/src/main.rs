@@ -6,6 +6,7 @@
 //! Ratios are against the hand-written baseline measured in the same run:
 //! these machines are shared and noisy, so absolute numbers drift.
 
+mod dashboard;
 mod db;
 mod floor;
 mod node;
@@ -69,9 +70,23 @@ struct Args {
     #[arg(long, default_value_t = 54329)]
     port: u16,
     /// Run only these scenarios (floor, enqueue, drain, keys, fair, runtimes, steady,
-    /// clutter, long_tx, churn), for investigating one; the default runs them all.
+    /// clutter, long_tx, churn, dashboard), for investigating one; the default runs them
+    /// all but dashboard, which runs only when named, alone.
     #[arg(long, value_delimiter = ',')]
     only: Option<Vec<String>>,
+    /// The dashboard scenario's `aedb-queue` binary (default: the
+    /// workspace's target/release/aedb-queue).
+    #[arg(long)]
+    cli: Option<PathBuf>,
+    /// The port `aedb-queue serve` listens on in the dashboard scenario.
+    #[arg(long, default_value_t = 18089)]
+    http_port: u16,
+    /// Requests per page in the dashboard scenario.
+    #[arg(long, default_value_t = 300)]
+    dashboard_requests: usize,
+    /// Tasks per run of the counters' on/off loop in the dashboard scenario.
+    #[arg(long, default_value_t = 20_000)]
+    counter_jobs: i32,
     /// Where latest.md and throughput.png go.
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/results"))]
     out: PathBuf,
@@ -903,6 +918,24 @@ async fn main() -> Result<()> {
         port: args.port,
         user: "postgres".into(),
     };
+    // The dashboard scenario (issue 14) runs only when named (`--only
+    // dashboard`), on its own, and writes its own latest.md.
+    if args
+        .only
+        .as_ref()
+        .is_some_and(|o| o.iter().any(|s| s == "dashboard"))
+    {
+        return dashboard::run(dashboard::Options {
+            cluster,
+            cli: args.cli.clone().unwrap_or_else(dashboard::default_cli),
+            http_port: args.http_port,
+            requests: args.dashboard_requests,
+            reps: args.reps.unwrap_or(3),
+            loop_jobs: args.counter_jobs,
+            out: args.out.clone(),
+        })
+        .await;
+    }
     let started = Instant::now();
     let mut bench = Bench {
         cluster,
