@@ -13,9 +13,13 @@ PORT=${AEDB_PORT:-54329}
 # scripts/demo.sql). The other clusters started through this script
 # (regress, bench, upgrade test) preload neither: no reaper may act behind
 # their tests' backs.
+# AEDB_PRELOAD=aedb_queue preloads it in another cluster for its shared
+# memory (queue_counters(), the dashboard's throughput) with the reaper off.
 preload_opts=
 if [ "$DIR" = "$DEMO_DIR" ]; then
     preload_opts="-c shared_preload_libraries=pg_cron,aedb_queue -c cron.database_name=aedb_demo"
+elif [ -n "${AEDB_PRELOAD:-}" ]; then
+    preload_opts="-c shared_preload_libraries=$AEDB_PRELOAD -c aedb_queue.reaper_interval=0"
 fi
 
 case "${1:-start}" in

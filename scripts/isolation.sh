@@ -33,7 +33,8 @@ done
 WORK=${AEDB_TEST_DIR:-/var/tmp/aedb_queue_test}/isolation
 PORT=${AEDB_ISOLATION_PORT:-54333}
 postgres_dir "$(dirname "$WORK")"
-AEDB_CLUSTER_DIR=$WORK AEDB_PORT=$PORT bash scripts/cluster.sh start >/dev/null
+# The library preloaded: queue_counters() (overview.sql) needs its shared memory.
+AEDB_PRELOAD=aedb_queue AEDB_CLUSTER_DIR=$WORK AEDB_PORT=$PORT bash scripts/cluster.sh start >/dev/null
 trap 'AEDB_CLUSTER_DIR=$WORK bash scripts/cluster.sh stop >/dev/null' EXIT
 
 if [ ${#names[@]} -eq 0 ]; then

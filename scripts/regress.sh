@@ -14,7 +14,8 @@ cd "$ROOT"
 WORK=${AEDB_TEST_DIR:-/var/tmp/aedb_queue_test}/regress
 PORT=${AEDB_REGRESS_PORT:-54331}
 postgres_dir "$(dirname "$WORK")"
-AEDB_CLUSTER_DIR=$WORK AEDB_PORT=$PORT bash scripts/cluster.sh start >/dev/null
+# The library preloaded: queue_counters() (overview.sql) needs its shared memory.
+AEDB_PRELOAD=aedb_queue AEDB_CLUSTER_DIR=$WORK AEDB_PORT=$PORT bash scripts/cluster.sh start >/dev/null
 trap 'AEDB_CLUSTER_DIR=$WORK bash scripts/cluster.sh stop >/dev/null' EXIT
 
 tests=(setup)

@@ -49,3 +49,8 @@ pub(crate) fn from_unix_micros(micros: i64) -> TimestampWithTimeZone {
     unsafe { TimestampWithTimeZone::from_datum(pg_sys::Datum::from(at), false) }
         .expect("a timestamptz datum is never NULL")
 }
+
+/// A `TimestampTz` (microseconds since PostgreSQL's epoch) as a timestamp.
+pub(crate) fn from_postgres_micros(at: pg_sys::TimestampTz) -> TimestampWithTimeZone {
+    from_unix_micros(at.saturating_add(POSTGRES_EPOCH_UNIX_MICROS))
+}

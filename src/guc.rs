@@ -31,7 +31,20 @@ pub static REAPER_INTERVAL_MS: GucSetting<i32> = GucSetting::<i32>::new(1000);
 /// cluster-wide lock.
 pub static NOTIFY_COMPLETIONS: GucSetting<bool> = GucSetting::<bool>::new(false);
 
+/// Whether calls count their events for `queue_counters()` (only with
+/// `shared_preload_libraries`). Superuser-only: off is for measuring what
+/// counting costs, not for hiding work from the operators' dashboards.
+pub static TRACK_COUNTERS: GucSetting<bool> = GucSetting::<bool>::new(true);
+
 pub fn register() {
+    GucRegistry::define_bool_guc(
+        c"aedb_queue.track_counters",
+        c"Calls count enqueued, completed, failed, dead-lettered, reclaimed and cancelled tasks per queue in shared memory (queue_counters()).",
+        c"Needs aedb_queue in shared_preload_libraries. Counts are added at commit; off stops counting in the sessions where it is off.",
+        &TRACK_COUNTERS,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
     GucRegistry::define_int_guc(
         c"aedb_queue.reaper_interval",
         c"How often the background-worker reaper fires schedules, promotes timers, reclaims leases and applies retention in each database.",
@@ -114,4 +127,8 @@ pub fn reaper_interval() -> Option<std::time::Duration> {
 
 pub fn notify_completions() -> bool {
     NOTIFY_COMPLETIONS.get()
+}
+
+pub fn track_counters() -> bool {
+    TRACK_COUNTERS.get()
 }

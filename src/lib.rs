@@ -17,6 +17,7 @@ mod bgworker;
 mod cache;
 mod catalog;
 mod clock;
+mod counters;
 mod datum;
 mod duration;
 mod enqueued;
@@ -46,6 +47,8 @@ mod tests_lifecycle;
 #[cfg(any(test, feature = "pg_test"))]
 mod tests_ops;
 #[cfg(any(test, feature = "pg_test"))]
+mod tests_overview;
+#[cfg(any(test, feature = "pg_test"))]
 mod tests_plans;
 #[cfg(any(test, feature = "pg_test"))]
 mod tests_release;
@@ -68,6 +71,7 @@ pub extern "C-unwind" fn _PG_init() {
     store::planner::register();
     store::index_cache::register();
     bgworker::register();
+    counters::register();
 }
 
 /// Hooks for `cargo pgrx test`.

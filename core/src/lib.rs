@@ -10,8 +10,10 @@
 //! - [`schedule`]: cron schedules in time zones and the fire times they owe.
 //! - [`dependency`]: which parents a task waits for and how it starts.
 //! - [`flow`]: flow control (issue 12): the rate limit's token bucket.
+//! - [`counters`]: per-queue event counters in a fixed table (shared memory).
 
 pub mod backoff;
+pub mod counters;
 pub mod dependency;
 pub mod error;
 pub mod fence;

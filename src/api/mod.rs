@@ -8,6 +8,7 @@ mod enqueue;
 mod fence;
 mod fire;
 mod inspect;
+mod overview;
 mod reap;
 mod schedule;
 mod settle;

@@ -16,6 +16,7 @@ use super::flow::{self, SlotChanges};
 use super::{
     execute, with_client, SchemaLevel, Statement, Versioned, BOOL, INT8, INT8_ARRAY, JSONB, TEXT,
 };
+use crate::counters::{self, Counter};
 use crate::datum::{RawJsonb, RawTaskRow};
 use crate::errors::Result;
 
@@ -250,7 +251,8 @@ macro_rules! parents_failed {
                  ARRAY(SELECT queue FROM changed WHERE key IS NOT NULL),
                  ARRAY(SELECT key FROM changed WHERE key IS NOT NULL),
                  ARRAY(SELECT queue FROM changed WHERE okey IS NOT NULL),
-                 ARRAY(SELECT okey FROM changed WHERE okey IS NOT NULL)"
+                 ARRAY(SELECT okey FROM changed WHERE okey IS NOT NULL),
+                 ARRAY(SELECT queue FROM changed WHERE state = 'dead')"
         )
     };
 }
@@ -416,6 +418,7 @@ pub fn complete_parents(
         if applied.is_empty() {
             return Ok((applied, Vec::new()));
         }
+        counters::count(queue, Counter::Completed, applied.len() as u64);
         let parents: Vec<i64> = applied.iter().map(|p| p.0).collect();
         let woken = release_children_in(client, parents, slots)?;
         Ok((applied, woken))
@@ -477,15 +480,20 @@ pub(super) fn parents_failed_in(
             &[parents.clone().into(), how.into()],
         )?;
         let mut slots = SlotChanges::default();
-        let (next, ready) = rows
+        let (next, ready, dead) = rows
             .first(|row| {
                 arrived(&mut slots, row, 3)?;
                 Ok((
                     row.get::<Vec<i64>>(1)?.unwrap_or_default(),
                     row.get::<Vec<String>>(2)?.unwrap_or_default(),
+                    row.get::<Vec<String>>(7)?.unwrap_or_default(),
                 ))
             })?
             .unwrap_or_default();
+        // One entry per child dead-lettered with its parent, by its queue.
+        for queue in &dead {
+            counters::count(queue, Counter::DeadLettered, 1);
+        }
         woken.extend(ready);
         woken.extend(flow::settle_in(client, slots)?);
         parents = next;

@@ -17,6 +17,7 @@ use super::{
     execute, first_i64, with_client, SchemaLevel, Statement, Versioned, INT4, INT8, INT8_ARRAY,
     INTERVAL, JSONB_ARRAY, TEXT, TIMESTAMPTZ,
 };
+use crate::counters::{self, Counter};
 use crate::datum::RawJsonb;
 use crate::errors::{internal, Result};
 use pgrx::datum::Interval;
@@ -226,6 +227,11 @@ fn insert(
             slots.joined(task.queue, key);
         }
         with_client(|client| super::flow::settle_in(client, slots))?;
+    }
+    let n = rows.ids.len() as u64;
+    counters::count(task.queue, Counter::Enqueued, n);
+    if let NewState::Dead(_) = task.state {
+        counters::count(task.queue, Counter::DeadLettered, n);
     }
     Ok(rows.ids)
 }

@@ -14,6 +14,7 @@ use super::{
     execute, with_client, Rows, SchemaLevel, Statement, Versioned, INT4, INT8, INT8_ARRAY,
     INTERVAL, JSONB, TEXT, TIMESTAMPTZ,
 };
+use crate::counters::{self, Counter};
 use crate::datum::RawJsonb;
 use crate::errors::{internal, Result};
 use crate::guc;
@@ -643,6 +644,9 @@ fn reap_in(
         ))
     })?;
     let (reaped, dead_parents) = reaped.unwrap_or_default();
+    // Every expired lease taken back is reclaimed, to a retry or to dead.
+    counters::count(queue, Counter::Reclaimed, (reaped.reclaimed + reaped.dead_lettered) as u64);
+    counters::count(queue, Counter::DeadLettered, reaped.dead_lettered as u64);
     flow::settle_in(client, slots)?;
     if !dead_parents.is_empty() {
         super::dependency::parents_failed_in(client, dead_parents, "was dead-lettered")?;
@@ -886,10 +890,14 @@ pub fn complete(
         }
         flow::settle_in(client, slots).map(Some)
     })?;
-    if let Some(woken) = done {
-        return Ok(Some(woken));
+    let done = match done {
+        Some(woken) => Some(woken),
+        None => complete_if_parent(queue, task_id, fencing_token, result)?,
+    };
+    if done.is_some() {
+        counters::count(queue, Counter::Completed, 1);
     }
-    complete_if_parent(queue, task_id, fencing_token, result)
+    Ok(done)
 }
 
 /// The parent path, tried when the plain one applied to nothing: only on
@@ -937,6 +945,7 @@ pub fn complete_many(
             )?
             .map(&mut completed)?
         };
+        counters::count(queue, Counter::Completed, pairs.len() as u64);
         Ok((pairs, flow::settle_in(client, slots)?))
     })
 }
@@ -986,6 +995,10 @@ pub fn settle_failure(
                 Ok(row.get::<bool>(1)? == Some(true))
             })?
             .unwrap_or_default();
+        counters::count(queue, Counter::Failed, 1);
+        if state == "dead" {
+            counters::count(queue, Counter::DeadLettered, 1);
+        }
         let mut woken = flow::settle_in(client, slots)?;
         if state == "dead" && has_dependents {
             woken.extend(super::dependency::parents_failed_in(
@@ -1063,6 +1076,7 @@ pub fn cancel(queue: &str, task_id: i64) -> Result<Option<Vec<String>>> {
         else {
             return Ok(None);
         };
+        counters::count(queue, Counter::Cancelled, 1);
         let mut woken = flow::settle_in(client, slots)?;
         if has_dependents {
             woken.extend(super::dependency::parents_failed_in(

@@ -258,7 +258,16 @@ BEGIN
               (41, 'queue_configure_fairness',
                   format('SELECT aedb_queue.queue_configure_fairness(%L, ''f_'' || session_user, 2)', q)),
               (42, 'SELECT FROM aedb_queue.fairness_keys',
-                  format('SELECT CASE WHEN count(*) > 0 THEN ''rows'' ELSE ''no rows'' END FROM aedb_queue.fairness_keys WHERE queue = %L', q))
+                  format('SELECT CASE WHEN count(*) > 0 THEN ''rows'' ELSE ''no rows'' END FROM aedb_queue.fairness_keys WHERE queue = %L', q)),
+              -- what dashboards read: only queues the caller may read
+              (43, 'queue_overview',
+                  format('SELECT CASE WHEN count(*) > 0 THEN ''rows'' ELSE ''no rows'' END FROM aedb_queue.queue_overview() WHERE queue = %L', q)),
+              (44, 'queue_counters',
+                  format('SELECT CASE WHEN count(*) > 0 THEN ''rows'' ELSE ''no rows'' END FROM aedb_queue.queue_counters() WHERE queue = %L', q)),
+              (45, 'queue_access',
+                  format('SELECT CASE WHEN count(*) > 0 THEN ''rows'' ELSE ''no rows'' END FROM aedb_queue.queue_access() WHERE queue = %L', q)),
+              (46, 'queue_find',
+                  format('SELECT CASE WHEN count(*) > 0 THEN ''rows'' ELSE ''no rows'' END FROM aedb_queue.queue_find(task_id => %s)', id->'get'))
             ) AS v(seq, entry, sql);
         END LOOP;
     END LOOP;
@@ -370,6 +379,28 @@ SELECT fired FROM aedb_queue.queue_reap('perm_b.jobs');
 :sqlstate
 RESET SESSION AUTHORIZATION;
 SELECT queue, name, cron, paused FROM aedb_queue.queue_schedule_list() WHERE queue LIKE 'perm\_%' ORDER BY queue;
+
+-- What a dashboard connected as a confined admin (admin on perm_a.*) can
+-- learn: its own queues' figures, counters and access only; no overflow
+-- row (it would sum other tenants' queues); another tenant's task neither
+-- by id nor by idempotency key, in every queue or named.
+SET SESSION AUTHORIZATION perm_cadmin;
+SELECT queue, produce, work, administer FROM aedb_queue.queue_access() ORDER BY queue;
+SELECT queue FROM aedb_queue.queue_overview() ORDER BY queue;
+SELECT count(*) FILTER (WHERE queue IS NULL) AS overflow_rows,
+       count(*) FILTER (WHERE queue NOT LIKE 'perm\_a.%') AS foreign_rows
+FROM aedb_queue.queue_counters();
+SELECT count(*) AS found FROM aedb_queue.queue_find(task_id => :keyed);
+SELECT count(*) AS found FROM aedb_queue.queue_find(idempotency_key => 'perm-key');
+SELECT count(*) AS found FROM aedb_queue.queue_find(idempotency_key => 'perm-key', queue => 'perm_b.jobs');
+RESET SESSION AUTHORIZATION;
+-- An unconfined worker may work but neither enqueue (no EXECUTE on
+-- queue_enqueue) nor administer; it sees the overflow row if there is one.
+SET SESSION AUTHORIZATION perm_worker;
+SELECT queue, produce, work, administer FROM aedb_queue.queue_access()
+WHERE queue LIKE 'perm\_%' ORDER BY queue;
+SELECT count(*) AS found FROM aedb_queue.queue_find(idempotency_key => 'perm-key');
+RESET SESSION AUTHORIZATION;
 
 -- A confined admin (admin on perm_a.*) cannot hand perm_a queues to a role
 -- it does not administer: an unconfined role (that would confine it), or a
