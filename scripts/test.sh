@@ -35,8 +35,10 @@ done
 log "6/8 integration tests over TCP"
 cargo test -p aedb_queue_itests -- --test-threads=2
 
-log "7/8 Rust client, worker runtime and operator CLI (against throw-away clusters)"
+log "7/8 Rust client, worker runtime (with its OpenTelemetry spans) and operator CLI (against throw-away clusters); the Grafana board"
 cargo test -p aedb_queue_client -p aedb_queue_cli -- --test-threads=2
+cargo test -p aedb_queue_client --features otel --test otel
+python3 docs/grafana/check.py
 
 log "8/8 Python package (pytest against a throw-away cluster)"
 bash clients/python/test.sh
