@@ -52,6 +52,10 @@ export AEDB_PG_BIN="$PG_BIN"
 
 log "building and installing aedb_queue (release)"
 bash scripts/install.sh --release >/dev/null
-AEDB_CLUSTER_DIR=${AEDB_BENCH_DIR:-/var/tmp/aedb_queue_bench} AEDB_PORT=${AEDB_BENCH_PORT:-54340} bash scripts/cluster.sh start
+# The library preloaded (reaper off): its shared-memory counters are on, as
+# in production, and the dashboard section compares them on and off.
+AEDB_PRELOAD=aedb_queue AEDB_CLUSTER_DIR=${AEDB_BENCH_DIR:-/var/tmp/aedb_queue_bench} AEDB_PORT=${AEDB_BENCH_PORT:-54340} bash scripts/cluster.sh start
+log "building aedb-queue (release: the dashboard scenario serves its pages)"
+cargo build --release -q -p aedb_queue_cli
 log "benchmark"
 cargo run --release -q -p aedb_queue_bench -- --port "${AEDB_BENCH_PORT:-54340}" "$@"
