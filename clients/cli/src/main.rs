@@ -11,6 +11,7 @@ mod enqueue;
 mod error;
 mod inspect;
 mod output;
+mod serve;
 mod sql;
 mod tail;
 
@@ -191,6 +192,15 @@ enum Command {
         #[arg(long, value_name = "SECONDS", default_value_t = 1.0, value_parser = positive_secs)]
         interval: f64,
     },
+
+    /// Serve the web dashboard and Prometheus metrics (/metrics) over HTTP.
+    ///
+    /// Pages show what the connecting role may read; actions (pause, resume,
+    /// retry, cancel, purge) are offered on queues it administers. Figures
+    /// come from queue_overview (bounded counts, estimates marked "~") and
+    /// queue_counters (needs shared_preload_libraries = 'aedb_queue').
+    /// Prints "listening on http://ADDR" once bound; runs until Ctrl-C.
+    Serve(serve::Options),
 }
 
 fn positive_secs(s: &str) -> std::result::Result<f64, String> {
@@ -209,6 +219,9 @@ async fn run(cli: Cli) -> Result<()> {
     let json = cli.json;
     if let Command::Tail { queues, interval } = &cli.command {
         return tail::run(&cfg, queues, *interval, json).await;
+    }
+    if let Command::Serve(opts) = &cli.command {
+        return serve::run(&cfg, opts).await;
     }
     let c = conn::connect(&cfg).await?;
     match cli.command {
@@ -248,17 +261,20 @@ async fn run(cli: Cli) -> Result<()> {
                 None => enqueue::one(&c, &queue, payload.as_ref(), &opts, json).await,
             }
         }
-        Command::Tail { .. } => unreachable!("handled above"),
+        Command::Tail { .. } | Command::Serve(_) => unreachable!("handled above"),
     }
 }
 
 fn main() -> ExitCode {
     // Usage errors print clap's message and exit 2; --help and --version exit 0.
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    // One thread is plenty for a command; the server uses every core.
+    let mut builder = if matches!(cli.command, Command::Serve(_)) {
+        tokio::runtime::Builder::new_multi_thread()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");
