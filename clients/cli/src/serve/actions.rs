@@ -1,0 +1,191 @@
+//! The POST actions: pause, resume, retry dead tasks, purge, cancel.
+//!
+//! Each first checks the form's CSRF token (the per-process random token
+//! every form carries) and, when the browser sent one, that the Origin is
+//! this server's own (the Host it was reached at): a page elsewhere cannot
+//! make an operator's browser act. Then the extension's own call, which
+//! checks the role's rights; a refusal is shown with its SQLSTATE (42501:
+//! 403). Success redirects (303) back with a flash message.
+
+use std::collections::HashMap;
+
+use axum::extract::{Path, State};
+use axum::http::header::{HOST, LOCATION, ORIGIN, SET_COOKIE};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Form;
+
+use super::pages::{flash_cookie, queue_href, PageError};
+use super::queries;
+use super::Shared;
+
+type Fields = HashMap<String, String>;
+
+/// Dead tasks moved per `queue_retry_dead` call (each its own transaction,
+/// so no call holds row locks on a whole backlog), and calls per click.
+const RETRY_CHUNK: i32 = 1000;
+const RETRY_CALLS: usize = 100;
+
+/// Equal without an early exit on the first difference.
+fn same(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The Origin header, if sent, must be `http://<the Host it came to>`.
+fn origin_ok(headers: &HeaderMap) -> bool {
+    let Some(origin) = headers.get(ORIGIN) else {
+        return true;
+    };
+    let host = headers.get(HOST).and_then(|h| h.to_str().ok());
+    match (origin.to_str().ok(), host) {
+        (Some(o), Some(h)) => o == format!("http://{h}") || o == format!("https://{h}"),
+        _ => false,
+    }
+}
+
+/// 403 unless the token and the origin are this server's.
+fn check_request(app: &super::App, headers: &HeaderMap, fields: &Fields) -> Result<(), PageError> {
+    let token_ok = fields.get("csrf").is_some_and(|t| same(t, &app.csrf));
+    if !token_ok {
+        return Err(PageError::new(StatusCode::FORBIDDEN, "Missing or wrong CSRF token: reload the page and try again."));
+    }
+    if !origin_ok(headers) {
+        return Err(PageError::new(StatusCode::FORBIDDEN, "This request came from another site's page: refused."));
+    }
+    Ok(())
+}
+
+/// 303 to `path`, carrying `msg` to that page.
+fn see(path: &str, msg: &str) -> Response {
+    (
+        StatusCode::SEE_OTHER,
+        [(LOCATION, path.to_string()), (SET_COOKIE, flash_cookie(msg))],
+    )
+        .into_response()
+}
+
+fn task_id_field(fields: &Fields) -> Result<Option<i64>, PageError> {
+    match fields.get("task_id").map(|s| s.trim()).filter(|s| !s.is_empty()) {
+        None => Ok(None),
+        Some(s) => s
+            .parse()
+            .map(Some)
+            .map_err(|_| PageError::new(StatusCode::BAD_REQUEST, format!("task_id {s:?} is not a task id"))),
+    }
+}
+
+async fn set_paused(app: Shared, queue: String, headers: HeaderMap, fields: Fields, paused: bool) -> Result<Response, PageError> {
+    check_request(&app, &headers, &fields)?;
+    let c = app.pool.get().await?;
+    let changed = queries::set_paused(&c, &queue, paused).await?;
+    let msg = match (paused, changed) {
+        (true, true) => format!("Paused {queue}: nothing is handed out until it is resumed."),
+        (true, false) => format!("{queue} was already paused."),
+        (false, true) => format!("Resumed {queue}."),
+        (false, false) => format!("{queue} was not paused."),
+    };
+    Ok(see(&queue_href(&queue), &msg))
+}
+
+pub async fn pause(State(app): State<Shared>, Path(queue): Path<String>, headers: HeaderMap, Form(f): Form<Fields>) -> Result<Response, PageError> {
+    set_paused(app, queue, headers, f, true).await
+}
+
+pub async fn resume(State(app): State<Shared>, Path(queue): Path<String>, headers: HeaderMap, Form(f): Form<Fields>) -> Result<Response, PageError> {
+    set_paused(app, queue, headers, f, false).await
+}
+
+/// One task (`task_id`), or every dead task in chunks.
+pub async fn retry_dead(State(app): State<Shared>, Path(queue): Path<String>, headers: HeaderMap, Form(f): Form<Fields>) -> Result<Response, PageError> {
+    check_request(&app, &headers, &f)?;
+    let task_id = task_id_field(&f)?;
+    let c = app.pool.get().await?;
+    let msg = match task_id {
+        Some(id) => match queries::retry_dead(&c, &queue, Some(id), None).await? {
+            0 => format!("Task {id} is not dead: nothing moved."),
+            _ => format!("Moved task {id} back to ready."),
+        },
+        None => {
+            let mut moved = 0;
+            let mut more = true;
+            for _ in 0..RETRY_CALLS {
+                let n = queries::retry_dead(&c, &queue, None, Some(RETRY_CHUNK)).await?;
+                moved += n;
+                if n < i64::from(RETRY_CHUNK) {
+                    more = false;
+                    break;
+                }
+            }
+            if more {
+                format!("Moved {moved} dead tasks of {queue} back to ready; more are dead: retry again.")
+            } else {
+                format!("Moved {moved} dead tasks of {queue} back to ready.")
+            }
+        }
+    };
+    let back = match (task_id, f.get("back").map(String::as_str)) {
+        (Some(id), Some("task")) => format!("/tasks/{id}"),
+        _ => queue_href(&queue),
+    };
+    Ok(see(&back, &msg))
+}
+
+/// Every task of one state; `confirm` must be the queue's name.
+pub async fn purge(State(app): State<Shared>, Path(queue): Path<String>, headers: HeaderMap, Form(f): Form<Fields>) -> Result<Response, PageError> {
+    check_request(&app, &headers, &f)?;
+    if f.get("confirm").map(|s| s.as_str()) != Some(queue.as_str()) {
+        return Err(PageError::new(
+            StatusCode::BAD_REQUEST,
+            format!("Nothing purged: type the queue's name (\"{queue}\") to confirm."),
+        ));
+    }
+    let state = f.get("state").map(|s| s.trim()).unwrap_or("");
+    let force = f.get("force").is_some_and(|v| v == "true" || v == "on");
+    let c = app.pool.get().await?;
+    let n = queries::purge(&c, &queue, state, force).await?;
+    Ok(see(&queue_href(&queue), &format!("Purged {n} {state} tasks of {queue}.")))
+}
+
+/// One task, wherever the role may read it; back to its queue.
+pub async fn cancel(State(app): State<Shared>, Path(id): Path<i64>, headers: HeaderMap, Form(f): Form<Fields>) -> Result<Response, PageError> {
+    check_request(&app, &headers, &f)?;
+    let c = app.pool.get().await?;
+    let task = queries::find_by_id(&c, id)
+        .await?
+        .ok_or_else(|| PageError::not_found(format!("No task {id} in a queue this role may read.")))?;
+    let msg = if queries::cancel(&c, &task.queue, id).await? {
+        format!("Cancelled task {id}.")
+    } else {
+        format!("Task {id} was not cancelled (it is no longer queued).")
+    };
+    Ok(see(&queue_href(&task.queue), &msg))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, v.parse().unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn only_this_servers_origin_passes() {
+        assert!(origin_ok(&headers(&[("host", "127.0.0.1:8080")])), "no Origin: a form post from an old browser, or curl");
+        assert!(origin_ok(&headers(&[("host", "127.0.0.1:8080"), ("origin", "http://127.0.0.1:8080")])));
+        assert!(!origin_ok(&headers(&[("host", "127.0.0.1:8080"), ("origin", "http://evil.example")])));
+        assert!(!origin_ok(&headers(&[("host", "127.0.0.1:8080"), ("origin", "null")])));
+        assert!(!origin_ok(&headers(&[("origin", "http://127.0.0.1:8080")])));
+    }
+
+    #[test]
+    fn tokens_compare_whole() {
+        assert!(same("abc", "abc"));
+        assert!(!same("abc", "abd"));
+        assert!(!same("abc", "ab"));
+    }
+}
