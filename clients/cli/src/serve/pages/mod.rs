@@ -71,8 +71,10 @@ document.addEventListener('submit', function (e) {
 "#;
 
 /// The page shell: `<title>` starting with "aedb_queue", the nav with the
-/// search form, the flash message if any.
-pub fn layout(title: &str, flash: Option<&str>, body: Markup) -> Markup {
+/// search form, the flash message if any. `csrf` goes in a meta tag too
+/// (`meta[name=csrf-token]`), for scripts and for tests of the server's
+/// own checks; error pages leave it out.
+pub fn layout(title: &str, csrf: Option<&str>, flash: Option<&str>, body: Markup) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -80,6 +82,7 @@ pub fn layout(title: &str, flash: Option<&str>, body: Markup) -> Markup {
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { "aedb_queue · " (title) }
+                @if let Some(token) = csrf { meta name="csrf-token" content=(token); }
                 style { (PreEscaped(CSS)) }
             }
             body {
@@ -206,7 +209,7 @@ impl IntoResponse for PageError {
             p.error role="alert" { (self.message) }
             p { a href="/" { "All queues" } }
         };
-        (self.status, layout(title, None, body)).into_response()
+        (self.status, layout(title, None, None, body)).into_response()
     }
 }
 
@@ -329,10 +332,11 @@ mod tests {
             count(1200, true).into_string(),
             "<span class=\"estimate\" title=\"estimate\">~1200</span>"
         );
-        let page = layout("<q>", Some("<b>done</b>"), html! { p { ("<script>x</script>") } }).into_string();
+        let page = layout("<q>", Some("t0k"), Some("<b>done</b>"), html! { p { ("<script>x</script>") } }).into_string();
         assert!(page.contains("&lt;script&gt;x&lt;/script&gt;"), "{page}");
         assert!(page.contains("<p class=\"flash\" role=\"status\">&lt;b&gt;done&lt;/b&gt;</p>"), "{page}");
         assert!(page.contains("<title>aedb_queue · &lt;q&gt;</title>"), "{page}");
+        assert!(page.contains("<meta name=\"csrf-token\" content=\"t0k\">"), "{page}");
     }
 
     #[test]

@@ -61,10 +61,19 @@ async fn load(app: &crate::serve::App, queue: &str) -> Result<QueuePage, PageErr
         ready: ready?,
         scheduled: scheduled?,
         dead: dead?,
-        schedules: schedules?,
-        concurrency_keys: ckeys?,
-        ordering_keys: okeys?,
+        schedules: unless_refused(schedules)?,
+        concurrency_keys: unless_refused(ckeys)?,
+        ordering_keys: unless_refused(okeys)?,
     })
+}
+
+/// A side section the role may not read (the key views are for admins)
+/// is left out instead of refusing the page.
+fn unless_refused<T: Default>(r: queries::DbResult<T>) -> Result<T, PageError> {
+    match r {
+        Err(e) if crate::serve::sqlstate(&e).as_deref() == Some("42501") => Ok(T::default()),
+        other => Ok(other?),
+    }
 }
 
 /// A form posting to `/queues/{queue}/{path}` with the CSRF token.
@@ -400,5 +409,5 @@ pub async fn page(State(app): State<Shared>, Path(queue): Path<String>, flash: F
         (schedules_section(&p.schedules))
         (keys_section(&p.concurrency_keys, &p.ordering_keys))
     };
-    Ok(respond(&flash, layout(&queue, flash.0.as_deref(), body)))
+    Ok(respond(&flash, layout(&queue, Some(&app.csrf), flash.0.as_deref(), body)))
 }

@@ -57,5 +57,5 @@ pub async fn page(State(app): State<Shared>, Query(params): Query<HashMap<String
             }
         }
     };
-    Ok(layout("search", None, body).into_response())
+    Ok(layout("search", Some(&app.csrf), None, body).into_response())
 }

@@ -118,5 +118,5 @@ pub async fn page(State(app): State<Shared>, Path(id): Path<i64>, flash: Flash) 
         }
         (parents_section(&parents))
     };
-    Ok(respond(&flash, layout(&format!("task {id}"), flash.0.as_deref(), body)))
+    Ok(respond(&flash, layout(&format!("task {id}"), Some(&app.csrf), flash.0.as_deref(), body)))
 }
