@@ -7,7 +7,8 @@
 -- limit) and named in `estimated`; exact_limit => 1000 bounds a call to a
 -- few thousand index entries per queue. oldest_ready_age is the age of
 -- the queue's next task in service order (the head of the ready index):
--- the oldest ready task in a FIFO queue without priorities.
+-- the oldest ready task in a FIFO queue without priorities. queue_name:
+-- that queue alone (a page about one queue).
 
 -- The planner's rows for one figure of one queue. The statements are
 -- constants; `figure` only picks one.
@@ -49,7 +50,7 @@ BEGIN
 END
 $body$;
 
-CREATE FUNCTION aedb_queue.queue_overview(exact_limit integer DEFAULT 1000)
+CREATE FUNCTION aedb_queue.queue_overview(exact_limit integer DEFAULT 1000, queue_name text DEFAULT NULL)
 RETURNS TABLE(queue text, paused boolean, waiting bigint, scheduled bigint, blocked bigint,
               ready bigint, in_flight bigint, dead bigint, completed_kept bigint,
               estimated text[], oldest_ready_age interval, next_due timestamptz,
@@ -100,7 +101,8 @@ BEGIN
                 FROM (SELECT t.waiting_on FROM aedb_queue.task t
                        WHERE t.queue = q.name AND t.state > 'dead'
                        LIMIT exact_limit) w) h
-         WHERE aedb_queue_internal.can_read(q.name)
+         WHERE (queue_name IS NULL OR q.name = queue_name)
+           AND aedb_queue_internal.can_read(q.name)
          ORDER BY q.name
     LOOP
         queue := r.name;

@@ -71,6 +71,18 @@ mod tests {
     }
 
     #[pg_test]
+    fn overview_of_one_queue_reads_that_queue_alone() {
+        enqueue("ov1", "");
+        enqueue("ov2", "");
+        let queues: String = one(
+            "SELECT string_agg(queue, ',') FROM aedb_queue.queue_overview(queue_name => 'ov2')",
+        );
+        assert_eq!(queues, "ov2");
+        let none: i64 = one("SELECT count(*) FROM aedb_queue.queue_overview(queue_name => 'nope')");
+        assert_eq!(none, 0);
+    }
+
+    #[pg_test]
     fn overview_refuses_a_limit_out_of_range() {
         for limit in ["0", "-1", "NULL", "1000001"] {
             expect_error(

@@ -26,6 +26,8 @@ FROM aedb_queue.queue_overview() WHERE queue = 'shop.mail';
 SELECT ready >= 2 AS at_least_the_limit, estimated, in_flight, dead
 FROM aedb_queue.queue_overview(exact_limit => 2) WHERE queue = 'shop.mail';
 SELECT * FROM aedb_queue.queue_overview(exact_limit => 0);
+-- queue_name: one queue alone, for a page about it.
+SELECT queue, ready FROM aedb_queue.queue_overview(queue_name => 'shop.mail');
 
 -- queue_counters: events since the server started, per queue, counted
 -- when the transaction that made them commits. Numbers below are the
