@@ -726,26 +726,35 @@ fn metrics_follow_enqueues_completions_and_failures() {
     let series = |name: &str| format!("{name}{{queue=\"{q}\"}}");
     let mut producer = cluster().connect_as(PRODUCER);
     let mut worker = cluster().connect_as(WORKER);
-    for i in 0..4 {
-        enqueue(&mut producer, &q, &json!(i));
+    // Distinct figures, so that no two counters can be mixed up unseen.
+    let ids = enqueue_batch(&mut producer, &q, &(0..10).map(|i| json!(i)).collect::<Vec<_>>());
+    let ts = claim(&mut worker, &q, "w", "5 minutes", 8);
+    for t in &ts[..4] {
+        assert_eq!(complete(&mut worker, &q, t.task_id, t.fencing_token), Outcome::Applied);
     }
-    let ts = claim(&mut worker, &q, "w", "5 minutes", 3);
-    assert_eq!(complete(&mut worker, &q, ts[0].task_id, ts[0].fencing_token), Outcome::Applied);
-    fail_with(&mut worker, &q, ts[1].task_id, ts[1].fencing_token, "no", &FailOpts { dead_letter: Some(true), ..Default::default() });
+    fail_with(&mut worker, &q, ts[4].task_id, ts[4].fencing_token, "no", &FailOpts { dead_letter: Some(true), ..Default::default() });
+    for t in &ts[5..7] {
+        let retry = FailOpts { retry_in: Some("1 hour".into()), ..Default::default() };
+        assert_eq!(fail_with(&mut worker, &q, t.task_id, t.fencing_token, "later", &retry), Outcome::Applied);
+    }
     let mut admin = cluster().connect_as(ADMIN);
-    assert!(cancel(&mut admin, &q, ts[2].task_id));
+    assert!(cancel(&mut admin, &q, ts[7].task_id), "in flight");
+    assert!(cancel(&mut admin, &q, ids[9]), "ready");
 
     let m = server.metrics();
     assert_eq!(must_sample(&m, "aedb_queue_up"), 1.0);
     assert_eq!(must_sample(&m, "aedb_queue_counters_up"), 1.0);
     assert!(must_sample(&m, "aedb_queue_scrape_duration_seconds") >= 0.0);
     let state = |s: &str| must_sample(&m, &format!("aedb_queue_tasks{{queue=\"{q}\",state=\"{s}\"}}"));
-    assert_eq!((state("ready"), state("in_flight"), state("dead"), state("scheduled")), (1.0, 0.0, 1.0, 0.0));
-    assert_eq!(must_sample(&m, &series("aedb_queue_enqueued_total")), 4.0);
-    assert_eq!(must_sample(&m, &series("aedb_queue_completed_total")), 1.0);
-    assert_eq!(must_sample(&m, &series("aedb_queue_failed_total")), 1.0);
+    assert_eq!(
+        (state("ready"), state("in_flight"), state("scheduled"), state("dead"), state("waiting"), state("blocked")),
+        (1.0, 0.0, 2.0, 1.0, 0.0, 0.0)
+    );
+    assert_eq!(must_sample(&m, &series("aedb_queue_enqueued_total")), 10.0);
+    assert_eq!(must_sample(&m, &series("aedb_queue_completed_total")), 4.0);
+    assert_eq!(must_sample(&m, &series("aedb_queue_failed_total")), 3.0);
     assert_eq!(must_sample(&m, &series("aedb_queue_dead_lettered_total")), 1.0);
-    assert_eq!(must_sample(&m, &series("aedb_queue_cancelled_total")), 1.0);
+    assert_eq!(must_sample(&m, &series("aedb_queue_cancelled_total")), 2.0);
     assert_eq!(must_sample(&m, &series("aedb_queue_reclaimed_total")), 0.0);
     assert_eq!(must_sample(&m, &series("aedb_queue_paused")), 0.0);
     assert_eq!(must_sample(&m, &series("aedb_queue_expired_leases")), 0.0);
