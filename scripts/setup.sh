@@ -2,14 +2,21 @@
 # Installs what building and testing aedb_queue needs on Debian 12, skipping
 # whatever is already there: PostgreSQL 15 with server headers and pg_cron,
 # clang for bindgen, sudo (cargo pgrx --runas uses it), python3-venv (the
-# Python package's tests run in a virtualenv), cargo-pgrx 0.18.1.
+# Python package's tests run in a virtualenv), chromium, nodejs and npm (the
+# dashboard's browser tests, clients/cli/browser: playwright-core from npm
+# drives Debian's headless chromium), cargo-pgrx 0.18.1.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
-packages=(postgresql-15 postgresql-server-dev-15 postgresql-15-cron libclang-dev clang sudo pkg-config python3-venv)
+packages=(postgresql-15 postgresql-server-dev-15 postgresql-15-cron libclang-dev clang sudo pkg-config python3-venv
+          chromium nodejs npm)
 missing=()
 for p in "${packages[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' && continue
+    # A Node.js from another source (NodeSource's nodejs bundles npm, and
+    # conflicts with Debian's npm) serves as well: keep it.
+    case "$p" in nodejs) command -v node >/dev/null && continue ;; npm) command -v npm >/dev/null && continue ;; esac
+    missing+=("$p")
 done
 if ((${#missing[@]})); then
     log "apt: installing ${missing[*]}"

@@ -1,0 +1,146 @@
+-- The browser tests' data: roles and tasks in every state, made through the
+-- extension's SQL functions as the roles that would make them. Run by run.sh:
+--   psql -h 127.0.0.1 -p PORT -U postgres -d aedb_browser -v ON_ERROR_STOP=1 -At -f seed.sql
+-- Its last statement prints one JSON object of the ids the tests look for.
+-- Claims happen while the task to claim is its queue's only ready one, so
+-- which task each claim takes is known.
+\set ON_ERROR_STOP on
+\set QUIET on
+
+CREATE EXTENSION aedb_queue;
+
+-- dash_admin: an unconfined admin. dash_reader: a worker, which may read every
+-- queue and administer none (no action forms). dash_tenant: an admin confined
+-- to tenant_a.* that may also work (and so read) emails; it sees no other queue.
+CREATE ROLE dash_admin LOGIN;
+GRANT aedb_queue_admin TO dash_admin;
+CREATE ROLE dash_reader LOGIN;
+GRANT aedb_queue_worker TO dash_reader;
+CREATE ROLE dash_tenant LOGIN;
+GRANT aedb_queue_admin TO dash_tenant;
+
+\c - dash_admin
+SELECT aedb_queue.queue_grant('tenant_a.*', 'dash_tenant', 'admin') \g /dev/null
+SELECT aedb_queue.queue_grant('emails', 'dash_tenant', 'worker') \g /dev/null
+
+SELECT 1 FROM aedb_queue.queue_configure('emails', keep_completed => '7 days', max_attempts => 3) \g /dev/null
+SELECT 1 FROM aedb_queue.queue_configure('sync', concurrency_limit => 1) \g /dev/null
+SELECT 1 FROM aedb_queue.queue_configure('audit', keep_completed => '1 day') \g /dev/null
+
+-- emails: a completed task kept (with a result and a follow-up into audit),
+-- a dead one with its error, one in flight, then ready and scheduled ones.
+-- (follow-ups are enqueues: this worker is the admin, who may also produce)
+SELECT task_id AS e_done FROM aedb_queue.queue_enqueue('emails', '{"to": "eve@example.com", "order_id": 0}', idempotency_key => 'receipt-0') \gset
+SELECT fencing_token AS tok FROM aedb_queue.queue_claim('emails', 'worker-3', lease => '1 hour') \gset
+SELECT aedb_queue.queue_complete('emails', :e_done, :tok, result => '{"sent": true, "message_id": "m-0"}',
+       follow_ups => '[{"queue": "audit", "payload": {"order_id": 0, "event": "receipt sent"}}]') \g /dev/null
+SELECT task_id AS e_followup FROM aedb_queue.queue_list('audit', 'ready') ORDER BY task_id LIMIT 1 \gset
+
+SELECT task_id AS e_dead FROM aedb_queue.queue_enqueue('emails', '{"to": "mallory@example.com", "order_id": 9}', max_attempts => 2) \gset
+\c - dash_reader
+SELECT fencing_token AS tok FROM aedb_queue.queue_claim('emails', 'worker-3') \gset
+SELECT aedb_queue.queue_fail('emails', :e_dead, :tok, 'SMTP timeout: 421 4.7.0 try again later', retry_in => '0') \g /dev/null
+SELECT fencing_token AS tok FROM aedb_queue.queue_claim('emails', 'worker-3') \gset
+SELECT aedb_queue.queue_fail('emails', :e_dead, :tok, 'SMTP 550 5.1.1 mailbox unavailable: mallory@example.com') \g /dev/null
+\c - dash_admin
+
+SELECT task_id AS e_run FROM aedb_queue.queue_enqueue('emails', '{"to": "ada@example.com", "order_id": 7}', idempotency_key => 'receipt-7') \gset
+\c - dash_reader
+SELECT fencing_token AS e_run_tok FROM aedb_queue.queue_claim('emails', 'worker-7', lease => '1 hour') \gset
+SELECT aedb_queue.queue_heartbeat('emails', :e_run, :e_run_tok, extend => '1 hour', progress => '{"step": 2, "of": 3}') \g /dev/null
+\c - dash_admin
+
+SELECT task_id AS e_ready FROM aedb_queue.queue_enqueue('emails', '{"to": "ada@example.com", "order_id": 1}', idempotency_key => 'receipt-1') \gset
+SELECT task_id AS e_cancel FROM aedb_queue.queue_enqueue('emails', '{"to": "bob@example.com", "order_id": 2}', idempotency_key => 'cancel-me') \gset
+SELECT task_id AS e_dup FROM aedb_queue.queue_enqueue('emails', '{"to": "carol@example.com", "order_id": 3}', idempotency_key => 'dup-key') \gset
+SELECT task_id AS e_sched FROM aedb_queue.queue_enqueue('emails', '{"to": "dave@example.com", "order_id": 4}', delay => '1 hour') \gset
+SELECT task_id AS e_sched_cancel FROM aedb_queue.queue_enqueue('emails', '{"to": "frank@example.com", "order_id": 5}', delay => '2 hours') \gset
+
+-- reports: three dead tasks, a schedule, a task with the same idempotency key
+-- as one in emails (a search for it finds several).
+SELECT array_agg(t) AS r_dead FROM aedb_queue.queue_enqueue_batch('reports',
+       ARRAY['{"report": 1}', '{"report": 2}', '{"report": 3}']::jsonb[], max_attempts => 1) AS t \gset
+\c - dash_reader
+SELECT aedb_queue.queue_fail('reports', task_id, fencing_token, 'template not found: weekly-digest-v2')
+FROM aedb_queue.queue_claim('reports', 'worker-1', max => 3) \g /dev/null
+\c - dash_admin
+SELECT task_id AS r_dup FROM aedb_queue.queue_enqueue('reports', '{"report": "dup"}', idempotency_key => 'dup-key') \gset
+SELECT 1 FROM aedb_queue.queue_schedule_upsert('reports', 'nightly', '30 2 * * *', time_zone => 'Europe/Berlin',
+       payload => '{"report": "sales"}', fire_time_key => 'fired_at') \g /dev/null
+
+-- retry_me: dead tasks to retry one by one, then all.
+SELECT array_agg(t) AS rt_dead FROM aedb_queue.queue_enqueue_batch('retry_me',
+       ARRAY['{"n": 1}', '{"n": 2}', '{"n": 3}']::jsonb[], max_attempts => 1) AS t \gset
+\c - dash_reader
+SELECT aedb_queue.queue_fail('retry_me', task_id, fencing_token, 'boom ' || task_id)
+FROM aedb_queue.queue_claim('retry_me', 'worker-1', max => 3) \g /dev/null
+\c - dash_admin
+
+-- purge_me: two dead, three ready.
+SELECT 1 FROM aedb_queue.queue_enqueue_batch('purge_me', ARRAY['{"d": 1}', '{"d": 2}']::jsonb[], max_attempts => 1) \g /dev/null
+\c - dash_reader
+SELECT aedb_queue.queue_fail('purge_me', task_id, fencing_token, 'for the purge test')
+FROM aedb_queue.queue_claim('purge_me', 'worker-1', max => 2) \g /dev/null
+\c - dash_admin
+SELECT 1 FROM aedb_queue.queue_enqueue_batch('purge_me', ARRAY['{"r": 1}', '{"r": 2}', '{"r": 3}']::jsonb[]) \g /dev/null
+
+-- pause_me and csrf_target: ready tasks in queues that are not paused.
+SELECT 1 FROM aedb_queue.queue_enqueue_batch('pause_me', ARRAY['{"p": 1}', '{"p": 2}']::jsonb[]) \g /dev/null
+SELECT task_id AS c_task FROM aedb_queue.queue_enqueue('csrf_target', '{"c": 1}') \gset
+
+-- sync: a concurrency key at its limit (one in flight, one blocked);
+-- ledger: an ordering key's line of two.
+SELECT task_id AS s_run FROM aedb_queue.queue_enqueue('sync', '{"account": 7, "n": 1}', concurrency_key => 'account-7') \gset
+SELECT task_id AS s_blocked FROM aedb_queue.queue_enqueue('sync', '{"account": 7, "n": 2}', concurrency_key => 'account-7') \gset
+SELECT 1 FROM aedb_queue.queue_enqueue('ledger', '{"op": "deposit"}', ordering_key => 'account-7') \g /dev/null
+SELECT 1 FROM aedb_queue.queue_enqueue('ledger', '{"op": "withdraw"}', ordering_key => 'account-7') \g /dev/null
+\c - dash_reader
+SELECT 1 FROM aedb_queue.queue_claim('sync', 'worker-2', lease => '1 hour') \g /dev/null
+\c - dash_admin
+
+-- pipeline: extract -> transform -> load (a dependency chain).
+SELECT task_id AS p_parent FROM aedb_queue.queue_enqueue('pipeline', '{"step": "extract", "day": "2026-12-01"}') \gset
+SELECT task_id AS p_child FROM aedb_queue.queue_enqueue('pipeline', '{"step": "transform"}', wait_for => ARRAY[:p_parent]::bigint[]) \gset
+SELECT task_id AS p_grandchild FROM aedb_queue.queue_enqueue('pipeline', '{"step": "load"}', wait_for => ARRAY[:p_child]::bigint[]) \gset
+
+-- hostile: markup in a payload, an error, an owner, an idempotency key and a
+-- queue name. Rendered as text, none of it may run (window.__xss stays unset).
+SELECT task_id AS h_ready FROM aedb_queue.queue_enqueue('hostile',
+       '{"html": "<script>window.__xss=1</script>", "img": "<img src=x onerror=\"window.__xss=2\">"}',
+       idempotency_key => '"><script>window.__xss=6</script>') \gset
+SELECT task_id AS h_dead FROM aedb_queue.queue_enqueue('hostile', '{"n": "dead"}', max_attempts => 1, priority => 10) \gset
+\c - dash_reader
+SELECT fencing_token AS tok FROM aedb_queue.queue_claim('hostile', 'worker-1') \gset
+SELECT aedb_queue.queue_fail('hostile', :h_dead, :tok, '<script>window.__xss=3</script><img src=x onerror="window.__xss=4"> & done') \g /dev/null
+\c - dash_admin
+SELECT task_id AS h_run FROM aedb_queue.queue_enqueue('hostile', '{"n": "running"}', priority => 10) \gset
+\c - dash_reader
+SELECT 1 FROM aedb_queue.queue_claim('hostile', '<img src=x onerror=window.__xss=5>', lease => '1 hour') \g /dev/null
+\c - dash_admin
+SELECT task_id AS h_name FROM aedb_queue.queue_enqueue('<img src=x onerror=window.__xss=7>', '{"n": 1}') \gset
+
+-- tenants: the confined role administers tenant_a.* and never sees tenant_b.*.
+SELECT task_id AS ta_ready FROM aedb_queue.queue_enqueue('tenant_a.jobs', '{"tenant": "a"}') \gset
+SELECT task_id AS ta_dead FROM aedb_queue.queue_enqueue('tenant_a.jobs', '{"tenant": "a", "n": "dead"}', max_attempts => 1, priority => 10) \gset
+\c - dash_reader
+SELECT fencing_token AS tok FROM aedb_queue.queue_claim('tenant_a.jobs', 'worker-a') \gset
+SELECT aedb_queue.queue_fail('tenant_a.jobs', :ta_dead, :tok, 'tenant a failure') \g /dev/null
+\c - dash_admin
+SELECT task_id AS tb_ready FROM aedb_queue.queue_enqueue('tenant_b.jobs', '{"tenant": "b"}') \gset
+
+-- bulk: past queue_overview's exact limit (1000), so its ready figure is an estimate.
+SELECT count(*) AS bulk_n FROM aedb_queue.queue_enqueue_batch('bulk',
+       (SELECT array_agg(jsonb_build_object('n', i)) FROM generate_series(1, 1500) i)) \gset
+
+\c - postgres
+ANALYZE aedb_queue.task;
+
+\unset QUIET
+SELECT json_build_object(
+    'e_done', :e_done, 'e_followup', :e_followup, 'e_dead', :e_dead, 'e_run', :e_run,
+    'e_ready', :e_ready, 'e_cancel', :e_cancel, 'e_dup', :e_dup, 'e_sched', :e_sched,
+    'e_sched_cancel', :e_sched_cancel, 'r_dead', :'r_dead'::bigint[], 'r_dup', :r_dup,
+    'rt_dead', :'rt_dead'::bigint[], 'c_task', :c_task, 's_run', :s_run, 's_blocked', :s_blocked,
+    'p_parent', :p_parent, 'p_child', :p_child, 'p_grandchild', :p_grandchild,
+    'h_ready', :h_ready, 'h_dead', :h_dead, 'h_run', :h_run, 'h_name', :h_name,
+    'ta_ready', :ta_ready, 'ta_dead', :ta_dead, 'tb_ready', :tb_ready, 'bulk_n', :bulk_n);
