@@ -38,9 +38,14 @@ struct Server {
 }
 
 /// `aedb-queue serve --listen 127.0.0.1:0 ARGS` (as app_admin unless ARGS
-/// has a --dsn), once it printed its address.
+/// has a --dsn), once it printed its address. The overview is read for
+/// every request (`--max-age 0`) unless ARGS say otherwise, so that what a
+/// test just did shows.
 fn serve(cluster: &Cluster, args: &[&str]) -> Server {
     let mut all = vec!["serve", "--listen", "127.0.0.1:0", "--refresh", "0"];
+    if !args.contains(&"--max-age") {
+        all.extend(["--max-age", "0"]);
+    }
     all.extend_from_slice(args);
     let mut child = spawn(cluster, &all);
     let line = child.stdout_line("listening on", |l| l.starts_with("listening on http://"));
@@ -778,6 +783,30 @@ fn metrics_follow_enqueues_completions_and_failures() {
         String::from_utf8_lossy(&check.stdout),
         String::from_utf8_lossy(&check.stderr)
     );
+}
+
+#[test]
+fn the_shared_overview_is_kept_for_max_age_and_dropped_by_an_action() {
+    let q = unique_queue("srv_cache");
+    let mut producer = cluster().connect_as(PRODUCER);
+    enqueue(&mut producer, &q, &json!(1));
+    let server = serve(cluster(), &["--max-age", "600"]);
+    let ready = |m: &str| must_sample(m, &format!("aedb_queue_tasks{{queue=\"{q}\",state=\"ready\"}}"));
+    assert_eq!(ready(&server.metrics()), 1.0);
+    enqueue(&mut producer, &q, &json!(2));
+    // Within --max-age the snapshot is served as it was...
+    assert_eq!(ready(&server.metrics()), 1.0);
+    assert_eq!(field(queue_row(&server.get("/").ok().body, &q), "ready"), "1");
+    // ...and an action of this server drops it.
+    let r = server.post(&format!("/queues/{}/pause", seg(&q)), &[("csrf", &server.csrf())]);
+    assert_eq!(r.status, 303);
+    assert_eq!(ready(&server.metrics()), 2.0);
+    let page = server.get(&format!("/queues/{}", seg(&q))).ok().body;
+    assert_eq!(field(must(&page, "<table id=\"summary\""), "ready"), "2");
+    // A queue newer than the snapshot still has its page.
+    let newer = unique_queue("srv_cache_new");
+    enqueue(&mut producer, &newer, &json!(1));
+    assert_eq!(server.get(&format!("/queues/{}", seg(&newer))).status, 200);
 }
 
 #[test]

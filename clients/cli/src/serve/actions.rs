@@ -55,8 +55,10 @@ fn check_request(app: &super::App, headers: &HeaderMap, fields: &Fields) -> Resu
     Ok(())
 }
 
-/// 303 to `path`, carrying `msg` to that page.
-fn see(path: &str, msg: &str) -> Response {
+/// 303 to `path`, carrying `msg` to that page. The shared overview is
+/// dropped first, so the page shows what the action did.
+fn see(app: &super::App, path: &str, msg: &str) -> Response {
+    app.overview.invalidate();
     (
         StatusCode::SEE_OTHER,
         [(LOCATION, path.to_string()), (SET_COOKIE, flash_cookie(msg))],
@@ -84,7 +86,7 @@ async fn set_paused(app: Shared, queue: String, headers: HeaderMap, fields: Fiel
         (false, true) => format!("Resumed {queue}."),
         (false, false) => format!("{queue} was not paused."),
     };
-    Ok(see(&queue_href(&queue), &msg))
+    Ok(see(&app, &queue_href(&queue), &msg))
 }
 
 pub async fn pause(State(app): State<Shared>, Path(queue): Path<String>, headers: HeaderMap, Form(f): Form<Fields>) -> Result<Response, PageError> {
@@ -127,7 +129,7 @@ pub async fn retry_dead(State(app): State<Shared>, Path(queue): Path<String>, he
         (Some(id), Some("task")) => format!("/tasks/{id}"),
         _ => queue_href(&queue),
     };
-    Ok(see(&back, &msg))
+    Ok(see(&app, &back, &msg))
 }
 
 /// Every task of one state; `confirm` must be the queue's name.
@@ -143,7 +145,7 @@ pub async fn purge(State(app): State<Shared>, Path(queue): Path<String>, headers
     let force = f.get("force").is_some_and(|v| v == "true" || v == "on");
     let c = app.pool.get().await?;
     let n = queries::purge(&c, &queue, state, force).await?;
-    Ok(see(&queue_href(&queue), &format!("Purged {n} {state} tasks of {queue}.")))
+    Ok(see(&app, &queue_href(&queue), &format!("Purged {n} {state} tasks of {queue}.")))
 }
 
 /// One task, wherever the role may read it; back to its queue.
@@ -158,7 +160,7 @@ pub async fn cancel(State(app): State<Shared>, Path(id): Path<i64>, headers: Hea
     } else {
         format!("Task {id} was not cancelled (it is no longer queued).")
     };
-    Ok(see(&queue_href(&task.queue), &msg))
+    Ok(see(&app, &queue_href(&task.queue), &msg))
 }
 
 #[cfg(test)]

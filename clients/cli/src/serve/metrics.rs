@@ -247,10 +247,12 @@ pub fn render(s: &Scrape, max_queues: usize) -> String {
 /// What the database says now: (overview, counters) or why it did not
 /// answer. Counters that raise 55000 are None; other counter errors fail
 /// the scrape.
-async fn read(app: &super::App) -> Result<(Vec<Overview>, Option<Vec<Counter>>), String> {
+/// The counters are read on every scrape (cheap, and they say whether the
+/// database answers); the overview is the shared snapshot.
+async fn read(app: &super::App) -> Result<(std::sync::Arc<Vec<Overview>>, Option<Vec<Counter>>), String> {
     let c = app.pool.get().await.map_err(|e| e.to_string())?;
-    let (overview, counters) = futures_util::join!(queries::overview(&c, app.exact_limit), queries::counters(&c));
-    let overview = overview.map_err(|e| super::describe_db(&e))?;
+    let (overview, counters) = futures_util::join!(app.overview.get(), queries::counters(&c));
+    let overview = overview.map_err(|e| e.message)?;
     let counters = match counters {
         Ok(rows) => Some(rows),
         Err(e) if super::sqlstate(&e).as_deref() == Some(COUNTERS_UNAVAILABLE) => None,
@@ -269,7 +271,7 @@ pub async fn handler(State(app): State<Shared>) -> impl IntoResponse {
     let duration_secs = started.elapsed().as_secs_f64();
     let body = match &result {
         Ok((overview, counters)) => render(
-            &Scrape { up: true, overview, counters: counters.as_deref(), duration_secs },
+            &Scrape { up: true, overview: overview.as_slice(), counters: counters.as_deref(), duration_secs },
             app.max_queues,
         ),
         Err(e) => {

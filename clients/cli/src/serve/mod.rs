@@ -3,6 +3,7 @@
 //! - `mod.rs`: options, shared state, router, startup.
 //! - `queries.rs`: every SQL statement (bound parameters only).
 //! - `sampler.rs`: the in-memory history behind charts and rates.
+//! - `snapshot.rs`: the latest queue_overview, shared and kept briefly.
 //! - `metrics.rs`: `/metrics` in the Prometheus text format.
 //! - `pages/`: the HTML pages (maud escapes every value it renders).
 //! - `actions.rs`: the POST actions, behind a CSRF token and an Origin check.
@@ -19,6 +20,7 @@ mod metrics;
 mod pages;
 mod queries;
 mod sampler;
+mod snapshot;
 mod svg;
 
 use std::fmt::Write as _;
@@ -62,6 +64,13 @@ pub struct Options {
           value_parser = clap::value_parser!(u32).range(0..=3_600))]
     pub refresh: u32,
 
+    /// Serve queue_overview figures up to this many seconds old (fractions
+    /// allowed; 0: read them for every request). Older ones are replaced in
+    /// the background while they are served; actions of this server show at
+    /// once.
+    #[arg(long, value_name = "SECONDS", default_value_t = 2.0, value_parser = max_age_secs)]
+    pub max_age: f64,
+
     /// Connections in the pool.
     #[arg(long, value_name = "N", default_value_t = 4, hide = true,
           value_parser = clap::value_parser!(u32).range(1..=64))]
@@ -73,9 +82,18 @@ pub struct Options {
     pub exact_limit: i32,
 }
 
+fn max_age_secs(s: &str) -> std::result::Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..=3_600.0).contains(&v) => Ok(v),
+        _ => Err(format!("expected seconds from 0 to 3600, got {s:?}")),
+    }
+}
+
 /// What every handler shares.
 pub struct App {
     pub pool: Pool,
+    /// The latest queue_overview (pages, /metrics, the sampler).
+    pub overview: Arc<snapshot::OverviewCache>,
     /// The per-process token every form carries.
     pub csrf: String,
     pub history: Arc<Mutex<History>>,
@@ -181,8 +199,11 @@ pub async fn run(cfg: &Config, opts: &Options) -> Result<()> {
         sampler::capacity(opts.history, opts.sample_every),
         max_queues,
     )));
+    let pool = pool(cfg, opts.pool_size)?;
+    let overview = snapshot::OverviewCache::new(pool.clone(), opts.exact_limit, Duration::from_secs_f64(opts.max_age));
     let app = Arc::new(App {
-        pool: pool(cfg, opts.pool_size)?,
+        pool,
+        overview,
         csrf: csrf_token()?,
         history: history.clone(),
         exact_limit: opts.exact_limit,
@@ -193,7 +214,7 @@ pub async fn run(cfg: &Config, opts: &Options) -> Result<()> {
     });
     // The first sample before the first page, so that pages know whether
     // the counters are there; a database that is down only logs.
-    sampler::sample_once(&app.pool, app.exact_limit, &history).await;
+    sampler::sample_once(&app.pool, &app.overview, &history).await;
     if let Some(e) = &history.lock().unwrap_or_else(|p| p.into_inner()).last_error {
         eprintln!("warning: first sample failed (serving anyway): {e}");
     }
@@ -205,7 +226,7 @@ pub async fn run(cfg: &Config, opts: &Options) -> Result<()> {
         .map_err(|e| Error::msg(format!("cannot read the bound address: {e}")))?;
     sampler::spawn(
         app.pool.clone(),
-        app.exact_limit,
+        app.overview.clone(),
         history,
         Duration::from_secs_f64(opts.sample_every),
     );

@@ -15,6 +15,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use deadpool_postgres::Pool;
 
 use super::queries::{self, Counter, Counts, Overview, COUNTERS_UNAVAILABLE};
+use super::snapshot::OverviewCache;
 
 /// The most points kept per queue, whatever --history and --sample-every
 /// ask for (about 100 bytes each).
@@ -202,12 +203,11 @@ pub fn now_secs() -> f64 {
 
 /// One sample into `history`; a failure is kept in `last_error` (the
 /// previous points stay).
-pub async fn sample_once(pool: &Pool, exact_limit: i32, history: &Mutex<History>) {
+/// The overview read here is kept as the latest snapshot for the pages.
+pub async fn sample_once(pool: &Pool, overview: &OverviewCache, history: &Mutex<History>) {
     let result = async {
+        let overview = overview.read().await.map_err(|e| e.message)?;
         let c = pool.get().await.map_err(|e| e.to_string())?;
-        let overview = queries::overview(&c, exact_limit)
-            .await
-            .map_err(|e| super::describe_db(&e))?;
         let counters = match queries::counters(&c).await {
             Ok(rows) => Ok(rows),
             Err(e) if super::sqlstate(&e).as_deref() == Some(COUNTERS_UNAVAILABLE) => {
@@ -233,13 +233,13 @@ pub async fn sample_once(pool: &Pool, exact_limit: i32, history: &Mutex<History>
 }
 
 /// Samples every `every` until the process ends.
-pub fn spawn(pool: Pool, exact_limit: i32, history: Arc<Mutex<History>>, every: Duration) {
+pub fn spawn(pool: Pool, overview: Arc<OverviewCache>, history: Arc<Mutex<History>>, every: Duration) {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            sample_once(&pool, exact_limit, &history).await;
+            sample_once(&pool, &overview, &history).await;
         }
     });
 }

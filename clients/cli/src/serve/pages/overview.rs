@@ -5,7 +5,7 @@ use axum::response::Response;
 use maud::{html, Markup};
 
 use super::{count, human_secs, layout, queue_href, respond, Flash, PageError};
-use crate::serve::queries::{self, Overview};
+use crate::serve::queries::Overview;
 use crate::serve::sampler::{self, CountersState, Point};
 use crate::serve::svg;
 use crate::serve::Shared;
@@ -148,9 +148,7 @@ fn content(app: &crate::serve::App, overview: &[Overview], history: &sampler::Hi
 }
 
 pub async fn page(State(app): State<Shared>, flash: Flash) -> Result<Response, PageError> {
-    let c = app.pool.get().await?;
-    let overview = queries::overview(&c, app.exact_limit).await?;
-    drop(c);
+    let overview = app.overview.get().await?;
     let body = {
         let history = app.history.lock().unwrap_or_else(|p| p.into_inner());
         html! {

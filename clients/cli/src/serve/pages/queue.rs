@@ -35,10 +35,19 @@ struct QueuePage {
 }
 
 async fn load(app: &crate::serve::App, queue: &str) -> Result<QueuePage, PageError> {
+    let find = |rows: &[Overview]| rows.iter().find(|o| o.queue == queue).cloned();
+    // A queue newer than the shared snapshot: read it again once.
+    let overview = match find(&app.overview.get().await?) {
+        Some(o) => Some(o),
+        None => find(&app.overview.read().await?),
+    };
+    // A queue the role may not read is not in its overview: 404, before the
+    // other calls' refusals.
+    let overview = overview
+        .ok_or_else(|| PageError::not_found(format!("No queue \"{queue}\" that this role may read.")))?;
     let c = app.pool.get().await?;
     // One connection, the statements pipelined.
-    let (overview, administer, in_flight, ready, scheduled, dead, schedules, ckeys, okeys) = futures_util::join!(
-        queries::overview(&c, app.exact_limit),
+    let (administer, in_flight, ready, scheduled, dead, schedules, ckeys, okeys) = futures_util::join!(
         queries::administers(&c, queue),
         queries::list(&c, queue, "in_flight", LIST_LIMIT),
         queries::list(&c, queue, "ready", READY_LIMIT),
@@ -48,12 +57,6 @@ async fn load(app: &crate::serve::App, queue: &str) -> Result<QueuePage, PageErr
         queries::concurrency_keys(&c, queue, SIDE_LIMIT),
         queries::ordering_keys(&c, queue, SIDE_LIMIT),
     );
-    // A queue the role may not read is not in its overview: 404 either way,
-    // before the other calls' refusals.
-    let overview = overview?
-        .into_iter()
-        .find(|o| o.queue == queue)
-        .ok_or_else(|| PageError::not_found(format!("No queue \"{queue}\" that this role may read.")))?;
     Ok(QueuePage {
         overview,
         administer: administer?,
