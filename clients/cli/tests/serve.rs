@@ -21,7 +21,8 @@ use std::time::{Duration, Instant};
 use aedb_queue_itests::*;
 use support::*;
 
-const PRELOAD: &str = "shared_preload_libraries = 'pg_cron,aedb_queue'\naedb_queue.reaper_interval = 0";
+const PRELOAD: &str =
+    "shared_preload_libraries = 'pg_cron,aedb_queue'\naedb_queue.reaper_interval = 0";
 
 fn cluster() -> &'static Cluster {
     static CLUSTER: OnceLock<Cluster> = OnceLock::new();
@@ -49,8 +50,14 @@ fn serve(cluster: &Cluster, args: &[&str]) -> Server {
     all.extend_from_slice(args);
     let mut child = spawn(cluster, &all);
     let line = child.stdout_line("listening on", |l| l.starts_with("listening on http://"));
-    let addr = line.trim_start_matches("listening on http://").trim().to_string();
-    Server { _child: child, addr }
+    let addr = line
+        .trim_start_matches("listening on http://")
+        .trim()
+        .to_string();
+    Server {
+        _child: child,
+        addr,
+    }
 }
 
 fn serve_as(cluster: &Cluster, role: &str, args: &[&str]) -> Server {
@@ -95,7 +102,9 @@ fn form_encode(fields: &[(&str, &str)]) -> String {
     let enc = |s: &str| {
         s.bytes()
             .map(|b| match b {
-                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (b as char).to_string(),
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                    (b as char).to_string()
+                }
                 b' ' => "+".to_string(),
                 _ => format!("%{b:02X}"),
             })
@@ -112,7 +121,9 @@ fn form_encode(fields: &[(&str, &str)]) -> String {
 fn seg(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (b as char).to_string(),
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
             _ => format!("%{b:02X}"),
         })
         .collect()
@@ -122,7 +133,10 @@ impl Server {
     fn request(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Resp {
         let mut s = TcpStream::connect(&self.addr).expect("connect to the server");
         s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-        let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n", self.addr);
+        let mut req = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n",
+            self.addr
+        );
         for (k, v) in headers {
             req.push_str(&format!("{k}: {v}\r\n"));
         }
@@ -152,8 +166,16 @@ impl Server {
         let chunked = headers
             .iter()
             .any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
-        let body = if chunked { dechunk(rest) } else { rest.to_string() };
-        Resp { status, headers, body }
+        let body = if chunked {
+            dechunk(rest)
+        } else {
+            rest.to_string()
+        };
+        Resp {
+            status,
+            headers,
+            body,
+        }
     }
 
     fn get(&self, path: &str) -> Resp {
@@ -181,7 +203,9 @@ impl Server {
     fn metrics(&self) -> String {
         let r = self.get("/metrics").ok();
         assert!(
-            r.header("content-type").unwrap_or("").starts_with("text/plain; version=0.0.4"),
+            r.header("content-type")
+                .unwrap_or("")
+                .starts_with("text/plain; version=0.0.4"),
             "{:?}",
             r.headers
         );
@@ -219,8 +243,15 @@ fn esc(s: &str) -> String {
 /// (the dashboard does not nest elements of one name inside each other).
 fn element<'a>(html: &'a str, needle: &str) -> Option<&'a str> {
     let at = html.find(needle)?;
-    let i = if needle.starts_with('<') { at } else { html[..at].rfind('<')? };
-    let name: String = html[i + 1..].chars().take_while(|c| c.is_ascii_alphanumeric()).collect();
+    let i = if needle.starts_with('<') {
+        at
+    } else {
+        html[..at].rfind('<')?
+    };
+    let name: String = html[i + 1..]
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric())
+        .collect();
     let close = format!("</{name}>");
     let j = html[i..].find(&close)? + i + close.len();
     Some(&html[i..j])
@@ -260,9 +291,15 @@ fn field(fragment: &str, f: &str) -> String {
         .find(&format!("data-field=\"{f}\""))
         .unwrap_or_else(|| panic!("no data-field={f} in\n{fragment}"));
     let open = fragment[..at].rfind('<').unwrap();
-    let name: String = fragment[open + 1..].chars().take_while(|c| c.is_ascii_alphanumeric()).collect();
+    let name: String = fragment[open + 1..]
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric())
+        .collect();
     let close = format!("</{name}>");
-    let end = fragment[open..].find(&close).unwrap_or_else(|| panic!("no {close} in {fragment}")) + open;
+    let end = fragment[open..]
+        .find(&close)
+        .unwrap_or_else(|| panic!("no {close} in {fragment}"))
+        + open;
     text(&fragment[open..end])
 }
 
@@ -307,7 +344,11 @@ fn eventually(what: &str, mut f: impl FnMut() -> bool) {
 // Seeding
 // ---------------------------------------------------------------------------
 
-fn sql(c: &mut Client, statement: &str, params: &[&(dyn postgres::types::ToSql + Sync)]) -> Vec<postgres::Row> {
+fn sql(
+    c: &mut Client,
+    statement: &str,
+    params: &[&(dyn postgres::types::ToSql + Sync)],
+) -> Vec<postgres::Row> {
     c.query(statement, params)
         .unwrap_or_else(|e| panic!("{statement}: {}", describe(&e)))
 }
@@ -317,16 +358,31 @@ fn sql(c: &mut Client, statement: &str, params: &[&(dyn postgres::types::ToSql +
 fn seed(queue: &str) -> (i64, i64, i64) {
     let mut producer = cluster().connect_as(PRODUCER);
     let mut worker = cluster().connect_as(WORKER);
-    let doomed = enqueue_with(&mut producer, queue, Some(&json!({"n": 0})), &EnqueueOpts::default().max_attempts(1)).task_id;
+    let doomed = enqueue_with(
+        &mut producer,
+        queue,
+        Some(&json!({"n": 0})),
+        &EnqueueOpts::default().max_attempts(1),
+    )
+    .task_id;
     let claimed = claim_one(&mut worker, queue, "worker-0", "5 minutes").expect("a task");
     assert_eq!(claimed.task_id, doomed);
-    assert_eq!(fail(&mut worker, queue, doomed, claimed.fencing_token, "boom"), Outcome::Applied);
+    assert_eq!(
+        fail(&mut worker, queue, doomed, claimed.fencing_token, "boom"),
+        Outcome::Applied
+    );
     let busy = enqueue(&mut producer, queue, &json!({"n": 1})).task_id;
     claim_one(&mut worker, queue, "worker-7", "5 minutes").expect("a task");
     for n in 2..5 {
         enqueue(&mut producer, queue, &json!({ "n": n }));
     }
-    let later = enqueue_with(&mut producer, queue, Some(&json!({"n": 9})), &EnqueueOpts::default().delay("1 hour")).task_id;
+    let later = enqueue_with(
+        &mut producer,
+        queue,
+        Some(&json!({"n": 9})),
+        &EnqueueOpts::default().delay("1 hour"),
+    )
+    .task_id;
     (busy, later, doomed)
 }
 
@@ -347,28 +403,57 @@ fn the_overview_shows_each_queues_figures_rates_and_sparklines() {
     let server = serve(cluster(), &["--sample-every", "0.2"]);
     let page = server.get("/").ok().body;
     assert!(page.contains("<title>aedb_queue"), "{page}");
-    assert!(page.contains("<form id=\"search\" action=\"/search\" method=\"get\""), "{page}");
+    assert!(
+        page.contains("<form id=\"search\" action=\"/search\" method=\"get\""),
+        "{page}"
+    );
     must(&page, "<nav");
     must(&page, "<table id=\"queues\"");
     must(&page, "id=\"estimates-legend\"");
-    assert!(!page.contains("id=\"counters-unavailable\""), "counters are there: {page}");
+    assert!(
+        !page.contains("id=\"counters-unavailable\""),
+        "counters are there: {page}"
+    );
 
     let row = queue_row(&page, &q);
-    for (f, v) in [("ready", "3"), ("in_flight", "1"), ("scheduled", "1"), ("dead", "1"), ("waiting", "0"), ("blocked", "0"), ("expired_leases", "0")] {
+    for (f, v) in [
+        ("ready", "3"),
+        ("in_flight", "1"),
+        ("scheduled", "1"),
+        ("dead", "1"),
+        ("waiting", "0"),
+        ("blocked", "0"),
+        ("expired_leases", "0"),
+    ] {
         assert_eq!(field(row, f), v, "{f} in {row}");
     }
     assert_eq!(field(row, "paused"), "no");
     assert_eq!(field(queue_row(&page, &paused), "paused"), "paused");
-    assert!(row.contains(&format!("href=\"/queues/{}\"", seg(&q))), "{row}");
-    assert!(row.contains("<svg class=\"sparkline\" data-series=\"ready\""), "{row}");
-    assert!(row.contains("<svg class=\"sparkline\" data-series=\"completed\""), "{row}");
-    assert!(!row.contains("class=\"estimate\""), "small counts are exact: {row}");
+    assert!(
+        row.contains(&format!("href=\"/queues/{}\"", seg(&q))),
+        "{row}"
+    );
+    assert!(
+        row.contains("<svg class=\"sparkline\" data-series=\"ready\""),
+        "{row}"
+    );
+    assert!(
+        row.contains("<svg class=\"sparkline\" data-series=\"completed\""),
+        "{row}"
+    );
+    assert!(
+        !row.contains("class=\"estimate\""),
+        "small counts are exact: {row}"
+    );
 
     // Completions show up as throughput once the sampler has seen them.
     let mut worker = cluster().connect_as(WORKER);
     for _ in 0..2 {
         let t = claim_one(&mut worker, &q, "worker-1", "5 minutes").expect("a ready task");
-        assert_eq!(complete(&mut worker, &q, t.task_id, t.fencing_token), Outcome::Applied);
+        assert_eq!(
+            complete(&mut worker, &q, t.task_id, t.fencing_token),
+            Outcome::Applied
+        );
     }
     let mut last = String::new();
     eventually("throughput above 0", || {
@@ -378,8 +463,15 @@ fn the_overview_shows_each_queues_figures_rates_and_sparklines() {
     });
     // The failure happened before the server started: 0 of the 2 settled since.
     let page = server.get("/").ok().body;
-    assert_eq!(field(queue_row(&page, &q), "failure_rate"), "0.0%", "{last}");
-    assert!(queue_row(&page, &q).contains("<polyline"), "a sparkline with points");
+    assert_eq!(
+        field(queue_row(&page, &q), "failure_rate"),
+        "0.0%",
+        "{last}"
+    );
+    assert!(
+        queue_row(&page, &q).contains("<polyline"),
+        "a sparkline with points"
+    );
 }
 
 #[test]
@@ -388,7 +480,11 @@ fn the_queue_page_shows_charts_tasks_by_state_schedules_keys_and_actions() {
     let (busy, later, doomed) = seed(&q);
     let mut admin = cluster().connect_as(ADMIN);
     let mut producer = cluster().connect_as(PRODUCER);
-    sql(&mut admin, "SELECT name FROM aedb_queue.queue_schedule_upsert($1, 'nightly', '0 3 * * *')", &[&q]);
+    sql(
+        &mut admin,
+        "SELECT name FROM aedb_queue.queue_schedule_upsert($1, 'nightly', '0 3 * * *')",
+        &[&q],
+    );
     let kq = unique_queue("srv_keys");
     sql(&mut producer, "SELECT task_id FROM aedb_queue.queue_enqueue($1, '{}'::jsonb, concurrency_key => 'tenant-1')", &[&kq]);
 
@@ -396,30 +492,63 @@ fn the_queue_page_shows_charts_tasks_by_state_schedules_keys_and_actions() {
     let page = server.get(&format!("/queues/{}", seg(&q))).ok().body;
     assert!(page.contains("<title>aedb_queue"), "{page}");
     assert_eq!(text(must(&page, "<h1")), q);
-    assert!(must(&page, "<section id=\"depth\"").contains("<svg"), "{page}");
-    assert!(must(&page, "<section id=\"throughput\"").contains("<svg"), "{page}");
+    assert!(
+        must(&page, "<section id=\"depth\"").contains("<svg"),
+        "{page}"
+    );
+    assert!(
+        must(&page, "<section id=\"throughput\"").contains("<svg"),
+        "{page}"
+    );
 
     let in_flight = must(&page, "<section id=\"in-flight\"");
     let row = must(in_flight, &format!("<tr data-task-id=\"{busy}\""));
     assert_eq!(field(row, "owner"), "worker-7");
     let lease = field(row, "lease_left");
-    assert!(lease.starts_with("4m") || lease.starts_with("5m"), "lease left {lease:?}");
-    must(must(&page, "<section id=\"scheduled\""), &format!("<tr data-task-id=\"{later}\""));
+    assert!(
+        lease.starts_with("4m") || lease.starts_with("5m"),
+        "lease left {lease:?}"
+    );
+    must(
+        must(&page, "<section id=\"scheduled\""),
+        &format!("<tr data-task-id=\"{later}\""),
+    );
     let dead = must(&page, "<section id=\"dead\"");
-    assert_eq!(field(must(dead, &format!("<tr data-task-id=\"{doomed}\"")), "last_error"), "boom");
-    assert!(text(must(&page, "<section id=\"schedules\"")).contains("nightly"), "{page}");
-    assert!(!page.contains("<section id=\"keys\""), "no keys in this queue: {page}");
+    assert_eq!(
+        field(
+            must(dead, &format!("<tr data-task-id=\"{doomed}\"")),
+            "last_error"
+        ),
+        "boom"
+    );
+    assert!(
+        text(must(&page, "<section id=\"schedules\"")).contains("nightly"),
+        "{page}"
+    );
+    assert!(
+        !page.contains("<section id=\"keys\""),
+        "no keys in this queue: {page}"
+    );
 
     // An administrator gets every action.
     for action in ["pause", "retry-dead-all", "retry", "cancel", "purge"] {
-        assert!(page.contains(&format!("data-action=\"{action}\"")), "{action} in {page}");
+        assert!(
+            page.contains(&format!("data-action=\"{action}\"")),
+            "{action} in {page}"
+        );
     }
     assert!(!page.contains("data-action=\"resume\""));
     let purge = must(&page, "<form class=\"actions\" method=\"post\"");
-    assert!(purge.contains("<select name=\"state\">") && purge.contains("name=\"confirm\" required"), "{purge}");
+    assert!(
+        purge.contains("<select name=\"state\">") && purge.contains("name=\"confirm\" required"),
+        "{purge}"
+    );
 
     let keys = server.get(&format!("/queues/{}", seg(&kq))).ok().body;
-    assert!(text(must(&keys, "<section id=\"keys\"")).contains("tenant-1"), "{keys}");
+    assert!(
+        text(must(&keys, "<section id=\"keys\"")).contains("tenant-1"),
+        "{keys}"
+    );
     assert!(!keys.contains("<section id=\"schedules\""), "{keys}");
 
     // The charts fill in as samples come.
@@ -428,7 +557,12 @@ fn the_queue_page_shows_charts_tasks_by_state_schedules_keys_and_actions() {
         must(&page, "<section id=\"depth\"").contains("<polyline")
     });
 
-    assert_eq!(server.get(&format!("/queues/{}", seg(&unique_queue("srv_none")))).status, 404);
+    assert_eq!(
+        server
+            .get(&format!("/queues/{}", seg(&unique_queue("srv_none"))))
+            .status,
+        404
+    );
 }
 
 #[test]
@@ -437,9 +571,25 @@ fn the_task_page_shows_every_field_payload_error_and_parents() {
     let mut producer = cluster().connect_as(PRODUCER);
     let mut worker = cluster().connect_as(WORKER);
     let key = format!("order-{q}");
-    let t = enqueue_with(&mut producer, &q, Some(&json!({"to": "ada@example.com"})), &EnqueueOpts::default().key(&key).max_attempts(3)).task_id;
+    let t = enqueue_with(
+        &mut producer,
+        &q,
+        Some(&json!({"to": "ada@example.com"})),
+        &EnqueueOpts::default().key(&key).max_attempts(3),
+    )
+    .task_id;
     let c = claim_one(&mut worker, &q, "worker-3", "5 minutes").unwrap();
-    assert_eq!(heartbeat(&mut worker, &q, t, c.fencing_token, "5 minutes", Some(&json!({"step": 2}))), Outcome::Applied);
+    assert_eq!(
+        heartbeat(
+            &mut worker,
+            &q,
+            t,
+            c.fencing_token,
+            "5 minutes",
+            Some(&json!({"step": 2}))
+        ),
+        Outcome::Applied
+    );
     let child: i64 = sql(&mut producer, "SELECT task_id FROM aedb_queue.queue_enqueue($1, '{}'::jsonb, wait_for => ARRAY[$2::int8])", &[&q, &t])[0].get(0);
 
     let server = serve(cluster(), &[]);
@@ -462,16 +612,38 @@ fn the_task_page_shows_every_field_payload_error_and_parents() {
         assert!(field(dl, f).starts_with("20"), "{f}: {dl}");
     }
     assert!(field(dl, "lease_until").contains("left"), "{dl}");
-    assert!(text(must(&page, "<pre id=\"payload\"")).contains("\"to\": \"ada@example.com\""), "{page}");
+    assert!(
+        text(must(&page, "<pre id=\"payload\"")).contains("\"to\": \"ada@example.com\""),
+        "{page}"
+    );
     assert!(page.contains("data-action=\"cancel\""), "{page}");
     assert!(!page.contains("data-action=\"retry\""), "not dead: {page}");
 
     // A child lists its parent; a dead task its error and a retry.
     let child_page = server.get(&format!("/tasks/{child}")).ok().body;
-    must(must(&child_page, "<section id=\"dependencies\""), &format!("<tr data-task-id=\"{t}\""));
-    assert_eq!(fail_with(&mut worker, &q, t, c.fencing_token, "smtp said no", &FailOpts { dead_letter: Some(true), ..Default::default() }), Outcome::Applied);
+    must(
+        must(&child_page, "<section id=\"dependencies\""),
+        &format!("<tr data-task-id=\"{t}\""),
+    );
+    assert_eq!(
+        fail_with(
+            &mut worker,
+            &q,
+            t,
+            c.fencing_token,
+            "smtp said no",
+            &FailOpts {
+                dead_letter: Some(true),
+                ..Default::default()
+            }
+        ),
+        Outcome::Applied
+    );
     let page = server.get(&format!("/tasks/{t}")).ok().body;
-    assert!(text(must(&page, "<section id=\"errors\"")).contains("smtp said no"), "{page}");
+    assert!(
+        text(must(&page, "<section id=\"errors\"")).contains("smtp said no"),
+        "{page}"
+    );
     assert!(page.contains("data-action=\"retry\""), "{page}");
 
     assert_eq!(server.get("/tasks/987654321").status, 404);
@@ -483,16 +655,38 @@ fn search_goes_to_a_task_by_id_or_key_and_lists_several() {
     let a = unique_queue("srv_search_a");
     let b = unique_queue("srv_search_b");
     let mut producer = cluster().connect_as(PRODUCER);
-    let one = enqueue_with(&mut producer, &a, Some(&json!(1)), &EnqueueOpts::default().key(&format!("only-{a}"))).task_id;
+    let one = enqueue_with(
+        &mut producer,
+        &a,
+        Some(&json!(1)),
+        &EnqueueOpts::default().key(&format!("only-{a}")),
+    )
+    .task_id;
     let shared = format!("shared-{a}");
-    enqueue_with(&mut producer, &a, Some(&json!(2)), &EnqueueOpts::default().key(&shared));
-    enqueue_with(&mut producer, &b, Some(&json!(3)), &EnqueueOpts::default().key(&shared));
+    enqueue_with(
+        &mut producer,
+        &a,
+        Some(&json!(2)),
+        &EnqueueOpts::default().key(&shared),
+    );
+    enqueue_with(
+        &mut producer,
+        &b,
+        Some(&json!(3)),
+        &EnqueueOpts::default().key(&shared),
+    );
 
     let server = serve(cluster(), &[]);
     let by_id = server.get(&format!("/search?q={one}"));
-    assert_eq!((by_id.status, by_id.header("location")), (303, Some(format!("/tasks/{one}").as_str())));
+    assert_eq!(
+        (by_id.status, by_id.header("location")),
+        (303, Some(format!("/tasks/{one}").as_str()))
+    );
     let by_key = server.get(&format!("/search?q=only-{a}"));
-    assert_eq!((by_key.status, by_key.header("location")), (303, Some(format!("/tasks/{one}").as_str())));
+    assert_eq!(
+        (by_key.status, by_key.header("location")),
+        (303, Some(format!("/tasks/{one}").as_str()))
+    );
     let several = server.get(&format!("/search?q={shared}")).ok().body;
     let results = must(&several, "<table id=\"results\"");
     assert_eq!(results.matches("<tr data-task-id=").count(), 2, "{results}");
@@ -505,9 +699,24 @@ fn hostile_names_payloads_and_errors_are_escaped() {
     let q = format!("<script>alert('{}')</script>", unique_queue("x"));
     let mut producer = cluster().connect_as(PRODUCER);
     let mut worker = cluster().connect_as(WORKER);
-    let t = enqueue(&mut producer, &q, &json!({"html": "</pre><script>alert(2)</script>"})).task_id;
+    let t = enqueue(
+        &mut producer,
+        &q,
+        &json!({"html": "</pre><script>alert(2)</script>"}),
+    )
+    .task_id;
     let c = claim_one(&mut worker, &q, "<b>owner</b>", "5 minutes").unwrap();
-    fail_with(&mut worker, &q, t, c.fencing_token, "<img src=x onerror=alert(3)>", &FailOpts { dead_letter: Some(true), ..Default::default() });
+    fail_with(
+        &mut worker,
+        &q,
+        t,
+        c.fencing_token,
+        "<img src=x onerror=alert(3)>",
+        &FailOpts {
+            dead_letter: Some(true),
+            ..Default::default()
+        },
+    );
 
     let server = serve(cluster(), &[]);
     let pages = [
@@ -516,20 +725,41 @@ fn hostile_names_payloads_and_errors_are_escaped() {
         server.get(&format!("/tasks/{t}")).ok().body,
     ];
     for page in &pages {
-        assert!(!page.contains("<script>alert"), "raw script from the database in\n{page}");
-        assert!(!page.contains("<img src=x"), "raw img from the database in\n{page}");
+        assert!(
+            !page.contains("<script>alert"),
+            "raw script from the database in\n{page}"
+        );
+        assert!(
+            !page.contains("<img src=x"),
+            "raw img from the database in\n{page}"
+        );
         assert!(!page.contains("<b>owner"), "{page}");
     }
-    assert!(pages[0].contains(&esc(&q)), "the name, escaped: {}", pages[0]);
+    assert!(
+        pages[0].contains(&esc(&q)),
+        "the name, escaped: {}",
+        pages[0]
+    );
     assert_eq!(text(must(&pages[1], "<h1")), q);
     assert!(text(must(&pages[1], "<section id=\"dead\"")).contains("<img src=x onerror=alert(3)>"));
-    assert!(text(must(&pages[2], "<pre id=\"payload\"")).contains("</pre><script>alert(2)</script>"));
+    assert!(
+        text(must(&pages[2], "<pre id=\"payload\"")).contains("</pre><script>alert(2)</script>")
+    );
     // A search for hostile text is escaped too.
-    let found = server.get("/search?q=%3Cscript%3Ealert(9)%3C%2Fscript%3E").ok().body;
+    let found = server
+        .get("/search?q=%3Cscript%3Ealert(9)%3C%2Fscript%3E")
+        .ok()
+        .body;
     assert!(!found.contains("<script>alert(9)"), "{found}");
     // Label values are escaped as the text format wants (' is not special).
     let m = server.metrics();
-    assert_eq!(must_sample(&m, &format!("aedb_queue_tasks{{queue=\"{q}\",state=\"dead\"}}")), 1.0);
+    assert_eq!(
+        must_sample(
+            &m,
+            &format!("aedb_queue_tasks{{queue=\"{q}\",state=\"dead\"}}")
+        ),
+        1.0
+    );
 }
 
 #[test]
@@ -537,23 +767,48 @@ fn figures_past_the_exact_limit_are_marked_as_estimates() {
     let big = unique_queue("srv_big");
     let small = unique_queue("srv_small");
     let mut producer = cluster().connect_as(PRODUCER);
-    enqueue_batch(&mut producer, &big, &(0..12).map(|i| json!(i)).collect::<Vec<_>>());
+    enqueue_batch(
+        &mut producer,
+        &big,
+        &(0..12).map(|i| json!(i)).collect::<Vec<_>>(),
+    );
     enqueue_batch(&mut producer, &small, &[json!(1), json!(2)]);
     let server = serve(cluster(), &["--exact-limit", "5"]);
     let page = server.get("/").ok().body;
     let row = queue_row(&page, &big);
     let ready = must(row, "<td class=\"num\" data-field=\"ready\"");
-    assert!(ready.contains("<span class=\"estimate\" title=\"estimate\">~"), "{ready}");
+    assert!(
+        ready.contains("<span class=\"estimate\" title=\"estimate\">~"),
+        "{ready}"
+    );
     let n: i64 = field(row, "ready").trim_start_matches('~').parse().unwrap();
     assert!(n >= 5, "an estimate is never below the limit: {n}");
     assert_eq!(field(queue_row(&page, &small), "ready"), "2");
     assert!(!queue_row(&page, &small).contains("estimate"));
-    assert!(text(must(&page, "id=\"estimates-legend\"")).contains("5"), "the legend names the limit");
+    assert!(
+        text(must(&page, "id=\"estimates-legend\"")).contains("5"),
+        "the legend names the limit"
+    );
     let qp = server.get(&format!("/queues/{}", seg(&big))).ok().body;
-    assert!(must(&qp, "<table id=\"summary\"").contains("class=\"estimate\""), "{qp}");
+    assert!(
+        must(&qp, "<table id=\"summary\"").contains("class=\"estimate\""),
+        "{qp}"
+    );
     let m = server.metrics();
-    assert_eq!(must_sample(&m, &format!("aedb_queue_tasks_estimated{{queue=\"{big}\",state=\"ready\"}}")), 1.0);
-    assert_eq!(must_sample(&m, &format!("aedb_queue_tasks_estimated{{queue=\"{small}\",state=\"ready\"}}")), 0.0);
+    assert_eq!(
+        must_sample(
+            &m,
+            &format!("aedb_queue_tasks_estimated{{queue=\"{big}\",state=\"ready\"}}")
+        ),
+        1.0
+    );
+    assert_eq!(
+        must_sample(
+            &m,
+            &format!("aedb_queue_tasks_estimated{{queue=\"{small}\",state=\"ready\"}}")
+        ),
+        0.0
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -561,7 +816,10 @@ fn figures_past_the_exact_limit_are_marked_as_estimates() {
 // ---------------------------------------------------------------------------
 
 fn dead_ids(c: &mut Client, queue: &str) -> Vec<i64> {
-    list(c, queue, Some("dead"), 100).iter().map(|t| t.task_id).collect()
+    list(c, queue, Some("dead"), 100)
+        .iter()
+        .map(|t| t.task_id)
+        .collect()
 }
 
 #[test]
@@ -575,34 +833,76 @@ fn each_action_changes_the_database_and_comes_back_with_a_flash() {
 
     // Pause: 303 back to the queue, the flash shown once there.
     let r = server.post(&format!("{base}/pause"), &[("csrf", &csrf)]);
-    assert_eq!((r.status, r.header("location")), (303, Some(base.as_str())), "{}", r.body);
+    assert_eq!(
+        (r.status, r.header("location")),
+        (303, Some(base.as_str())),
+        "{}",
+        r.body
+    );
     assert!(paused(&mut admin, &q));
     let cookie = r.flash_cookie().expect("a flash cookie");
     let page = server.get_with_cookie(&base, &cookie).ok().body;
-    assert!(text(must(&page, "<p class=\"flash\" role=\"status\"")).contains("Paused"), "{page}");
+    assert!(
+        text(must(&page, "<p class=\"flash\" role=\"status\"")).contains("Paused"),
+        "{page}"
+    );
     assert!(page.contains("data-action=\"resume\"") && !page.contains("data-action=\"pause\""));
-    assert!(server.get(&base).ok().body.find("class=\"flash\"").is_none(), "no flash without the cookie");
+    assert!(
+        server
+            .get(&base)
+            .ok()
+            .body
+            .find("class=\"flash\"")
+            .is_none(),
+        "no flash without the cookie"
+    );
 
     let r = server.post(&format!("{base}/resume"), &[("csrf", &csrf)]);
     assert_eq!(r.status, 303);
     assert!(!paused(&mut admin, &q));
 
     // Retry one dead task, back to its page when asked.
-    let r = server.post(&format!("{base}/retry-dead"), &[("csrf", &csrf), ("task_id", &doomed.to_string()), ("back", "task")]);
-    assert_eq!((r.status, r.header("location")), (303, Some(format!("/tasks/{doomed}").as_str())));
+    let r = server.post(
+        &format!("{base}/retry-dead"),
+        &[
+            ("csrf", &csrf),
+            ("task_id", &doomed.to_string()),
+            ("back", "task"),
+        ],
+    );
+    assert_eq!(
+        (r.status, r.header("location")),
+        (303, Some(format!("/tasks/{doomed}").as_str()))
+    );
     assert_eq!(get(&mut admin, &q, doomed).unwrap().state, "ready");
 
     // Retry all: kill two, retry them in one click.
     let mut worker = cluster().connect_as(WORKER);
     for t in claim(&mut worker, &q, "w", "5 minutes", 2) {
-        fail_with(&mut worker, &q, t.task_id, t.fencing_token, "again", &FailOpts { dead_letter: Some(true), ..Default::default() });
+        fail_with(
+            &mut worker,
+            &q,
+            t.task_id,
+            t.fencing_token,
+            "again",
+            &FailOpts {
+                dead_letter: Some(true),
+                ..Default::default()
+            },
+        );
     }
     assert_eq!(dead_ids(&mut admin, &q).len(), 2);
     let r = server.post(&format!("{base}/retry-dead"), &[("csrf", &csrf)]);
     assert_eq!(r.status, 303, "{}", r.body);
     assert!(dead_ids(&mut admin, &q).is_empty());
-    let page = server.get_with_cookie(&base, &r.flash_cookie().unwrap()).ok().body;
-    assert!(text(must(&page, "<p class=\"flash\"")).contains("Moved 2 dead tasks"), "{page}");
+    let page = server
+        .get_with_cookie(&base, &r.flash_cookie().unwrap())
+        .ok()
+        .body;
+    assert!(
+        text(must(&page, "<p class=\"flash\"")).contains("Moved 2 dead tasks"),
+        "{page}"
+    );
 
     // Cancel: the task is gone, back to its queue.
     let r = server.post(&format!("/tasks/{later}/cancel"), &[("csrf", &csrf)]);
@@ -612,17 +912,35 @@ fn each_action_changes_the_database_and_comes_back_with_a_flash() {
     // Purge with the name typed: every ready task deleted, the rest kept.
     let mut su = cluster().connect();
     assert!(task_count(&mut su, &q, Some("ready")) > 0);
-    let r = server.post(&format!("{base}/purge"), &[("csrf", &csrf), ("state", "ready"), ("confirm", &q)]);
+    let r = server.post(
+        &format!("{base}/purge"),
+        &[("csrf", &csrf), ("state", "ready"), ("confirm", &q)],
+    );
     assert_eq!(r.status, 303, "{}", r.body);
     assert_eq!(task_count(&mut su, &q, Some("ready")), 0);
     assert!(get(&mut admin, &q, busy).is_some(), "in flight kept");
 
     // in_flight needs force; without it the server's refusal shows its SQLSTATE.
-    let r = server.post(&format!("{base}/purge"), &[("csrf", &csrf), ("state", "in_flight"), ("confirm", &q)]);
+    let r = server.post(
+        &format!("{base}/purge"),
+        &[("csrf", &csrf), ("state", "in_flight"), ("confirm", &q)],
+    );
     assert_eq!(r.status, 400);
-    assert!(text(must(&r.body, "<p class=\"error\" role=\"alert\"")).contains("[22023]"), "{}", r.body);
+    assert!(
+        text(must(&r.body, "<p class=\"error\" role=\"alert\"")).contains("[22023]"),
+        "{}",
+        r.body
+    );
     assert!(get(&mut admin, &q, busy).is_some());
-    let r = server.post(&format!("{base}/purge"), &[("csrf", &csrf), ("state", "in_flight"), ("confirm", &q), ("force", "true")]);
+    let r = server.post(
+        &format!("{base}/purge"),
+        &[
+            ("csrf", &csrf),
+            ("state", "in_flight"),
+            ("confirm", &q),
+            ("force", "true"),
+        ],
+    );
     assert_eq!(r.status, 303);
     assert!(get(&mut admin, &q, busy).is_none());
 }
@@ -660,7 +978,10 @@ fn a_missing_or_wrong_csrf_token_or_a_foreign_origin_is_refused() {
         (format!("{base}/pause"), vec![]),
         (format!("{base}/pause"), vec![("csrf", &wrong)]),
         (format!("{base}/retry-dead"), vec![("csrf", "")]),
-        (format!("{base}/purge"), vec![("state", "ready"), ("confirm", &q)]),
+        (
+            format!("{base}/purge"),
+            vec![("state", "ready"), ("confirm", &q)],
+        ),
         (format!("/tasks/{later}/cancel"), vec![("csrf", &wrong)]),
     ];
     for (path, fields) in &attempts {
@@ -669,9 +990,17 @@ fn a_missing_or_wrong_csrf_token_or_a_foreign_origin_is_refused() {
         must(&r.body, "<p class=\"error\" role=\"alert\"");
     }
     // The right token from another site's page.
-    let r = server.post_from(&format!("{base}/pause"), "http://evil.example", &[("csrf", &csrf)]);
+    let r = server.post_from(
+        &format!("{base}/pause"),
+        "http://evil.example",
+        &[("csrf", &csrf)],
+    );
     assert_eq!(r.status, 403, "{}", r.body);
-    let r = server.post_from(&format!("{base}/purge"), "null", &[("csrf", &csrf), ("state", "ready"), ("confirm", &q)]);
+    let r = server.post_from(
+        &format!("{base}/purge"),
+        "null",
+        &[("csrf", &csrf), ("state", "ready"), ("confirm", &q)],
+    );
     assert_eq!(r.status, 403);
 
     // Nothing changed, seen from another connection.
@@ -697,7 +1026,10 @@ fn a_role_without_administer_sees_no_actions_and_is_refused_when_posting() {
     let queue_page = server.get(&format!("/queues/{}", seg(&q))).ok().body;
     let task_page = server.get(&format!("/tasks/{doomed}")).ok().body;
     for page in [&queue_page, &task_page] {
-        assert!(!page.contains("data-action="), "no action forms for a worker:\n{page}");
+        assert!(
+            !page.contains("data-action="),
+            "no action forms for a worker:\n{page}"
+        );
     }
     // It still sees the tasks.
     must(&queue_page, &format!("<tr data-task-id=\"{busy}\""));
@@ -707,12 +1039,26 @@ fn a_role_without_administer_sees_no_actions_and_is_refused_when_posting() {
     for (path, fields) in [
         (format!("{base}/pause"), vec![("csrf", csrf.as_str())]),
         (format!("{base}/retry-dead"), vec![("csrf", csrf.as_str())]),
-        (format!("{base}/purge"), vec![("csrf", csrf.as_str()), ("state", "dead"), ("confirm", q.as_str())]),
-        (format!("/tasks/{busy}/cancel"), vec![("csrf", csrf.as_str())]),
+        (
+            format!("{base}/purge"),
+            vec![
+                ("csrf", csrf.as_str()),
+                ("state", "dead"),
+                ("confirm", q.as_str()),
+            ],
+        ),
+        (
+            format!("/tasks/{busy}/cancel"),
+            vec![("csrf", csrf.as_str())],
+        ),
     ] {
         let r = server.post(&path, &fields);
         assert_eq!(r.status, 403, "{path}: {}", r.body);
-        assert!(text(must(&r.body, "<p class=\"error\" role=\"alert\"")).contains("[42501]"), "{}", r.body);
+        assert!(
+            text(must(&r.body, "<p class=\"error\" role=\"alert\"")).contains("[42501]"),
+            "{}",
+            r.body
+        );
     }
     let mut admin = cluster().connect_as(ADMIN);
     assert!(!paused(&mut admin, &q));
@@ -732,15 +1078,38 @@ fn metrics_follow_enqueues_completions_and_failures() {
     let mut producer = cluster().connect_as(PRODUCER);
     let mut worker = cluster().connect_as(WORKER);
     // Distinct figures, so that no two counters can be mixed up unseen.
-    let ids = enqueue_batch(&mut producer, &q, &(0..10).map(|i| json!(i)).collect::<Vec<_>>());
+    let ids = enqueue_batch(
+        &mut producer,
+        &q,
+        &(0..10).map(|i| json!(i)).collect::<Vec<_>>(),
+    );
     let ts = claim(&mut worker, &q, "w", "5 minutes", 8);
     for t in &ts[..4] {
-        assert_eq!(complete(&mut worker, &q, t.task_id, t.fencing_token), Outcome::Applied);
+        assert_eq!(
+            complete(&mut worker, &q, t.task_id, t.fencing_token),
+            Outcome::Applied
+        );
     }
-    fail_with(&mut worker, &q, ts[4].task_id, ts[4].fencing_token, "no", &FailOpts { dead_letter: Some(true), ..Default::default() });
+    fail_with(
+        &mut worker,
+        &q,
+        ts[4].task_id,
+        ts[4].fencing_token,
+        "no",
+        &FailOpts {
+            dead_letter: Some(true),
+            ..Default::default()
+        },
+    );
     for t in &ts[5..7] {
-        let retry = FailOpts { retry_in: Some("1 hour".into()), ..Default::default() };
-        assert_eq!(fail_with(&mut worker, &q, t.task_id, t.fencing_token, "later", &retry), Outcome::Applied);
+        let retry = FailOpts {
+            retry_in: Some("1 hour".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            fail_with(&mut worker, &q, t.task_id, t.fencing_token, "later", &retry),
+            Outcome::Applied
+        );
     }
     let mut admin = cluster().connect_as(ADMIN);
     assert!(cancel(&mut admin, &q, ts[7].task_id), "in flight");
@@ -750,15 +1119,30 @@ fn metrics_follow_enqueues_completions_and_failures() {
     assert_eq!(must_sample(&m, "aedb_queue_up"), 1.0);
     assert_eq!(must_sample(&m, "aedb_queue_counters_up"), 1.0);
     assert!(must_sample(&m, "aedb_queue_scrape_duration_seconds") >= 0.0);
-    let state = |s: &str| must_sample(&m, &format!("aedb_queue_tasks{{queue=\"{q}\",state=\"{s}\"}}"));
+    let state = |s: &str| {
+        must_sample(
+            &m,
+            &format!("aedb_queue_tasks{{queue=\"{q}\",state=\"{s}\"}}"),
+        )
+    };
     assert_eq!(
-        (state("ready"), state("in_flight"), state("scheduled"), state("dead"), state("waiting"), state("blocked")),
+        (
+            state("ready"),
+            state("in_flight"),
+            state("scheduled"),
+            state("dead"),
+            state("waiting"),
+            state("blocked")
+        ),
         (1.0, 0.0, 2.0, 1.0, 0.0, 0.0)
     );
     assert_eq!(must_sample(&m, &series("aedb_queue_enqueued_total")), 10.0);
     assert_eq!(must_sample(&m, &series("aedb_queue_completed_total")), 4.0);
     assert_eq!(must_sample(&m, &series("aedb_queue_failed_total")), 3.0);
-    assert_eq!(must_sample(&m, &series("aedb_queue_dead_lettered_total")), 1.0);
+    assert_eq!(
+        must_sample(&m, &series("aedb_queue_dead_lettered_total")),
+        1.0
+    );
     assert_eq!(must_sample(&m, &series("aedb_queue_cancelled_total")), 2.0);
     assert_eq!(must_sample(&m, &series("aedb_queue_reclaimed_total")), 0.0);
     assert_eq!(must_sample(&m, &series("aedb_queue_paused")), 0.0);
@@ -772,7 +1156,10 @@ fn metrics_follow_enqueues_completions_and_failures() {
     let file = temp_file("metrics.txt");
     std::fs::write(&file, &m).unwrap();
     let check = std::process::Command::new("python3")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/grafana/check.py"))
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../docs/grafana/check.py"
+        ))
         .arg("--metrics")
         .arg(&file)
         .output()
@@ -791,14 +1178,25 @@ fn the_shared_overview_is_kept_for_max_age_and_dropped_by_an_action() {
     let mut producer = cluster().connect_as(PRODUCER);
     enqueue(&mut producer, &q, &json!(1));
     let server = serve(cluster(), &["--max-age", "600"]);
-    let ready = |m: &str| must_sample(m, &format!("aedb_queue_tasks{{queue=\"{q}\",state=\"ready\"}}"));
+    let ready = |m: &str| {
+        must_sample(
+            m,
+            &format!("aedb_queue_tasks{{queue=\"{q}\",state=\"ready\"}}"),
+        )
+    };
     assert_eq!(ready(&server.metrics()), 1.0);
     enqueue(&mut producer, &q, &json!(2));
     // Within --max-age the snapshot is served as it was...
     assert_eq!(ready(&server.metrics()), 1.0);
-    assert_eq!(field(queue_row(&server.get("/").ok().body, &q), "ready"), "1");
+    assert_eq!(
+        field(queue_row(&server.get("/").ok().body, &q), "ready"),
+        "1"
+    );
     // ...and an action of this server drops it.
-    let r = server.post(&format!("/queues/{}/pause", seg(&q)), &[("csrf", &server.csrf())]);
+    let r = server.post(
+        &format!("/queues/{}/pause", seg(&q)),
+        &[("csrf", &server.csrf())],
+    );
     assert_eq!(r.status, 303);
     assert_eq!(ready(&server.metrics()), 2.0);
     let page = server.get(&format!("/queues/{}", seg(&q))).ok().body;
@@ -816,14 +1214,30 @@ fn queue_labels_are_capped_and_the_rest_summed_as_other() {
     let mut su = cluster().connect();
     su.batch_execute(&format!("CREATE DATABASE {db}")).unwrap();
     let conn = |user: &str| {
-        Client::connect(&format!("host=127.0.0.1 port={} user={user} dbname={db}", cluster().port()), postgres::NoTls).unwrap()
+        Client::connect(
+            &format!(
+                "host=127.0.0.1 port={} user={user} dbname={db}",
+                cluster().port()
+            ),
+            postgres::NoTls,
+        )
+        .unwrap()
     };
-    conn("postgres").batch_execute("CREATE EXTENSION aedb_queue CASCADE").unwrap();
+    conn("postgres")
+        .batch_execute("CREATE EXTENSION aedb_queue CASCADE")
+        .unwrap();
     let mut producer = conn(PRODUCER);
     for (q, n) in [("a", 1), ("b", 2), ("c", 4), ("d", 8)] {
-        enqueue_batch(&mut producer, q, &(0..n).map(|i| json!(i)).collect::<Vec<_>>());
+        enqueue_batch(
+            &mut producer,
+            q,
+            &(0..n).map(|i| json!(i)).collect::<Vec<_>>(),
+        );
     }
-    let dsn = format!("host=127.0.0.1 port={} user={ADMIN} dbname={db}", cluster().port());
+    let dsn = format!(
+        "host=127.0.0.1 port={} user={ADMIN} dbname={db}",
+        cluster().port()
+    );
     let server = serve(cluster(), &["--dsn", &dsn, "--max-queues", "2"]);
     let m = server.metrics();
     let mut labels: Vec<&str> = m
@@ -834,13 +1248,28 @@ fn queue_labels_are_capped_and_the_rest_summed_as_other() {
     labels.sort_unstable();
     labels.dedup();
     assert_eq!(labels, vec!["a", "other"], "at most 2 label values:\n{m}");
-    assert_eq!(must_sample(&m, "aedb_queue_tasks{queue=\"a\",state=\"ready\"}"), 1.0);
-    assert_eq!(must_sample(&m, "aedb_queue_tasks{queue=\"other\",state=\"ready\"}"), 14.0);
-    assert_eq!(must_sample(&m, "aedb_queue_enqueued_total{queue=\"other\"}"), 14.0);
-    assert_eq!(must_sample(&m, "aedb_queue_enqueued_total{queue=\"a\"}"), 1.0);
+    assert_eq!(
+        must_sample(&m, "aedb_queue_tasks{queue=\"a\",state=\"ready\"}"),
+        1.0
+    );
+    assert_eq!(
+        must_sample(&m, "aedb_queue_tasks{queue=\"other\",state=\"ready\"}"),
+        14.0
+    );
+    assert_eq!(
+        must_sample(&m, "aedb_queue_enqueued_total{queue=\"other\"}"),
+        14.0
+    );
+    assert_eq!(
+        must_sample(&m, "aedb_queue_enqueued_total{queue=\"a\"}"),
+        1.0
+    );
     // Without the cap every queue has its own.
     let wide = serve(cluster(), &["--dsn", &dsn]).metrics();
-    assert_eq!(must_sample(&wide, "aedb_queue_tasks{queue=\"d\",state=\"ready\"}"), 8.0);
+    assert_eq!(
+        must_sample(&wide, "aedb_queue_tasks{queue=\"d\",state=\"ready\"}"),
+        8.0
+    );
     assert!(!wide.contains("queue=\"other\""), "{wide}");
 }
 
@@ -856,12 +1285,21 @@ fn without_preloading_counters_are_unavailable_and_a_stopped_database_is_up_0() 
     assert_eq!(must_sample(&m, "aedb_queue_up"), 1.0);
     assert_eq!(must_sample(&m, "aedb_queue_counters_up"), 0.0);
     assert!(!m.contains("_total"), "no counters without them:\n{m}");
-    assert_eq!(must_sample(&m, &format!("aedb_queue_tasks{{queue=\"{q}\",state=\"ready\"}}")), 1.0);
+    assert_eq!(
+        must_sample(
+            &m,
+            &format!("aedb_queue_tasks{{queue=\"{q}\",state=\"ready\"}}")
+        ),
+        1.0
+    );
     let page = server.get("/").ok().body;
     must(&page, "id=\"counters-unavailable\"");
     assert_eq!(field(queue_row(&page, &q), "throughput"), "n/a");
     assert_eq!(field(queue_row(&page, &q), "failure_rate"), "n/a");
-    must(&server.get(&format!("/queues/{}", seg(&q))).ok().body, "id=\"counters-unavailable\"");
+    must(
+        &server.get(&format!("/queues/{}", seg(&q))).ok().body,
+        "id=\"counters-unavailable\"",
+    );
     assert_eq!(server.get("/healthz").ok().body.trim(), "ok");
 
     // The database goes away: /metrics still answers, with up 0.
@@ -876,5 +1314,7 @@ fn without_preloading_counters_are_unavailable_and_a_stopped_database_is_up_0() 
 
     // And back: the pool reconnects by itself.
     plain.start_again();
-    eventually("aedb_queue_up 1 again", || sample(&server.get("/metrics").body, "aedb_queue_up") == Some(1.0));
+    eventually("aedb_queue_up 1 again", || {
+        sample(&server.get("/metrics").body, "aedb_queue_up") == Some(1.0)
+    });
 }

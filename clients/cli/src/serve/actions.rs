@@ -28,7 +28,11 @@ const RETRY_CALLS: usize = 100;
 
 /// Equal without an early exit on the first difference.
 fn same(a: &str, b: &str) -> bool {
-    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
 }
 
 /// The Origin header, if sent, must be `http://<the Host it came to>`.
@@ -47,10 +51,16 @@ fn origin_ok(headers: &HeaderMap) -> bool {
 fn check_request(app: &super::App, headers: &HeaderMap, fields: &Fields) -> Result<(), PageError> {
     let token_ok = fields.get("csrf").is_some_and(|t| same(t, &app.csrf));
     if !token_ok {
-        return Err(PageError::new(StatusCode::FORBIDDEN, "Missing or wrong CSRF token: reload the page and try again."));
+        return Err(PageError::new(
+            StatusCode::FORBIDDEN,
+            "Missing or wrong CSRF token: reload the page and try again.",
+        ));
     }
     if !origin_ok(headers) {
-        return Err(PageError::new(StatusCode::FORBIDDEN, "This request came from another site's page: refused."));
+        return Err(PageError::new(
+            StatusCode::FORBIDDEN,
+            "This request came from another site's page: refused.",
+        ));
     }
     Ok(())
 }
@@ -61,22 +71,37 @@ fn see(app: &super::App, path: &str, msg: &str) -> Response {
     app.overview.invalidate();
     (
         StatusCode::SEE_OTHER,
-        [(LOCATION, path.to_string()), (SET_COOKIE, flash_cookie(msg))],
+        [
+            (LOCATION, path.to_string()),
+            (SET_COOKIE, flash_cookie(msg)),
+        ],
     )
         .into_response()
 }
 
 fn task_id_field(fields: &Fields) -> Result<Option<i64>, PageError> {
-    match fields.get("task_id").map(|s| s.trim()).filter(|s| !s.is_empty()) {
+    match fields
+        .get("task_id")
+        .map(|s| s.trim())
+        .filter(|s| !s.is_empty())
+    {
         None => Ok(None),
-        Some(s) => s
-            .parse()
-            .map(Some)
-            .map_err(|_| PageError::new(StatusCode::BAD_REQUEST, format!("task_id {s:?} is not a task id"))),
+        Some(s) => s.parse().map(Some).map_err(|_| {
+            PageError::new(
+                StatusCode::BAD_REQUEST,
+                format!("task_id {s:?} is not a task id"),
+            )
+        }),
     }
 }
 
-async fn set_paused(app: Shared, queue: String, headers: HeaderMap, fields: Fields, paused: bool) -> Result<Response, PageError> {
+async fn set_paused(
+    app: Shared,
+    queue: String,
+    headers: HeaderMap,
+    fields: Fields,
+    paused: bool,
+) -> Result<Response, PageError> {
     check_request(&app, &headers, &fields)?;
     let c = app.pool.get().await?;
     let changed = queries::set_paused(&c, &queue, paused).await?;
@@ -89,16 +114,31 @@ async fn set_paused(app: Shared, queue: String, headers: HeaderMap, fields: Fiel
     Ok(see(&app, &queue_href(&queue), &msg))
 }
 
-pub async fn pause(State(app): State<Shared>, Path(queue): Path<String>, headers: HeaderMap, Form(f): Form<Fields>) -> Result<Response, PageError> {
+pub async fn pause(
+    State(app): State<Shared>,
+    Path(queue): Path<String>,
+    headers: HeaderMap,
+    Form(f): Form<Fields>,
+) -> Result<Response, PageError> {
     set_paused(app, queue, headers, f, true).await
 }
 
-pub async fn resume(State(app): State<Shared>, Path(queue): Path<String>, headers: HeaderMap, Form(f): Form<Fields>) -> Result<Response, PageError> {
+pub async fn resume(
+    State(app): State<Shared>,
+    Path(queue): Path<String>,
+    headers: HeaderMap,
+    Form(f): Form<Fields>,
+) -> Result<Response, PageError> {
     set_paused(app, queue, headers, f, false).await
 }
 
 /// One task (`task_id`), or every dead task in chunks.
-pub async fn retry_dead(State(app): State<Shared>, Path(queue): Path<String>, headers: HeaderMap, Form(f): Form<Fields>) -> Result<Response, PageError> {
+pub async fn retry_dead(
+    State(app): State<Shared>,
+    Path(queue): Path<String>,
+    headers: HeaderMap,
+    Form(f): Form<Fields>,
+) -> Result<Response, PageError> {
     check_request(&app, &headers, &f)?;
     let task_id = task_id_field(&f)?;
     let c = app.pool.get().await?;
@@ -133,7 +173,12 @@ pub async fn retry_dead(State(app): State<Shared>, Path(queue): Path<String>, he
 }
 
 /// Every task of one state; `confirm` must be the queue's name.
-pub async fn purge(State(app): State<Shared>, Path(queue): Path<String>, headers: HeaderMap, Form(f): Form<Fields>) -> Result<Response, PageError> {
+pub async fn purge(
+    State(app): State<Shared>,
+    Path(queue): Path<String>,
+    headers: HeaderMap,
+    Form(f): Form<Fields>,
+) -> Result<Response, PageError> {
     check_request(&app, &headers, &f)?;
     if f.get("confirm").map(|s| s.as_str()) != Some(queue.as_str()) {
         return Err(PageError::new(
@@ -145,16 +190,25 @@ pub async fn purge(State(app): State<Shared>, Path(queue): Path<String>, headers
     let force = f.get("force").is_some_and(|v| v == "true" || v == "on");
     let c = app.pool.get().await?;
     let n = queries::purge(&c, &queue, state, force).await?;
-    Ok(see(&app, &queue_href(&queue), &format!("Purged {n} {state} tasks of {queue}.")))
+    Ok(see(
+        &app,
+        &queue_href(&queue),
+        &format!("Purged {n} {state} tasks of {queue}."),
+    ))
 }
 
 /// One task, wherever the role may read it; back to its queue.
-pub async fn cancel(State(app): State<Shared>, Path(id): Path<i64>, headers: HeaderMap, Form(f): Form<Fields>) -> Result<Response, PageError> {
+pub async fn cancel(
+    State(app): State<Shared>,
+    Path(id): Path<i64>,
+    headers: HeaderMap,
+    Form(f): Form<Fields>,
+) -> Result<Response, PageError> {
     check_request(&app, &headers, &f)?;
     let c = app.pool.get().await?;
-    let task = queries::find_by_id(&c, id)
-        .await?
-        .ok_or_else(|| PageError::not_found(format!("No task {id} in a queue this role may read.")))?;
+    let task = queries::find_by_id(&c, id).await?.ok_or_else(|| {
+        PageError::not_found(format!("No task {id} in a queue this role may read."))
+    })?;
     let msg = if queries::cancel(&c, &task.queue, id).await? {
         format!("Cancelled task {id}.")
     } else {
@@ -177,10 +231,22 @@ mod tests {
 
     #[test]
     fn only_this_servers_origin_passes() {
-        assert!(origin_ok(&headers(&[("host", "127.0.0.1:8080")])), "no Origin: a form post from an old browser, or curl");
-        assert!(origin_ok(&headers(&[("host", "127.0.0.1:8080"), ("origin", "http://127.0.0.1:8080")])));
-        assert!(!origin_ok(&headers(&[("host", "127.0.0.1:8080"), ("origin", "http://evil.example")])));
-        assert!(!origin_ok(&headers(&[("host", "127.0.0.1:8080"), ("origin", "null")])));
+        assert!(
+            origin_ok(&headers(&[("host", "127.0.0.1:8080")])),
+            "no Origin: a form post from an old browser, or curl"
+        );
+        assert!(origin_ok(&headers(&[
+            ("host", "127.0.0.1:8080"),
+            ("origin", "http://127.0.0.1:8080")
+        ])));
+        assert!(!origin_ok(&headers(&[
+            ("host", "127.0.0.1:8080"),
+            ("origin", "http://evil.example")
+        ])));
+        assert!(!origin_ok(&headers(&[
+            ("host", "127.0.0.1:8080"),
+            ("origin", "null")
+        ])));
         assert!(!origin_ok(&headers(&[("origin", "http://127.0.0.1:8080")])));
     }
 

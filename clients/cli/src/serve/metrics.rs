@@ -23,7 +23,14 @@ use super::Shared;
 const SCRAPE_LIMIT: Duration = Duration::from_secs(5);
 
 /// The `state` label values of `aedb_queue_tasks`, in output order.
-pub const STATES: [&str; 6] = ["waiting", "scheduled", "blocked", "ready", "in_flight", "dead"];
+pub const STATES: [&str; 6] = [
+    "waiting",
+    "scheduled",
+    "blocked",
+    "ready",
+    "in_flight",
+    "dead",
+];
 /// The label value that sums every queue past the cap (and the extension's
 /// overflow row).
 pub const OTHER: &str = "other";
@@ -78,14 +85,21 @@ impl Bucket {
 /// every queue fits, each has its own; otherwise the first `max_queues - 1`
 /// by name do and the rest, with counters of queues not in the overview
 /// and the extension's overflow row (queue NULL), are summed in "other".
-pub fn buckets(overview: &[Overview], counters: Option<&[Counter]>, max_queues: usize) -> Vec<Bucket> {
+pub fn buckets(
+    overview: &[Overview],
+    counters: Option<&[Counter]>,
+    max_queues: usize,
+) -> Vec<Bucket> {
     let max_queues = max_queues.max(1);
     let mut names: Vec<&str> = overview.iter().map(|o| o.queue.as_str()).collect();
     names.sort_unstable();
     names.dedup();
     let strays = counters.is_some_and(|cs| {
-        cs.iter()
-            .any(|c| c.queue.as_deref().is_none_or(|q| names.binary_search(&q).is_err()))
+        cs.iter().any(|c| {
+            c.queue
+                .as_deref()
+                .is_none_or(|q| names.binary_search(&q).is_err())
+        })
     });
     let named = if names.len() > max_queues || (strays && names.len() >= max_queues) {
         max_queues - 1
@@ -142,30 +156,72 @@ fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# TYPE {name} {kind}");
 }
 
-fn per_queue(out: &mut String, buckets: &[Bucket], name: &str, kind: &str, help: &str, value: impl Fn(&Bucket) -> f64) {
+fn per_queue(
+    out: &mut String,
+    buckets: &[Bucket],
+    name: &str,
+    kind: &str,
+    help: &str,
+    value: impl Fn(&Bucket) -> f64,
+) {
     family(out, name, kind, help);
     for b in buckets {
-        let _ = writeln!(out, "{name}{{queue=\"{}\"}} {}", escape_label(&b.label), value(b));
+        let _ = writeln!(
+            out,
+            "{name}{{queue=\"{}\"}} {}",
+            escape_label(&b.label),
+            value(b)
+        );
     }
 }
 
 const COUNTERS: [(&str, &str); 6] = [
-    ("aedb_queue_enqueued_total", "Tasks enqueued (committed) since the database server started."),
-    ("aedb_queue_completed_total", "Tasks completed since the database server started."),
-    ("aedb_queue_failed_total", "Failures applied (retried or dead) since the database server started."),
-    ("aedb_queue_dead_lettered_total", "Tasks that became dead since the database server started."),
-    ("aedb_queue_reclaimed_total", "Expired leases taken back since the database server started."),
-    ("aedb_queue_cancelled_total", "Tasks cancelled since the database server started."),
+    (
+        "aedb_queue_enqueued_total",
+        "Tasks enqueued (committed) since the database server started.",
+    ),
+    (
+        "aedb_queue_completed_total",
+        "Tasks completed since the database server started.",
+    ),
+    (
+        "aedb_queue_failed_total",
+        "Failures applied (retried or dead) since the database server started.",
+    ),
+    (
+        "aedb_queue_dead_lettered_total",
+        "Tasks that became dead since the database server started.",
+    ),
+    (
+        "aedb_queue_reclaimed_total",
+        "Expired leases taken back since the database server started.",
+    ),
+    (
+        "aedb_queue_cancelled_total",
+        "Tasks cancelled since the database server started.",
+    ),
 ];
 
 fn counter_value(c: &Counts, i: usize) -> i64 {
-    [c.enqueued, c.completed, c.failed, c.dead_lettered, c.reclaimed, c.cancelled][i]
+    [
+        c.enqueued,
+        c.completed,
+        c.failed,
+        c.dead_lettered,
+        c.reclaimed,
+        c.cancelled,
+    ][i]
 }
 
 /// The whole exposition of one scrape.
 pub fn render(s: &Scrape, max_queues: usize) -> String {
     let mut out = String::with_capacity(4096);
-    family(&mut out, "aedb_queue_up", "gauge", "1 when the database answered this scrape.");
+    family(
+        &mut out,
+        "aedb_queue_up",
+        "gauge",
+        "1 when the database answered this scrape.",
+    );
     let _ = writeln!(out, "aedb_queue_up {}", u8::from(s.up));
     family(
         &mut out,
@@ -173,19 +229,32 @@ pub fn render(s: &Scrape, max_queues: usize) -> String {
         "gauge",
         "1 when queue_counters() is available (aedb_queue in shared_preload_libraries).",
     );
-    let _ = writeln!(out, "aedb_queue_counters_up {}", u8::from(s.up && s.counters.is_some()));
+    let _ = writeln!(
+        out,
+        "aedb_queue_counters_up {}",
+        u8::from(s.up && s.counters.is_some())
+    );
     family(
         &mut out,
         "aedb_queue_scrape_duration_seconds",
         "gauge",
         "Time this scrape spent reading the database.",
     );
-    let _ = writeln!(out, "aedb_queue_scrape_duration_seconds {:.6}", s.duration_secs);
+    let _ = writeln!(
+        out,
+        "aedb_queue_scrape_duration_seconds {:.6}",
+        s.duration_secs
+    );
     if !s.up {
         return out;
     }
     let buckets = buckets(s.overview, s.counters, max_queues);
-    family(&mut out, "aedb_queue_tasks", "gauge", "Tasks by state (see aedb_queue_tasks_estimated).");
+    family(
+        &mut out,
+        "aedb_queue_tasks",
+        "gauge",
+        "Tasks by state (see aedb_queue_tasks_estimated).",
+    );
     for b in &buckets {
         for (i, state) in STATES.iter().enumerate() {
             let _ = writeln!(
@@ -238,7 +307,9 @@ pub fn render(s: &Scrape, max_queues: usize) -> String {
     );
     if s.counters.is_some() {
         for (i, (name, help)) in COUNTERS.iter().enumerate() {
-            per_queue(&mut out, &buckets, name, "counter", help, |b| counter_value(&b.counts, i) as f64);
+            per_queue(&mut out, &buckets, name, "counter", help, |b| {
+                counter_value(&b.counts, i) as f64
+            });
         }
     }
     out
@@ -249,7 +320,9 @@ pub fn render(s: &Scrape, max_queues: usize) -> String {
 /// the scrape.
 /// The counters are read on every scrape (cheap, and they say whether the
 /// database answers); the overview is the shared snapshot.
-async fn read(app: &super::App) -> Result<(std::sync::Arc<Vec<Overview>>, Option<Vec<Counter>>), String> {
+async fn read(
+    app: &super::App,
+) -> Result<(std::sync::Arc<Vec<Overview>>, Option<Vec<Counter>>), String> {
     let c = app.pool.get().await.map_err(|e| e.to_string())?;
     let (overview, counters) = futures_util::join!(app.overview.get(), queries::counters(&c));
     let overview = overview.map_err(|e| e.message)?;
@@ -271,15 +344,31 @@ pub async fn handler(State(app): State<Shared>) -> impl IntoResponse {
     let duration_secs = started.elapsed().as_secs_f64();
     let body = match &result {
         Ok((overview, counters)) => render(
-            &Scrape { up: true, overview: overview.as_slice(), counters: counters.as_deref(), duration_secs },
+            &Scrape {
+                up: true,
+                overview: overview.as_slice(),
+                counters: counters.as_deref(),
+                duration_secs,
+            },
             app.max_queues,
         ),
         Err(e) => {
             eprintln!("warning: /metrics: the database did not answer: {e}");
-            render(&Scrape { up: false, overview: &[], counters: None, duration_secs }, app.max_queues)
+            render(
+                &Scrape {
+                    up: false,
+                    overview: &[],
+                    counters: None,
+                    duration_secs,
+                },
+                app.max_queues,
+            )
         }
     };
-    ([(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body)
+    (
+        [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        body,
+    )
 }
 
 #[cfg(test)]
@@ -306,13 +395,18 @@ mod tests {
     }
 
     fn line<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
-        text.lines().find(|l| l.starts_with(prefix)).map(|l| l[prefix.len()..].trim())
+        text.lines()
+            .find(|l| l.starts_with(prefix))
+            .map(|l| l[prefix.len()..].trim())
     }
 
     #[test]
     fn every_queue_has_its_own_label_while_they_fit() {
         let b = buckets(&[ov("a", 1), ov("b", 2)], Some(&[counter(Some("b"), 5)]), 2);
-        assert_eq!(b.iter().map(|b| b.label.as_str()).collect::<Vec<_>>(), vec!["a", "b"]);
+        assert_eq!(
+            b.iter().map(|b| b.label.as_str()).collect::<Vec<_>>(),
+            vec!["a", "b"]
+        );
         assert_eq!(b[1].counts.completed, 5);
         assert_eq!(b[1].tasks[3], 2, "ready of b");
     }
@@ -320,9 +414,17 @@ mod tests {
     #[test]
     fn queues_past_the_cap_are_summed_in_other() {
         let o = [ov("a", 1), ov("b", 2), ov("c", 4), ov("d", 8)];
-        let cs = [counter(Some("a"), 1), counter(Some("c"), 10), counter(Some("d"), 100), counter(None, 1000)];
+        let cs = [
+            counter(Some("a"), 1),
+            counter(Some("c"), 10),
+            counter(Some("d"), 100),
+            counter(None, 1000),
+        ];
         let b = buckets(&o, Some(&cs), 3);
-        assert_eq!(b.iter().map(|b| b.label.as_str()).collect::<Vec<_>>(), vec!["a", "b", "other"]);
+        assert_eq!(
+            b.iter().map(|b| b.label.as_str()).collect::<Vec<_>>(),
+            vec!["a", "b", "other"]
+        );
         assert_eq!(b[2].tasks[3], 12);
         assert_eq!(b[2].counts.completed, 1110, "c, d and the overflow row");
     }
@@ -330,11 +432,17 @@ mod tests {
     #[test]
     fn the_overflow_row_alone_takes_a_label_within_the_cap() {
         let b = buckets(&[ov("a", 1), ov("b", 1)], Some(&[counter(None, 3)]), 2);
-        assert_eq!(b.iter().map(|b| b.label.as_str()).collect::<Vec<_>>(), vec!["a", "other"]);
+        assert_eq!(
+            b.iter().map(|b| b.label.as_str()).collect::<Vec<_>>(),
+            vec!["a", "other"]
+        );
         assert_eq!(b[1].counts.completed, 3);
         assert_eq!(b[1].tasks[3], 1, "b went to other");
         let b = buckets(&[ov("a", 1)], Some(&[counter(None, 3)]), 5);
-        assert_eq!(b.iter().map(|b| b.label.as_str()).collect::<Vec<_>>(), vec!["a", "other"]);
+        assert_eq!(
+            b.iter().map(|b| b.label.as_str()).collect::<Vec<_>>(),
+            vec!["a", "other"]
+        );
     }
 
     #[test]
@@ -358,10 +466,18 @@ mod tests {
     fn label_values_are_escaped() {
         assert_eq!(escape_label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
         let text = render(
-            &Scrape { up: true, overview: &[ov("q\"}x", 3)], counters: None, duration_secs: 0.0 },
+            &Scrape {
+                up: true,
+                overview: &[ov("q\"}x", 3)],
+                counters: None,
+                duration_secs: 0.0,
+            },
             10,
         );
-        assert_eq!(line(&text, "aedb_queue_tasks{queue=\"q\\\"}x\",state=\"ready\"}"), Some("3"));
+        assert_eq!(
+            line(&text, "aedb_queue_tasks{queue=\"q\\\"}x\",state=\"ready\"}"),
+            Some("3")
+        );
     }
 
     #[test]
@@ -372,23 +488,79 @@ mod tests {
         a.expired_leases = 2;
         let cs = [Counter {
             queue: Some("a".into()),
-            counts: Counts { enqueued: 9, completed: 4, failed: 2, dead_lettered: 1, reclaimed: 3, cancelled: 5 },
+            counts: Counts {
+                enqueued: 9,
+                completed: 4,
+                failed: 2,
+                dead_lettered: 1,
+                reclaimed: 3,
+                cancelled: 5,
+            },
             since: None,
         }];
-        let text = render(&Scrape { up: true, overview: &[a], counters: Some(&cs), duration_secs: 0.012 }, 10);
+        let text = render(
+            &Scrape {
+                up: true,
+                overview: &[a],
+                counters: Some(&cs),
+                duration_secs: 0.012,
+            },
+            10,
+        );
         assert_eq!(line(&text, "aedb_queue_up "), Some("1"));
         assert_eq!(line(&text, "aedb_queue_counters_up "), Some("1"));
-        assert_eq!(line(&text, "aedb_queue_scrape_duration_seconds "), Some("0.012000"));
-        assert_eq!(line(&text, "aedb_queue_tasks{queue=\"a\",state=\"ready\"}"), Some("3"));
-        assert_eq!(line(&text, "aedb_queue_tasks{queue=\"a\",state=\"dead\"}"), Some("0"));
-        assert_eq!(line(&text, "aedb_queue_tasks_estimated{queue=\"a\",state=\"ready\"}"), Some("1"));
-        assert_eq!(line(&text, "aedb_queue_tasks_estimated{queue=\"a\",state=\"dead\"}"), Some("0"));
-        assert_eq!(line(&text, "aedb_queue_oldest_ready_age_seconds{queue=\"a\"}"), Some("1.5"));
-        assert_eq!(line(&text, "aedb_queue_expired_leases{queue=\"a\"}"), Some("2"));
+        assert_eq!(
+            line(&text, "aedb_queue_scrape_duration_seconds "),
+            Some("0.012000")
+        );
+        assert_eq!(
+            line(&text, "aedb_queue_tasks{queue=\"a\",state=\"ready\"}"),
+            Some("3")
+        );
+        assert_eq!(
+            line(&text, "aedb_queue_tasks{queue=\"a\",state=\"dead\"}"),
+            Some("0")
+        );
+        assert_eq!(
+            line(
+                &text,
+                "aedb_queue_tasks_estimated{queue=\"a\",state=\"ready\"}"
+            ),
+            Some("1")
+        );
+        assert_eq!(
+            line(
+                &text,
+                "aedb_queue_tasks_estimated{queue=\"a\",state=\"dead\"}"
+            ),
+            Some("0")
+        );
+        assert_eq!(
+            line(&text, "aedb_queue_oldest_ready_age_seconds{queue=\"a\"}"),
+            Some("1.5")
+        );
+        assert_eq!(
+            line(&text, "aedb_queue_expired_leases{queue=\"a\"}"),
+            Some("2")
+        );
         assert_eq!(line(&text, "aedb_queue_paused{queue=\"a\"}"), Some("0"));
-        for (name, v) in [("enqueued", "9"), ("completed", "4"), ("failed", "2"), ("dead_lettered", "1"), ("reclaimed", "3"), ("cancelled", "5")] {
-            assert_eq!(line(&text, &format!("aedb_queue_{name}_total{{queue=\"a\"}}")), Some(v), "{name}");
-            assert!(text.contains(&format!("# TYPE aedb_queue_{name}_total counter\n")), "{text}");
+        for (name, v) in [
+            ("enqueued", "9"),
+            ("completed", "4"),
+            ("failed", "2"),
+            ("dead_lettered", "1"),
+            ("reclaimed", "3"),
+            ("cancelled", "5"),
+        ] {
+            assert_eq!(
+                line(&text, &format!("aedb_queue_{name}_total{{queue=\"a\"}}")),
+                Some(v),
+                "{name}"
+            );
+            assert!(
+                text.contains(&format!("# TYPE aedb_queue_{name}_total counter\n")),
+                "{text}"
+            );
         }
         assert!(text.contains("# TYPE aedb_queue_tasks gauge\n"));
         // Each family's TYPE line comes once.
@@ -397,7 +569,15 @@ mod tests {
 
     #[test]
     fn without_counters_the_totals_are_left_out() {
-        let text = render(&Scrape { up: true, overview: &[ov("a", 1)], counters: None, duration_secs: 0.0 }, 10);
+        let text = render(
+            &Scrape {
+                up: true,
+                overview: &[ov("a", 1)],
+                counters: None,
+                duration_secs: 0.0,
+            },
+            10,
+        );
         assert_eq!(line(&text, "aedb_queue_counters_up "), Some("0"));
         assert!(!text.contains("_total"), "{text}");
         assert!(text.contains("aedb_queue_tasks{queue=\"a\""));
@@ -405,7 +585,15 @@ mod tests {
 
     #[test]
     fn a_database_that_did_not_answer_is_up_0_and_nothing_else() {
-        let text = render(&Scrape { up: false, overview: &[], counters: None, duration_secs: 0.5 }, 10);
+        let text = render(
+            &Scrape {
+                up: false,
+                overview: &[],
+                counters: None,
+                duration_secs: 0.5,
+            },
+            10,
+        );
         assert_eq!(line(&text, "aedb_queue_up "), Some("0"));
         assert_eq!(line(&text, "aedb_queue_counters_up "), Some("0"));
         assert!(!text.contains("aedb_queue_tasks"), "{text}");

@@ -137,7 +137,8 @@ pub fn describe_db(e: &tokio_postgres::Error) -> String {
 
 fn csrf_token() -> Result<String> {
     let mut bytes = [0u8; 32];
-    getrandom::fill(&mut bytes).map_err(|e| Error::msg(format!("no random bytes for the CSRF token: {e}")))?;
+    getrandom::fill(&mut bytes)
+        .map_err(|e| Error::msg(format!("no random bytes for the CSRF token: {e}")))?;
     let mut s = String::with_capacity(64);
     for b in bytes {
         let _ = write!(s, "{b:02x}");
@@ -182,12 +183,17 @@ fn router(app: Shared) -> Router {
 }
 
 /// "ok" when the database answers, 503 otherwise.
-async fn healthz(axum::extract::State(app): axum::extract::State<Shared>) -> (axum::http::StatusCode, String) {
+async fn healthz(
+    axum::extract::State(app): axum::extract::State<Shared>,
+) -> (axum::http::StatusCode, String) {
     use axum::http::StatusCode;
     match app.pool.get().await {
         Ok(c) => match queries::ping(&c).await {
             Ok(()) => (StatusCode::OK, "ok\n".into()),
-            Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("database: {}\n", describe_db(&e))),
+            Err(e) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("database: {}\n", describe_db(&e)),
+            ),
         },
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("database: {e}\n")),
     }
@@ -200,7 +206,11 @@ pub async fn run(cfg: &Config, opts: &Options) -> Result<()> {
         max_queues,
     )));
     let pool = pool(cfg, opts.pool_size)?;
-    let overview = snapshot::OverviewCache::new(pool.clone(), opts.exact_limit, Duration::from_secs_f64(opts.max_age));
+    let overview = snapshot::OverviewCache::new(
+        pool.clone(),
+        opts.exact_limit,
+        Duration::from_secs_f64(opts.max_age),
+    );
     let app = Arc::new(App {
         pool,
         overview,

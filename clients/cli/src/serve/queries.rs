@@ -241,12 +241,20 @@ pub struct OrderingKey {
     pub stopped_by_dead: bool,
 }
 
-async fn query(c: &Client, sql: &str, params: &[&(dyn tokio_postgres::types::ToSql + Sync)]) -> DbResult<Vec<Row>> {
+async fn query(
+    c: &Client,
+    sql: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> DbResult<Vec<Row>> {
     let stmt = c.prepare_cached(sql).await?;
     c.query(&stmt, params).await
 }
 
-async fn query_one(c: &Client, sql: &str, params: &[&(dyn tokio_postgres::types::ToSql + Sync)]) -> DbResult<Row> {
+async fn query_one(
+    c: &Client,
+    sql: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> DbResult<Row> {
     let stmt = c.prepare_cached(sql).await?;
     c.query_one(&stmt, params).await
 }
@@ -289,7 +297,8 @@ pub async fn counters(c: &Client) -> DbResult<Vec<Counter>> {
     let rows = query(c, COUNTERS, &[]).await?;
     rows.iter()
         .map(|r| {
-            let n = |i: usize| -> DbResult<i64> { Ok(r.try_get::<_, Option<i64>>(i)?.unwrap_or(0)) };
+            let n =
+                |i: usize| -> DbResult<i64> { Ok(r.try_get::<_, Option<i64>>(i)?.unwrap_or(0)) };
             Ok(Counter {
                 queue: r.try_get(0)?,
                 counts: Counts {
@@ -318,7 +327,9 @@ pub async fn list(c: &Client, queue: &str, state: &str, limit: i32) -> DbResult<
 
 /// `queue_find(task_id)`: the task, if the role may read its queue.
 pub async fn find_by_id(c: &Client, task_id: i64) -> DbResult<Option<Task>> {
-    Ok(tasks(&query(c, FIND_BY_ID, &[&task_id]).await?)?.into_iter().next())
+    Ok(tasks(&query(c, FIND_BY_ID, &[&task_id]).await?)?
+        .into_iter()
+        .next())
 }
 
 /// `queue_find(idempotency_key)` in every readable queue, at most `limit`.
@@ -347,7 +358,11 @@ pub async fn schedules(c: &Client, queue: &str, limit: i64) -> DbResult<Vec<Sche
         .collect()
 }
 
-pub async fn concurrency_keys(c: &Client, queue: &str, limit: i64) -> DbResult<Vec<ConcurrencyKey>> {
+pub async fn concurrency_keys(
+    c: &Client,
+    queue: &str,
+    limit: i64,
+) -> DbResult<Vec<ConcurrencyKey>> {
     let rows = query(c, CONCURRENCY_KEYS, &[&queue, &limit]).await?;
     rows.iter()
         .map(|r| {
@@ -382,13 +397,22 @@ pub async fn set_paused(c: &Client, queue: &str, paused: bool) -> DbResult<bool>
 }
 
 /// `queue_retry_dead(queue, task_id, max)`: how many moved back to ready.
-pub async fn retry_dead(c: &Client, queue: &str, task_id: Option<i64>, max: Option<i32>) -> DbResult<i64> {
-    query_one(c, RETRY_DEAD, &[&queue, &task_id, &max]).await?.try_get(0)
+pub async fn retry_dead(
+    c: &Client,
+    queue: &str,
+    task_id: Option<i64>,
+    max: Option<i32>,
+) -> DbResult<i64> {
+    query_one(c, RETRY_DEAD, &[&queue, &task_id, &max])
+        .await?
+        .try_get(0)
 }
 
 /// `queue_purge(queue, state, force)`: how many were deleted.
 pub async fn purge(c: &Client, queue: &str, state: &str, force: bool) -> DbResult<i64> {
-    query_one(c, PURGE, &[&queue, &state, &force]).await?.try_get(0)
+    query_one(c, PURGE, &[&queue, &state, &force])
+        .await?
+        .try_get(0)
 }
 
 /// `queue_cancel(queue, task_id)`: whether a task was removed.

@@ -86,10 +86,12 @@ impl History {
     /// past `max_queues`, and queues gone from it, leave the history.
     pub fn record(&mut self, at: f64, overview: &[Overview], counters: Option<&[Counter]>) {
         let kept: Vec<&Overview> = overview.iter().take(self.max_queues).collect();
-        self.queues.retain(|q, _| kept.iter().any(|o| &o.queue == q));
+        self.queues
+            .retain(|q, _| kept.iter().any(|o| &o.queue == q));
         self.since.retain(|q, _| kept.iter().any(|o| &o.queue == q));
         for o in kept {
-            let counter = counters.and_then(|cs| cs.iter().find(|c| c.queue.as_deref() == Some(&o.queue)));
+            let counter =
+                counters.and_then(|cs| cs.iter().find(|c| c.queue.as_deref() == Some(&o.queue)));
             // A readable queue without a counters row has counted nothing yet.
             let (counts, since) = match (counters, counter) {
                 (None, _) => (None, None),
@@ -166,7 +168,9 @@ pub fn recent(points: &[Point], window_secs: f64) -> Option<(Counts, f64)> {
     let last = points.last()?;
     let prev = points.get(points.len().checked_sub(2)?)?;
     let window = window_secs.max(last.at - prev.at);
-    let start = points.iter().position(|p| last.at - p.at <= window + 1e-9)?;
+    let start = points
+        .iter()
+        .position(|p| last.at - p.at <= window + 1e-9)?;
     let mut total = Counts::default();
     let mut secs = 0.0;
     let mut any = false;
@@ -233,7 +237,12 @@ pub async fn sample_once(pool: &Pool, overview: &OverviewCache, history: &Mutex<
 }
 
 /// Samples every `every` until the process ends.
-pub fn spawn(pool: Pool, overview: Arc<OverviewCache>, history: Arc<Mutex<History>>, every: Duration) {
+pub fn spawn(
+    pool: Pool,
+    overview: Arc<OverviewCache>,
+    history: Arc<Mutex<History>>,
+    every: Duration,
+) {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -276,7 +285,10 @@ mod tests {
         }
         let pts = h.points("a");
         assert_eq!(pts.len(), 3);
-        assert_eq!(pts.iter().map(|p| p.depth.ready).collect::<Vec<_>>(), vec![2, 3, 4]);
+        assert_eq!(
+            pts.iter().map(|p| p.depth.ready).collect::<Vec<_>>(),
+            vec![2, 3, 4]
+        );
         assert_eq!(capacity(60, 10.0), 361);
         assert_eq!(capacity(1440, 0.5), MAX_POINTS);
     }
@@ -296,10 +308,17 @@ mod tests {
     fn rates_are_deltas_between_samples() {
         let mut h = History::new(100, 10);
         for (i, done) in [0, 10, 30, 60].iter().enumerate() {
-            h.record(i as f64 * 10.0, &[ov("a", 0)], Some(&[counter("a", *done, 0, "t0")]));
+            h.record(
+                i as f64 * 10.0,
+                &[ov("a", 0)],
+                Some(&[counter("a", *done, 0, "t0")]),
+            );
         }
         let pts = h.points("a");
-        let d: Vec<Option<i64>> = deltas(&pts).iter().map(|d| d.map(|c| c.completed)).collect();
+        let d: Vec<Option<i64>> = deltas(&pts)
+            .iter()
+            .map(|d| d.map(|c| c.completed))
+            .collect();
         assert_eq!(d, vec![None, Some(10), Some(20), Some(30)]);
         // 60 completed over 30 s: 120 a minute.
         assert_eq!(completed_per_minute(&pts, 60.0), Some(120.0));
@@ -319,11 +338,26 @@ mod tests {
         h.record(30.0, &[ov("a", 0)], Some(&[counter("a", 910, 0, "t2")]));
         let pts = h.points("a");
         assert!(pts[1].reset && pts[2].reset && !pts[3].reset);
-        let d: Vec<Option<i64>> = deltas(&pts).iter().map(|d| d.map(|c| c.completed)).collect();
+        let d: Vec<Option<i64>> = deltas(&pts)
+            .iter()
+            .map(|d| d.map(|c| c.completed))
+            .collect();
         assert_eq!(d, vec![None, Some(7), Some(900), Some(10)]);
         // A counter that went down without a new `since` is a reset too.
-        let a = Point { counts: Some(Counts { failed: 9, ..Counts::default() }), ..Point::default() };
-        let b = Point { counts: Some(Counts { failed: 2, ..Counts::default() }), ..Point::default() };
+        let a = Point {
+            counts: Some(Counts {
+                failed: 9,
+                ..Counts::default()
+            }),
+            ..Point::default()
+        };
+        let b = Point {
+            counts: Some(Counts {
+                failed: 2,
+                ..Counts::default()
+            }),
+            ..Point::default()
+        };
         assert_eq!(delta(&a, &b).unwrap().failed, 2);
     }
 
@@ -343,7 +377,13 @@ mod tests {
         h.record(0.0, &[ov("a", 0)], Some(&[counter("a", 1, 0, "t")]));
         h.record(10.0, &[ov("a", 0)], None);
         h.record(20.0, &[ov("a", 0)], Some(&[counter("a", 4, 0, "t")]));
-        assert_eq!(deltas(&h.points("a")).iter().filter(|d| d.is_some()).count(), 0);
+        assert_eq!(
+            deltas(&h.points("a"))
+                .iter()
+                .filter(|d| d.is_some())
+                .count(),
+            0
+        );
         assert_eq!(completed_per_minute(&h.points("a"), 60.0), None);
     }
 }

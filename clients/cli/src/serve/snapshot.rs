@@ -67,13 +67,17 @@ impl OverviewCache {
     }
 
     fn current(&self) -> Option<(Instant, Arc<Vec<Overview>>)> {
-        self.latest.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.latest
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Keeps `rows` as the latest snapshot (the sampler's reads too).
     pub fn store(&self, rows: Vec<Overview>) -> Arc<Vec<Overview>> {
         let rows = Arc::new(rows);
-        *self.latest.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), rows.clone()));
+        *self.latest.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((Instant::now(), rows.clone()));
         rows
     }
 
@@ -115,7 +119,8 @@ impl OverviewCache {
         let _one_at_a_time = self.reading.lock().await;
         // Another request may have read it while this one waited.
         if let Some((at, rows)) = self.current() {
-            if !self.max_age.is_zero() && freshness(at.elapsed(), self.max_age) == Freshness::Fresh {
+            if !self.max_age.is_zero() && freshness(at.elapsed(), self.max_age) == Freshness::Fresh
+            {
                 return Ok(rows);
             }
         }
@@ -134,6 +139,10 @@ mod tests {
         assert_eq!(freshness(s(3), s(2)), Freshness::Stale);
         assert_eq!(freshness(s(20), s(2)), Freshness::Stale);
         assert_eq!(freshness(s(21), s(2)), Freshness::Expired);
-        assert_eq!(freshness(Duration::ZERO, Duration::ZERO), Freshness::Expired, "0: always read");
+        assert_eq!(
+            freshness(Duration::ZERO, Duration::ZERO),
+            Freshness::Expired,
+            "0: always read"
+        );
     }
 }

@@ -74,7 +74,11 @@ pub fn axis_label(v: f64) -> String {
 pub fn sparkline(series: &str, colour: &str, values: &[Option<f64>]) -> Markup {
     const W: f64 = 120.0;
     const H: f64 = 24.0;
-    let line = Line { name: series, colour, values };
+    let line = Line {
+        name: series,
+        colour,
+        values,
+    };
     let top = top(std::slice::from_ref(&line));
     let last = values.iter().rev().flatten().next();
     let title = match last {
@@ -93,10 +97,11 @@ pub fn sparkline(series: &str, colour: &str, values: &[Option<f64>]) -> Markup {
 }
 
 /// A chart with a y axis (0 and the maximum), one polyline per line, a
-/// legend, and a caption under it naming the time span.
-pub fn chart(id: &str, lines: &[Line], caption: &str) -> Markup {
+/// legend, the time span under the x axis ("-12m 0s" ... "now") when
+/// `span` is given, and `caption` as its title.
+pub fn chart(id: &str, lines: &[Line], caption: &str, span: Option<&str>) -> Markup {
     const W: f64 = 640.0;
-    const H: f64 = 180.0;
+    const H: f64 = 196.0;
     const LEFT: f64 = 44.0;
     const TOP: f64 = 8.0;
     const PLOT_H: f64 = 140.0;
@@ -111,6 +116,10 @@ pub fn chart(id: &str, lines: &[Line], caption: &str) -> Markup {
             line x1=(LEFT) y1=(TOP + PLOT_H) x2=(W - 8.0) y2=(TOP + PLOT_H) stroke="#999" {}
             text x=(LEFT - 4.0) y=(TOP + 8.0) text-anchor="end" font-size="11" { (axis_label(top)) }
             text x=(LEFT - 4.0) y=(TOP + PLOT_H) text-anchor="end" font-size="11" { "0" }
+            @if let Some(span) = span {
+                text x=(LEFT) y=(TOP + PLOT_H + 13.0) font-size="11" fill="#666" { "-" (span) }
+                text x=(W - 8.0) y=(TOP + PLOT_H + 13.0) text-anchor="end" font-size="11" fill="#666" { "now" }
+            }
             @if empty {
                 text x=(LEFT + plot_w / 2.0) y=(TOP + PLOT_H / 2.0) text-anchor="middle"
                     font-size="12" fill="#666" { "no samples yet" }
@@ -171,11 +180,17 @@ mod tests {
     #[test]
     fn a_sparkline_names_its_series_and_its_last_value() {
         let s = sparkline("ready", "#36c", &[Some(1.0), Some(3.0)]).into_string();
-        assert!(s.starts_with("<svg class=\"sparkline\" data-series=\"ready\""), "{s}");
+        assert!(
+            s.starts_with("<svg class=\"sparkline\" data-series=\"ready\""),
+            "{s}"
+        );
         assert!(s.contains("<polyline points=\"0.0,14.7 120.0,0.0\""), "{s}");
         assert!(s.contains("ready: 3 (max 3)"), "{s}");
         let empty = sparkline("completed", "#393", &[]).into_string();
-        assert!(empty.contains("no samples yet") && !empty.contains("polyline"), "{empty}");
+        assert!(
+            empty.contains("no samples yet") && !empty.contains("polyline"),
+            "{empty}"
+        );
     }
 
     #[test]
@@ -185,10 +200,19 @@ mod tests {
         let s = chart(
             "depth-chart",
             &[
-                Line { name: "ready", colour: "#36c", values: &a },
-                Line { name: "dead", colour: "#c33", values: &b },
+                Line {
+                    name: "ready",
+                    colour: "#36c",
+                    values: &a,
+                },
+                Line {
+                    name: "dead",
+                    colour: "#c33",
+                    values: &b,
+                },
             ],
             "last 2 samples",
+            Some("10s"),
         )
         .into_string();
         assert!(s.contains("id=\"depth-chart\""), "{s}");
@@ -196,5 +220,9 @@ mod tests {
         assert!(s.contains("<g data-series=\"dead\">"), "{s}");
         assert!(s.contains(">4</text>"), "the maximum on the axis: {s}");
         assert!(!s.contains("no samples yet"), "{s}");
+        assert!(
+            s.contains(">-10s</text>") && s.contains(">now</text>"),
+            "{s}"
+        );
     }
 }

@@ -136,7 +136,7 @@ pub fn flash_cookie(msg: &str) -> String {
 }
 
 fn hex_decode(s: &str) -> Option<String> {
-    if s.is_empty() || s.len() % 2 != 0 || s.len() > 4096 {
+    if s.is_empty() || !s.len().is_multiple_of(2) || s.len() > 4096 {
         return None;
     }
     let bytes: Option<Vec<u8>> = (0..s.len())
@@ -168,7 +168,10 @@ pub struct PageError {
 
 impl PageError {
     pub fn new(status: StatusCode, message: impl Into<String>) -> PageError {
-        PageError { status, message: message.into() }
+        PageError {
+            status,
+            message: message.into(),
+        }
     }
 
     pub fn not_found(what: impl Into<String>) -> PageError {
@@ -197,7 +200,10 @@ impl From<tokio_postgres::Error> for PageError {
 
 impl From<deadpool_postgres::PoolError> for PageError {
     fn from(e: deadpool_postgres::PoolError) -> Self {
-        PageError::new(StatusCode::SERVICE_UNAVAILABLE, format!("database unavailable: {e}"))
+        PageError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("database unavailable: {e}"),
+        )
     }
 }
 
@@ -320,7 +326,10 @@ mod tests {
     fn the_flash_survives_its_cookie() {
         let c = flash_cookie("Purged 3 <dead> tasks; \"ok\"");
         let value = c.split(';').next().unwrap().split_once('=').unwrap().1;
-        assert_eq!(hex_decode(value).as_deref(), Some("Purged 3 <dead> tasks; \"ok\""));
+        assert_eq!(
+            hex_decode(value).as_deref(),
+            Some("Purged 3 <dead> tasks; \"ok\"")
+        );
         assert_eq!(hex_decode("zz"), None);
         assert_eq!(hex_decode("abc"), None);
     }
@@ -332,11 +341,26 @@ mod tests {
             count(1200, true).into_string(),
             "<span class=\"estimate\" title=\"estimate\">~1200</span>"
         );
-        let page = layout("<q>", Some("t0k"), Some("<b>done</b>"), html! { p { ("<script>x</script>") } }).into_string();
+        let page = layout(
+            "<q>",
+            Some("t0k"),
+            Some("<b>done</b>"),
+            html! { p { ("<script>x</script>") } },
+        )
+        .into_string();
         assert!(page.contains("&lt;script&gt;x&lt;/script&gt;"), "{page}");
-        assert!(page.contains("<p class=\"flash\" role=\"status\">&lt;b&gt;done&lt;/b&gt;</p>"), "{page}");
-        assert!(page.contains("<title>aedb_queue · &lt;q&gt;</title>"), "{page}");
-        assert!(page.contains("<meta name=\"csrf-token\" content=\"t0k\">"), "{page}");
+        assert!(
+            page.contains("<p class=\"flash\" role=\"status\">&lt;b&gt;done&lt;/b&gt;</p>"),
+            "{page}"
+        );
+        assert!(
+            page.contains("<title>aedb_queue · &lt;q&gt;</title>"),
+            "{page}"
+        );
+        assert!(
+            page.contains("<meta name=\"csrf-token\" content=\"t0k\">"),
+            "{page}"
+        );
     }
 
     #[test]

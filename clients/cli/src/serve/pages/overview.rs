@@ -156,5 +156,8 @@ pub async fn page(State(app): State<Shared>, flash: Flash) -> Result<Response, P
             (content(&app, &overview, &history))
         }
     };
-    Ok(respond(&flash, layout("queues", Some(&app.csrf), flash.0.as_deref(), body)))
+    Ok(respond(
+        &flash,
+        layout("queues", Some(&app.csrf), flash.0.as_deref(), body),
+    ))
 }

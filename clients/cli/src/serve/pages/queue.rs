@@ -6,7 +6,9 @@ use axum::response::Response;
 use maud::{html, Markup};
 
 use super::overview::{counters_notice, estimates_legend, failure_text, rates, throughput_text};
-use super::{count, csrf_field, human_secs, layout, opt, queue_href, respond, shorten, Flash, PageError};
+use super::{
+    count, csrf_field, human_secs, layout, opt, queue_href, respond, shorten, Flash, PageError,
+};
 use crate::serve::queries::{self, ConcurrencyKey, OrderingKey, Overview, Schedule, Task};
 use crate::serve::sampler::{self, Point};
 use crate::serve::{svg, Shared};
@@ -20,7 +22,15 @@ const READY_LIMIT: i32 = 20;
 const SIDE_LIMIT: i64 = 100;
 
 /// The states the purge form offers.
-const PURGE_STATES: [&str; 7] = ["dead", "ready", "scheduled", "waiting", "blocked", "completed", "in_flight"];
+const PURGE_STATES: [&str; 7] = [
+    "dead",
+    "ready",
+    "scheduled",
+    "waiting",
+    "blocked",
+    "completed",
+    "in_flight",
+];
 
 struct QueuePage {
     overview: Overview,
@@ -43,8 +53,9 @@ async fn load(app: &crate::serve::App, queue: &str) -> Result<QueuePage, PageErr
     };
     // A queue the role may not read is not in its overview: 404, before the
     // other calls' refusals.
-    let overview = overview
-        .ok_or_else(|| PageError::not_found(format!("No queue \"{queue}\" that this role may read.")))?;
+    let overview = overview.ok_or_else(|| {
+        PageError::not_found(format!("No queue \"{queue}\" that this role may read."))
+    })?;
     let c = app.pool.get().await?;
     // One connection, the statements pipelined.
     let (administer, in_flight, ready, scheduled, dead, schedules, ckeys, okeys) = futures_util::join!(
@@ -80,7 +91,15 @@ fn unless_refused<T: Default>(r: queries::DbResult<T>) -> Result<T, PageError> {
 }
 
 /// A form posting to `/queues/{queue}/{path}` with the CSRF token.
-fn action_form(csrf: &str, queue: &str, path: &str, action: &str, label: &str, confirm: Option<&str>, extra: Markup) -> Markup {
+fn action_form(
+    csrf: &str,
+    queue: &str,
+    path: &str,
+    action: &str,
+    label: &str,
+    confirm: Option<&str>,
+    extra: Markup,
+) -> Markup {
     html! {
         form.inline method="post" action={(queue_href(queue)) "/" (path)} data-action=(action)
             data-confirm=[confirm] {
@@ -133,7 +152,7 @@ fn actions(p: &QueuePage, csrf: &str) -> Markup {
             form.actions method="post" action={(queue_href(q)) "/purge"} data-action="purge"
                 data-confirm="Delete these tasks for good?" {
                 (csrf_field(csrf))
-                label { "Purge every task in state " 
+                label { "Purge every task in state "
                     select name="state" {
                         @for s in PURGE_STATES { option value=(s) { (s) } }
                     }
@@ -199,7 +218,15 @@ fn more(shown: usize, limit: i32) -> Markup {
     }
 }
 
-fn simple_section(id: &str, title: &str, total: Markup, tasks: &[Task], limit: i32, administer: bool, csrf: &str) -> Markup {
+fn simple_section(
+    id: &str,
+    title: &str,
+    total: Markup,
+    tasks: &[Task],
+    limit: i32,
+    administer: bool,
+    csrf: &str,
+) -> Markup {
     html! {
         section id=(id) {
             h2 { (title) " " span.muted { "(" (total) ")" } }
@@ -321,17 +348,31 @@ fn keys_section(ckeys: &[ConcurrencyKey], okeys: &[OrderingKey]) -> Markup {
     }
 }
 
+/// How long the samples cover ("12m 0s"), with two or more.
+fn span(points: &[Point]) -> Option<String> {
+    match (points.first(), points.last()) {
+        (Some(a), Some(b)) if points.len() > 1 => Some(human_secs(b.at - a.at)),
+        _ => None,
+    }
+}
+
 fn span_caption(points: &[Point], what: &str) -> String {
     match (points.first(), points.last()) {
         (Some(a), Some(b)) if points.len() > 1 => {
-            format!("{what}, last {} ({} samples)", human_secs(b.at - a.at), points.len())
+            format!(
+                "{what}, last {} ({} samples)",
+                human_secs(b.at - a.at),
+                points.len()
+            )
         }
         _ => format!("{what}: not enough samples yet"),
     }
 }
 
 fn charts(points: &[Point], counters: &sampler::CountersState) -> Markup {
-    let series = |f: fn(&Point) -> i64| -> Vec<Option<f64>> { points.iter().map(|p| Some(f(p) as f64)).collect() };
+    let series = |f: fn(&Point) -> i64| -> Vec<Option<f64>> {
+        points.iter().map(|p| Some(f(p) as f64)).collect()
+    };
     let (ready, in_flight, scheduled, dead) = (
         series(|p| p.depth.ready),
         series(|p| p.depth.in_flight),
@@ -339,9 +380,16 @@ fn charts(points: &[Point], counters: &sampler::CountersState) -> Markup {
         series(|p| p.depth.dead),
     );
     let deltas = sampler::deltas(points);
-    let completed: Vec<Option<f64>> = deltas.iter().skip(1).map(|d| d.map(|c| c.completed as f64)).collect();
-    let failed: Vec<Option<f64>> = deltas.iter().skip(1).map(|d| d.map(|c| c.failed as f64)).collect();
-    let throughput_points = &points[points.len().min(1)..];
+    let completed: Vec<Option<f64>> = deltas
+        .iter()
+        .skip(1)
+        .map(|d| d.map(|c| c.completed as f64))
+        .collect();
+    let failed: Vec<Option<f64>> = deltas
+        .iter()
+        .skip(1)
+        .map(|d| d.map(|c| c.failed as f64))
+        .collect();
     html! {
         section #depth {
             h2 { "Depth" }
@@ -350,7 +398,7 @@ fn charts(points: &[Point], counters: &sampler::CountersState) -> Markup {
                 svg::Line { name: "in_flight", colour: "#c80", values: &in_flight },
                 svg::Line { name: "scheduled", colour: "#888", values: &scheduled },
                 svg::Line { name: "dead", colour: "#c33", values: &dead },
-            ], &span_caption(points, "tasks by state")))
+            ], &span_caption(points, "tasks by state"), span(points).as_deref()))
         }
         section #throughput {
             h2 { "Throughput " span.muted { "(per sample interval)" } }
@@ -360,7 +408,7 @@ fn charts(points: &[Point], counters: &sampler::CountersState) -> Markup {
             (svg::chart("throughput-chart", &[
                 svg::Line { name: "completed", colour: "#393", values: &completed },
                 svg::Line { name: "failed", colour: "#c33", values: &failed },
-            ], &span_caption(throughput_points, "completed and failed")))
+            ], &span_caption(points, "completed and failed"), span(points).as_deref()))
         }
     }
 }
@@ -388,7 +436,11 @@ fn summary(o: &Overview, points: &[Point], counters: &sampler::CountersState) ->
     }
 }
 
-pub async fn page(State(app): State<Shared>, Path(queue): Path<String>, flash: Flash) -> Result<Response, PageError> {
+pub async fn page(
+    State(app): State<Shared>,
+    Path(queue): Path<String>,
+    flash: Flash,
+) -> Result<Response, PageError> {
     let p = load(&app, &queue).await?;
     let (points, counters) = {
         let h = app.history.lock().unwrap_or_else(|e| e.into_inner());
@@ -412,5 +464,8 @@ pub async fn page(State(app): State<Shared>, Path(queue): Path<String>, flash: F
         (schedules_section(&p.schedules))
         (keys_section(&p.concurrency_keys, &p.ordering_keys))
     };
-    Ok(respond(&flash, layout(&queue, Some(&app.csrf), flash.0.as_deref(), body)))
+    Ok(respond(
+        &flash,
+        layout(&queue, Some(&app.csrf), flash.0.as_deref(), body),
+    ))
 }

@@ -20,7 +20,10 @@ fn see_task(id: i64) -> Response {
     (StatusCode::SEE_OTHER, [(LOCATION, format!("/tasks/{id}"))]).into_response()
 }
 
-pub async fn page(State(app): State<Shared>, Query(params): Query<HashMap<String, String>>) -> Result<Response, PageError> {
+pub async fn page(
+    State(app): State<Shared>,
+    Query(params): Query<HashMap<String, String>>,
+) -> Result<Response, PageError> {
     let q = params.get("q").map(|s| s.trim()).unwrap_or("");
     let c = app.pool.get().await?;
     if let Ok(id) = q.parse::<i64>() {
@@ -28,7 +31,11 @@ pub async fn page(State(app): State<Shared>, Query(params): Query<HashMap<String
             return Ok(see_task(id));
         }
     }
-    let found = if q.is_empty() { Vec::new() } else { queries::find_by_key(&c, q, RESULTS_LIMIT).await? };
+    let found = if q.is_empty() {
+        Vec::new()
+    } else {
+        queries::find_by_key(&c, q, RESULTS_LIMIT).await?
+    };
     if let [one] = found.as_slice() {
         return Ok(see_task(one.task_id));
     }

@@ -75,11 +75,15 @@ fn parents_section(parents: &[Task]) -> Markup {
     }
 }
 
-pub async fn page(State(app): State<Shared>, Path(id): Path<i64>, flash: Flash) -> Result<Response, PageError> {
+pub async fn page(
+    State(app): State<Shared>,
+    Path(id): Path<i64>,
+    flash: Flash,
+) -> Result<Response, PageError> {
     let c = app.pool.get().await?;
-    let t = queries::find_by_id(&c, id)
-        .await?
-        .ok_or_else(|| PageError::not_found(format!("No task {id} in a queue this role may read.")))?;
+    let t = queries::find_by_id(&c, id).await?.ok_or_else(|| {
+        PageError::not_found(format!("No task {id} in a queue this role may read."))
+    })?;
     let (parents, administer) = futures_util::join!(
         queries::parents(&c, &t.queue, id, PARENTS_LIMIT),
         queries::administers(&c, &t.queue)
@@ -118,5 +122,13 @@ pub async fn page(State(app): State<Shared>, Path(id): Path<i64>, flash: Flash) 
         }
         (parents_section(&parents))
     };
-    Ok(respond(&flash, layout(&format!("task {id}"), Some(&app.csrf), flash.0.as_deref(), body)))
+    Ok(respond(
+        &flash,
+        layout(
+            &format!("task {id}"),
+            Some(&app.csrf),
+            flash.0.as_deref(),
+            body,
+        ),
+    ))
 }
