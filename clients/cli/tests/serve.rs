@@ -415,6 +415,26 @@ fn the_overview_shows_each_queues_figures_rates_and_sparklines() {
         "counters are there: {page}"
     );
 
+    // The policy: no inline script, no framing; the script is served.
+    let r = server.get("/");
+    let csp = r.header("content-security-policy").unwrap_or("");
+    assert!(
+        csp.contains("script-src 'self'") && csp.contains("frame-ancestors 'none'"),
+        "{csp}"
+    );
+    assert_eq!(r.header("x-frame-options"), Some("DENY"));
+    assert!(
+        page.contains("<script src=\"/assets/app.js\"></script>"),
+        "{page}"
+    );
+    assert!(!page.contains("<script>"), "no inline script: {page}");
+    let js = server.get("/assets/app.js").ok();
+    assert!(js
+        .header("content-type")
+        .unwrap_or("")
+        .starts_with("text/javascript"));
+    assert!(js.body.contains("data-confirm"), "{}", js.body);
+
     let row = queue_row(&page, &q);
     for (f, v) in [
         ("ready", "3"),
