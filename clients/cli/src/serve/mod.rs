@@ -226,6 +226,23 @@ async fn healthz(
     }
 }
 
+/// Ctrl-C, or SIGTERM (a service manager stopping it): requests in flight
+/// finish first.
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}
+
 pub async fn run(cfg: &Config, opts: &Options) -> Result<()> {
     let max_queues = opts.max_queues as usize;
     let history = Arc::new(Mutex::new(History::new(
@@ -271,9 +288,7 @@ pub async fn run(cfg: &Config, opts: &Options) -> Result<()> {
     use std::io::Write as _;
     let _ = std::io::stdout().flush();
     axum::serve(listener, router(app))
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
+        .with_graceful_shutdown(stop_signal())
         .await
         .map_err(|e| Error::msg(format!("server: {e}")))
 }
