@@ -419,3 +419,61 @@ pub async fn purge(c: &Client, queue: &str, state: &str, force: bool) -> DbResul
 pub async fn cancel(c: &Client, queue: &str, task_id: i64) -> DbResult<bool> {
     query_one(c, CANCEL, &[&queue, &task_id]).await?.try_get(0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every statement of the server, for the checks below.
+    const ALL: [&str; 16] = [
+        OVERVIEW,
+        COUNTERS,
+        ADMINISTERS,
+        LIST,
+        FIND_BY_ID,
+        FIND_BY_KEY,
+        PARENTS,
+        SCHEDULES,
+        CONCURRENCY_KEYS,
+        ORDERING_KEYS,
+        PAUSE,
+        RESUME,
+        RETRY_DEAD,
+        PURGE,
+        CANCEL,
+        PING,
+    ];
+
+    #[test]
+    fn no_statement_counts_rows_or_reads_the_counting_views() {
+        for sql in ALL {
+            let s = sql.to_ascii_lowercase();
+            assert!(!s.contains("count("), "counts rows: {sql}");
+            assert!(
+                !s.contains("queue_stats"),
+                "queue_stats counts exactly: {sql}"
+            );
+            assert!(
+                !s.contains("aedb_queue.tasks "),
+                "the tasks view scans: {sql}"
+            );
+        }
+    }
+
+    #[test]
+    fn task_lists_are_bounded() {
+        for sql in [
+            LIST,
+            FIND_BY_KEY,
+            PARENTS,
+            SCHEDULES,
+            CONCURRENCY_KEYS,
+            ORDERING_KEYS,
+        ] {
+            assert!(
+                sql.contains("$3::int4)") || sql.contains("LIMIT $"),
+                "no limit: {sql}"
+            );
+        }
+    }
+}
