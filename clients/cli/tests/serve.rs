@@ -117,14 +117,16 @@ fn form_encode(fields: &[(&str, &str)]) -> String {
         .join("&")
 }
 
-/// A path segment percent-encoded as the pages encode queue names.
+/// A path segment percent-encoded as the pages encode queue names (as
+/// encodeURIComponent does).
 fn seg(s: &str) -> String {
     s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~!'()*".contains(&b) {
                 (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
             }
-            _ => format!("%{b:02X}"),
         })
         .collect()
 }

@@ -237,12 +237,13 @@ pub async fn not_found() -> PageError {
     PageError::not_found("No such page.")
 }
 
-/// A path segment with everything but unreserved characters
-/// percent-encoded (queue names may hold `/`, `?`, `#`, spaces).
+/// A path segment percent-encoded as JavaScript's encodeURIComponent does
+/// (queue names may hold `/`, `?`, `#`, spaces): what a script builds
+/// from a name matches the pages' own links.
 pub fn encode_segment(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+        if b.is_ascii_alphanumeric() || b"-._~!'()*".contains(&b) {
             out.push(b as char);
         } else {
             out.push_str(&format!("%{b:02X}"));
@@ -324,6 +325,7 @@ mod tests {
     fn segments_are_percent_encoded() {
         assert_eq!(encode_segment("a.b_c-d~"), "a.b_c-d~");
         assert_eq!(encode_segment("a/b c?#<"), "a%2Fb%20c%3F%23%3C");
+        assert_eq!(encode_segment("x('y')!*"), "x('y')!*", "as encodeURIComponent leaves them");
         assert_eq!(encode_segment("é"), "%C3%A9");
     }
 
