@@ -17,12 +17,25 @@ pub type DbResult<T> = std::result::Result<T, tokio_postgres::Error>;
 /// SQLSTATE of `queue_counters()` when the library is not preloaded.
 pub const COUNTERS_UNAVAILABLE: &str = "55000";
 
-const OVERVIEW: &str = "SELECT queue, paused, waiting::int8, scheduled::int8, blocked::int8, \
+macro_rules! overview_columns {
+    () => {
+        "SELECT queue, paused, waiting::int8, scheduled::int8, blocked::int8, \
      ready::int8, in_flight::int8, dead::int8, completed_kept::int8, \
      coalesce(estimated, '{}')::text[], \
      extract(epoch FROM oldest_ready_age)::float8, to_json(next_due) #>> '{}', \
-     expired_leases::int8 \
-     FROM aedb_queue.queue_overview(exact_limit => $1::int4)";
+     expired_leases::int8 "
+    };
+}
+
+const OVERVIEW: &str = concat!(
+    overview_columns!(),
+    "FROM aedb_queue.queue_overview(exact_limit => $1::int4)"
+);
+/// One queue's row (none when the role may not read it).
+const OVERVIEW_ONE: &str = concat!(
+    overview_columns!(),
+    "FROM aedb_queue.queue_overview(exact_limit => $1::int4, queue_name => $2::text)"
+);
 
 const COUNTERS: &str = "SELECT queue, enqueued::int8, completed::int8, failed::int8, \
      dead_lettered::int8, reclaimed::int8, cancelled::int8, to_json(since) #>> '{}' \
@@ -269,7 +282,16 @@ pub async fn ping(c: &Client) -> DbResult<()> {
 
 /// `queue_overview(exact_limit)`: every queue the role may read, by name.
 pub async fn overview(c: &Client, exact_limit: i32) -> DbResult<Vec<Overview>> {
-    let rows = query(c, OVERVIEW, &[&exact_limit]).await?;
+    overview_rows(&query(c, OVERVIEW, &[&exact_limit]).await?)
+}
+
+/// `queue_overview(exact_limit, queue_name)`: that queue, if readable.
+pub async fn overview_one(c: &Client, exact_limit: i32, queue: &str) -> DbResult<Option<Overview>> {
+    let rows = query(c, OVERVIEW_ONE, &[&exact_limit, &queue]).await?;
+    Ok(overview_rows(&rows)?.into_iter().next())
+}
+
+fn overview_rows(rows: &[Row]) -> DbResult<Vec<Overview>> {
     rows.iter()
         .map(|r| {
             Ok(Overview {
@@ -425,8 +447,9 @@ mod tests {
     use super::*;
 
     /// Every statement of the server, for the checks below.
-    const ALL: [&str; 16] = [
+    const ALL: [&str; 17] = [
         OVERVIEW,
+        OVERVIEW_ONE,
         COUNTERS,
         ADMINISTERS,
         LIST,

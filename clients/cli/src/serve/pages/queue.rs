@@ -45,20 +45,11 @@ struct QueuePage {
 }
 
 async fn load(app: &crate::serve::App, queue: &str) -> Result<QueuePage, PageError> {
-    let find = |rows: &[Overview]| rows.iter().find(|o| o.queue == queue).cloned();
-    // A queue newer than the shared snapshot: read it again once.
-    let overview = match find(&app.overview.get().await?) {
-        Some(o) => Some(o),
-        None => find(&app.overview.read().await?),
-    };
-    // A queue the role may not read is not in its overview: 404, before the
-    // other calls' refusals.
-    let overview = overview.ok_or_else(|| {
-        PageError::not_found(format!("No queue \"{queue}\" that this role may read."))
-    })?;
     let c = app.pool.get().await?;
-    // One connection, the statements pipelined.
-    let (administer, in_flight, ready, scheduled, dead, schedules, ckeys, okeys) = futures_util::join!(
+    // One connection, the statements pipelined. The queue's own figures are
+    // read now (one queue is cheap), not taken from the shared snapshot.
+    let (overview, administer, in_flight, ready, scheduled, dead, schedules, ckeys, okeys) = futures_util::join!(
+        queries::overview_one(&c, app.exact_limit, queue),
         queries::administers(&c, queue),
         queries::list(&c, queue, "in_flight", LIST_LIMIT),
         queries::list(&c, queue, "ready", READY_LIMIT),
@@ -68,6 +59,11 @@ async fn load(app: &crate::serve::App, queue: &str) -> Result<QueuePage, PageErr
         queries::concurrency_keys(&c, queue, SIDE_LIMIT),
         queries::ordering_keys(&c, queue, SIDE_LIMIT),
     );
+    // A queue the role may not read has no overview row: 404, before the
+    // other calls' refusals.
+    let overview = overview?.ok_or_else(|| {
+        PageError::not_found(format!("No queue \"{queue}\" that this role may read."))
+    })?;
     Ok(QueuePage {
         overview,
         administer: administer?,
