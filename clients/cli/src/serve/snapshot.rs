@@ -1,5 +1,5 @@
-//! The latest `queue_overview()`, shared by the pages, /metrics and the
-//! sampler.
+//! The latest `queue_overview()` of every queue, shared by the overview
+//! page, /metrics and the sampler (a queue page reads its one queue live).
 //!
 //! One overview reads a bounded range of every state of every queue: about
 //! 70 ms for 100 queues holding 1,000,000 tasks. Read once per request it
