@@ -9,6 +9,7 @@
 #                          (after a short burst of traffic, so the charts have something to show)
 #   AEDB_BROWSER_DIR=DIR   work directory (default /var/tmp/aedb_browser; wiped at each run)
 #   AEDB_BROWSER_TESTS=... node --test arguments (default: every tests/*.test.mjs)
+#   AEDB_BROWSER_MUTANTS=1 then check that the tests can fail (mutants.mjs: a proxy breaks one thing at a time)
 #   AEDB_BROWSER_HOLD=SECONDS  keep clusters and servers up that long after the tests (to look by hand)
 # Clusters: 127.0.0.1:54346 (aedb_queue preloaded: counters) and 127.0.0.1:54347
 # (not preloaded: "counters unavailable"). Both, and every server, stop on exit.
@@ -78,11 +79,10 @@ psql_as() { # psql_as PORT USER ARGS...
     local port=$1 user=$2; shift 2
     psql -X -q -h 127.0.0.1 -p "$port" -U "$user" -v ON_ERROR_STOP=1 "$@"
 }
-psql_as $PORT postgres -d postgres -c "CREATE DATABASE $DB"
 psql_as $PLAIN_PORT postgres -d postgres -c "CREATE DATABASE $DB"
 
 log "seed (as dash_admin, dash_reader; tasks in every state)"
-psql_as $PORT postgres -d $DB -At -f "$HERE/seed.sql" >"$WORK/seed.json"
+bash "$HERE/seed.sh" $PORT $DB "$WORK/seed.json"
 cat "$WORK/seed.json"
 psql_as $PLAIN_PORT postgres -d $DB -At <<'SQL'
 CREATE EXTENSION aedb_queue;
@@ -139,6 +139,13 @@ log "one /metrics scrape of the admin server against docs/grafana"
 cd "$ROOT"
 curl -fsS --max-time 10 "$AEDB_ADMIN_URL/metrics" >"$WORK/metrics.txt"
 python3 docs/grafana/check.py --metrics "$WORK/metrics.txt"
+
+if [ -n "${AEDB_BROWSER_MUTANTS:-}" ]; then
+    log "mutants: each breaks the servers' answers one way; the tests must notice"
+    cd "$HERE"
+    AEDB_RESEED="bash $HERE/seed.sh $PORT $DB $WORK/seed.json" timeout 1200 node mutants.mjs
+    cd "$ROOT"
+fi
 
 if [ -n "${AEDB_BROWSER_HOLD:-}" ]; then
     echo "holding for ${AEDB_BROWSER_HOLD} s: admin $AEDB_ADMIN_URL reader $AEDB_READER_URL tenant $AEDB_TENANT_URL plain $AEDB_PLAIN_URL"

@@ -1,6 +1,6 @@
 -- The browser tests' data: roles and tasks in every state, made through the
 -- extension's SQL functions as the roles that would make them. Run by run.sh:
---   psql -h 127.0.0.1 -p PORT -U postgres -d aedb_browser -v ON_ERROR_STOP=1 -At -f seed.sql
+--   bash seed.sh PORT aedb_browser OUT.json   (psql as postgres -At -f seed.sql)
 -- Its last statement prints one JSON object of the ids the tests look for.
 -- Claims happen while the task to claim is its queue's only ready one, so
 -- which task each claim takes is known.
@@ -12,12 +12,16 @@ CREATE EXTENSION aedb_queue;
 -- dash_admin: an unconfined admin. dash_reader: a worker, which may read every
 -- queue and administer none (no action forms). dash_tenant: an admin confined
 -- to tenant_a.* that may also work (and so read) emails; it sees no other queue.
+-- (Roles belong to the cluster: a re-seed finds them made.)
+SELECT NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'dash_admin') AS make_roles \gset
+\if :make_roles
 CREATE ROLE dash_admin LOGIN;
 GRANT aedb_queue_admin TO dash_admin;
 CREATE ROLE dash_reader LOGIN;
 GRANT aedb_queue_worker TO dash_reader;
 CREATE ROLE dash_tenant LOGIN;
 GRANT aedb_queue_admin TO dash_tenant;
+\endif
 
 \c - dash_admin
 SELECT aedb_queue.queue_grant('tenant_a.*', 'dash_tenant', 'admin') \g /dev/null
