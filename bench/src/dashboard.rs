@@ -193,11 +193,15 @@ async fn counted_loop(
     track: bool,
 ) -> Result<f64> {
     let conn = cluster.connect(db).await?;
-    conn.batch(&format!(
-        "SELECT count(*) FROM aedb_queue.queue_enqueue_batch('{queue}',
-           (SELECT array_agg(jsonb_build_object('n', g, 'pad', repeat('x', 64))) FROM generate_series(1, {jobs}) g))"
-    ))
-    .await?;
+    // In batches of at most 10,000, queue_enqueue_batch's cap.
+    for first in (1..=jobs).step_by(10_000) {
+        let last = (first + 9_999).min(jobs);
+        conn.batch(&format!(
+            "SELECT count(*) FROM aedb_queue.queue_enqueue_batch('{queue}',
+               (SELECT array_agg(jsonb_build_object('n', g, 'pad', repeat('x', 64))) FROM generate_series({first}, {last}) g))"
+        ))
+        .await?;
+    }
     conn.batch("VACUUM ANALYZE aedb_queue.task").await?;
     conn.batch("CHECKPOINT").await?;
     let setting = if track { "on" } else { "off" };
