@@ -94,8 +94,12 @@ SQL
 
 # One server per role; each prints "listening on http://ADDR" once bound.
 serve_opts=(--sample-every 1)
-if "$AEDB_QUEUE_BIN" serve --help 2>/dev/null | grep -q -- '--refresh'; then
+help=$("$AEDB_QUEUE_BIN" serve --help 2>/dev/null || true)
+if grep -q -- '--refresh' <<<"$help"; then
     serve_opts+=(--refresh 0)   # no reload of the overview under a test's feet
+fi
+if grep -q -- '--max-age' <<<"$help"; then
+    serve_opts+=(--max-age 0)   # figures read per request: the tests change the data behind the servers
 fi
 start_server() { # start_server NAME PORT USER -> sets URL
     local name=$1 port=$2 user=$3 log="$WORK/serve-$1.log"
