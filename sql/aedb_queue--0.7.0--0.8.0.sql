@@ -9,7 +9,7 @@
 
 \echo Use "ALTER EXTENSION aedb_queue UPDATE TO '0.8.0'" to load this file. \quit
 
--- 0.8.0 is the dashboard and metrics (issue 14). No table changes.
+-- 0.8.0 is the dashboard and metrics (issue 14).
 
 -- 1. What dashboards read: per-queue counters kept in shared memory, each
 -- queue's access for the session, a task by id or idempotency key.
@@ -197,3 +197,31 @@ REVOKE ALL ON FUNCTION aedb_queue_internal.estimated_tasks FROM PUBLIC;
 REVOKE ALL ON FUNCTION "queue_overview", "queue_counters", "queue_access", "queue_find" FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION "queue_overview", "queue_counters", "queue_access", "queue_find"
     TO aedb_queue_worker, aedb_queue_admin;
+
+-- 4. A task's error history and its children (the dashboard's task page):
+-- column task.errors at the end of the table (no rewrite: NULL until a
+-- task fails), queue_errors and queue_children.
+ALTER TABLE aedb_queue.task ADD COLUMN errors jsonb;
+
+CREATE  FUNCTION "queue_children"(
+	"queue" TEXT, /* Option < & str > */
+	"task_id" bigint /* Option < i64 > */
+) RETURNS SETOF aedb_queue.task_row /* RawTaskRow */
+STABLE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'queue_children_wrapper';
+
+CREATE  FUNCTION "queue_errors"(
+	"queue" TEXT, /* Option < & str > */
+	"task_id" bigint /* Option < i64 > */
+) RETURNS TABLE (
+	"attempt" INT,  /* Option < i32 > */
+	"failed_at" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
+	"error" TEXT  /* Option < String > */
+)
+STABLE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'queue_errors_wrapper';
+
+REVOKE ALL ON FUNCTION "queue_children", "queue_errors" FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION "queue_children", "queue_errors" TO aedb_queue_worker, aedb_queue_admin;

@@ -140,7 +140,11 @@ CREATE TABLE aedb_queue.task (
     -- from where the queue's head stood (fairness_key). NULL elsewhere:
     -- the ready index ranks a task by this time if it has one, else by id.
     fairness_key    text,
-    fair_vt         bigint
+    fair_vt         bigint,
+    -- Every error the task met, oldest first, the last 20 (queue_errors):
+    -- [{"attempt", "at", "error"}]. NULL until its first failure, so the
+    -- rows of tasks that never fail stay as narrow as they were.
+    errors          jsonb
 ) WITH (fillfactor = 50);
 ALTER SEQUENCE aedb_queue.task_id_seq OWNED BY aedb_queue.task.task_id;
 

@@ -34,7 +34,8 @@ GRANT EXECUTE ON FUNCTION
     aedb_queue.queue_complete_and_claim, aedb_queue.queue_fail_and_claim,
     aedb_queue.queue_list, aedb_queue_internal.can_read,
     aedb_queue.queue_schedule_list, aedb_queue.queue_cron_preview, aedb_queue.queue_parents,
-    aedb_queue.queue_overview, aedb_queue.queue_counters, aedb_queue.queue_access, aedb_queue.queue_find
+    aedb_queue.queue_overview, aedb_queue.queue_counters, aedb_queue.queue_access, aedb_queue.queue_find,
+    aedb_queue.queue_children, aedb_queue.queue_errors
 TO aedb_queue_worker;
 
 -- Admins can do everything, including what the other two roles can.

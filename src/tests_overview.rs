@@ -169,4 +169,106 @@ mod tests {
             "the message says what to do: {message}"
         );
     }
+
+    fn errors(queue: &str, id: i64) -> String {
+        one(&format!(
+            "SELECT coalesce(string_agg(coalesce(attempt::text, '-') || ':' || error, ' | '), '')
+             FROM aedb_queue.queue_errors('{queue}', {id})"
+        ))
+    }
+
+    #[pg_test]
+    fn errors_keep_every_failure_expired_lease_and_retry() {
+        let id = enqueue("er", ", max_attempts => 3");
+        assert_eq!(errors("er", id), "", "a task that never failed has no errors");
+        let (_, t1) = claim_one("er");
+        assert_eq!(fail("er", id, t1, ", retry_in => '0'"), "applied");
+        let (_, _) = claim_one("er");
+        expire_lease(id);
+        exec("SELECT * FROM aedb_queue.queue_reap('er')");
+        let (_, t3) = claim_one("er");
+        assert_eq!(fail("er", id, t3, ""), "applied");
+        assert_eq!(state_of("er", id).as_deref(), Some("dead"));
+        assert_eq!(
+            errors("er", id),
+            "1:boom | 2:lease expired; requeued | 3:boom",
+            "one entry per attempt that failed, oldest first"
+        );
+        let stamped: bool = one(&format!(
+            "SELECT bool_and(failed_at IS NOT NULL) FROM aedb_queue.queue_errors('er', {id})"
+        ));
+        assert!(stamped);
+        // A retry of the dead task keeps its history; the next failure adds to it.
+        exec(&format!("SELECT aedb_queue.queue_retry_dead('er', task_id => {id})"));
+        let (_, t4) = claim_one("er");
+        assert_eq!(fail("er", id, t4, ""), "applied");
+        assert_eq!(errors("er", id), "1:boom | 2:lease expired; requeued | 3:boom | 1:boom");
+    }
+
+    #[pg_test]
+    fn errors_keep_the_last_twenty() {
+        let id = enqueue("er", ", max_attempts => 100");
+        for _ in 0..25 {
+            let (_, token) = claim_one("er");
+            assert_eq!(fail("er", id, token, ", retry_in => '0'"), "applied");
+        }
+        let attempts: String = one(&format!(
+            "SELECT string_agg(attempt::text, ',') FROM aedb_queue.queue_errors('er', {id})"
+        ));
+        let expected: Vec<String> = (6..=25).map(|n| n.to_string()).collect();
+        assert_eq!(attempts, expected.join(","));
+    }
+
+    #[pg_test]
+    fn errors_of_a_child_name_its_failed_parent() {
+        let parent = enqueue("er", ", max_attempts => 1");
+        let child = enqueue("er", &format!(", wait_for => ARRAY[{parent}]"));
+        let (_, token) = claim_one("er");
+        assert_eq!(fail("er", parent, token, ""), "applied");
+        assert_eq!(
+            errors("er", child),
+            format!("0:parent task {parent} was dead-lettered")
+        );
+        // Dead-lettered as it is enqueued (its parent is dead already):
+        // the last error alone, with no attempt.
+        let late = enqueue("er", &format!(", wait_for => ARRAY[{parent}]"));
+        assert_eq!(state_of("er", late).as_deref(), Some("dead"));
+        assert!(errors("er", late).starts_with("-:parent task"), "{}", errors("er", late));
+    }
+
+    #[pg_test]
+    fn errors_and_children_need_a_queue_and_a_task() {
+        for call in ["queue_errors", "queue_children"] {
+            expect_error(
+                &format!("SELECT * FROM aedb_queue.{call}(NULL, 1)"),
+                "22004",
+                "argument \"queue\" must not be NULL",
+            );
+            expect_error(
+                &format!("SELECT * FROM aedb_queue.{call}('q', NULL)"),
+                "22004",
+                "argument \"task_id\" must not be NULL",
+            );
+        }
+    }
+
+    #[pg_test]
+    fn children_are_the_tasks_waiting_for_a_task() {
+        let parent = enqueue("ch", "");
+        let a = enqueue("ch", &format!(", wait_for => ARRAY[{parent}]"));
+        let b = enqueue("ch.other", &format!(", wait_for => ARRAY[{parent}]"));
+        let children = ints(&format!(
+            "SELECT task_id FROM aedb_queue.queue_children('ch', {parent}) ORDER BY task_id"
+        ));
+        assert_eq!(children, [a, b]);
+        let state: String = one(&format!(
+            "SELECT string_agg(state, ',' ORDER BY task_id) FROM aedb_queue.queue_children('ch', {parent})"
+        ));
+        assert_eq!(state, "waiting,waiting");
+        assert!(ints(&format!("SELECT task_id FROM aedb_queue.queue_children('ch', {a})")).is_empty());
+        assert!(
+            ints(&format!("SELECT task_id FROM aedb_queue.queue_children('ch.other', {parent})")).is_empty(),
+            "the task is looked up in the queue named"
+        );
+    }
 }

@@ -125,6 +125,7 @@ mod tests {
         "RELEASE_CHILDREN",
         "PARENTS_FAILED",
         "PARENTS_OF",
+        "CHILDREN_OF",
     ];
 
     /// The statements that give slots and lines to blocked tasks: the

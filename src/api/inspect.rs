@@ -2,6 +2,7 @@
 
 use aedb_queue_core::grants::{Action, Pattern};
 use aedb_queue_core::validate;
+use pgrx::datum::TimestampWithTimeZone;
 use pgrx::prelude::*;
 
 use super::{checked_name, required};
@@ -60,6 +61,50 @@ fn queue_parents(queue: Option<&str>, task_id: Option<i64>) -> SetOfIterator<'st
             }
         }
         Ok(SetOfIterator::new(visible))
+    })
+}
+
+/// The tasks that wait or waited for a task of `queue` (`wait_for`): live
+/// with their state, or completed with their results. Children in queues
+/// the caller may not read are left out.
+#[pg_extern(stable)]
+fn queue_children(queue: Option<&str>, task_id: Option<i64>) -> SetOfIterator<'static, RawTaskRow> {
+    run(|| {
+        let queue = checked_name("queue", queue)?;
+        let task_id = required("task_id", task_id)?;
+        security::authorize(Action::Read, queue)?;
+        if store::schema_level() < store::SchemaLevel::V050 {
+            return Ok(SetOfIterator::new(Vec::new()));
+        }
+        let mut visible = Vec::new();
+        for (child_queue, row) in store::children_of(queue, task_id)? {
+            if security::may(Action::Read, &Pattern::Exact(child_queue))? {
+                visible.push(row);
+            }
+        }
+        Ok(SetOfIterator::new(visible))
+    })
+}
+
+/// Every error a live task of `queue` met, oldest first: one row per
+/// failed attempt, expired lease or failed parent (the last 20 kept).
+#[pg_extern(stable)]
+fn queue_errors(
+    queue: Option<&str>,
+    task_id: Option<i64>,
+) -> TableIterator<
+    'static,
+    (
+        name!(attempt, Option<i32>),
+        name!(failed_at, Option<TimestampWithTimeZone>),
+        name!(error, Option<String>),
+    ),
+> {
+    run(|| {
+        let queue = checked_name("queue", queue)?;
+        let task_id = required("task_id", task_id)?;
+        security::authorize(Action::Read, queue)?;
+        Ok(TableIterator::new(store::errors_of(queue, task_id)?))
     })
 }
 

@@ -216,6 +216,10 @@ pub(super) static RELEASE_CHILDREN: Versioned = Versioned {
 /// became blocked (`$key`, `$due`: as in RELEASE_CHILDREN).
 macro_rules! parents_failed {
     ($key:literal, $okey:literal, $line:literal, $due:literal) => {
+        parents_failed!($key, $okey, $line, $due, "")
+    };
+    // `$errors`: the error history's update (schemas from 0.8.0).
+    ($key:literal, $okey:literal, $line:literal, $due:literal, $errors:expr) => {
         concat!(
             "WITH gone AS (
               DELETE FROM aedb_queue.task_dependency WHERE parent_id = ANY($1)
@@ -237,7 +241,7 @@ macro_rules! parents_failed {
             " END::aedb_queue.task_state,
                   last_error = CASE WHEN h.run THEN c.last_error
                                     ELSE 'parent task ' || h.parent || ' ' || $2 END,
-                  updated_at = $3
+                  updated_at = $3", $errors, "
               FROM hit h
               WHERE c.task_id = h.child_id AND c.state = 'waiting'
               RETURNING c.task_id, c.queue, c.state, c.has_dependents IS TRUE AS has_dependents,
@@ -264,12 +268,30 @@ pub(super) static PARENTS_FAILED: Versioned = Versioned {
             "CASE WHEN c.state = 'blocked' THEN c.ordering_key END",
             "
                                WHEN c.ordering_key IS NOT NULL THEN 'blocked'",
-            "CASE WHEN c.concurrency_key IS NULL THEN 'ready' ELSE 'blocked' END::aedb_queue.task_state"
+            "CASE WHEN c.concurrency_key IS NULL THEN 'ready' ELSE 'blocked' END::aedb_queue.task_state",
+            concat!(
+                ", errors = CASE WHEN h.run THEN c.errors ELSE ",
+                super::append_error!("c.errors", "'parent task ' || h.parent || ' ' || $2", "$3"),
+                " END"
+            )
         ),
         args: &[INT8_ARRAY, TEXT],
         clock: true,
     },
     older: &[(
+        SchemaLevel::V080,
+        Statement {
+            sql: parents_failed!(
+                "CASE WHEN c.state = 'blocked' THEN c.concurrency_key END",
+                "CASE WHEN c.state = 'blocked' THEN c.ordering_key END",
+                "
+                               WHEN c.ordering_key IS NOT NULL THEN 'blocked'",
+                "CASE WHEN c.concurrency_key IS NULL THEN 'ready' ELSE 'blocked' END::aedb_queue.task_state"
+            ),
+            args: &[INT8_ARRAY, TEXT],
+            clock: true,
+        },
+    ), (
         SchemaLevel::V060,
         Statement {
             sql: parents_failed!("NULL::text", "NULL::text", "", "'ready'"),
@@ -279,28 +301,45 @@ pub(super) static PARENTS_FAILED: Versioned = Versioned {
     )],
 };
 
-/// The parents of task $1 of queue $2 (none if it is not there), live or
-/// kept after completion, as task rows.
-pub(super) static PARENTS_OF: Statement = Statement {
-    sql: "WITH child AS (
+/// The tasks linked to task $1 of queue $2 (none if it is not there) by
+/// `task_dependency` rows whose `$mine` column names it, through their
+/// `$theirs`: live or kept after completion, as (queue, task row).
+macro_rules! linked_tasks {
+    ($mine:literal, $theirs:literal) => {
+        concat!(
+            "WITH this AS (
               SELECT task_id FROM aedb_queue.task WHERE task_id = $1 AND queue = $2
               UNION ALL
               SELECT task_id FROM aedb_queue.completed_task WHERE task_id = $1 AND queue = $2),
           links AS (
-              SELECT d.parent_id FROM aedb_queue.task_dependency d
-              WHERE d.child_id = $1 AND EXISTS (SELECT 1 FROM child))
+              SELECT d.", $theirs, " AS id FROM aedb_queue.task_dependency d
+              WHERE d.", $mine, " = $1 AND EXISTS (SELECT 1 FROM this))
           SELECT t.queue, ROW(t.task_id, t.queue, t.state::text, t.not_before, t.priority,
                       t.attempts, t.max_attempts, t.owner_id, t.fencing_token, t.lease_deadline,
                       t.payload, t.progress, t.last_error, t.idempotency_key, t.backoff_base,
                       t.backoff_max, t.created_at, t.updated_at, NULL::jsonb, NULL::timestamptz)
-          FROM links l JOIN aedb_queue.task t ON t.task_id = l.parent_id
+          FROM links l JOIN aedb_queue.task t ON t.task_id = l.id
           UNION ALL
           SELECT c.queue, ROW(c.task_id, c.queue, 'completed'::text, NULL::timestamptz, c.priority,
                       c.attempts, c.max_attempts, c.owner_id, c.fencing_token, NULL::timestamptz,
                       c.payload, c.progress, NULL::text, c.idempotency_key, NULL::interval,
                       NULL::interval, c.created_at, c.completed_at, c.result, c.completed_at)
-          FROM links l JOIN aedb_queue.completed_task c ON c.task_id = l.parent_id
-          ORDER BY 1",
+          FROM links l JOIN aedb_queue.completed_task c ON c.task_id = l.id
+          ORDER BY 1"
+        )
+    };
+}
+
+/// The tasks task $1 of queue $2 waits or waited for.
+pub(super) static PARENTS_OF: Statement = Statement {
+    sql: linked_tasks!("child_id", "parent_id"),
+    args: &[INT8, TEXT],
+    clock: false,
+};
+
+/// The tasks that wait or waited for task $1 of queue $2.
+pub(super) static CHILDREN_OF: Statement = Statement {
+    sql: linked_tasks!("parent_id", "child_id"),
     args: &[INT8, TEXT],
     clock: false,
 };
@@ -502,6 +541,15 @@ pub(super) fn parents_failed_in(
     woken.sort();
     woken.dedup();
     Ok(woken)
+}
+
+/// (child's queue, child as a task row) for each task that waits or
+/// waited for task `task_id` of `queue`.
+pub fn children_of(queue: &str, task_id: i64) -> Result<Vec<(String, RawTaskRow)>> {
+    with_client(|client| {
+        execute(client, &CHILDREN_OF, &[task_id.into(), queue.into()])?
+            .map(|row| Ok((row.required(1)?, row.required(2)?)))
+    })
 }
 
 /// (parent's queue, parent as a task row) for each parent of task

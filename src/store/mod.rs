@@ -93,6 +93,22 @@ impl Statement {
     }
 }
 
+/// The SQL that appends one entry to a task's error history
+/// (`task.errors`, 0.8.0): `{"attempt", "at", "error"}`, the attempt that
+/// failed, the statement's clock `$at`, the error `$error`; the last 20
+/// entries are kept (a task retried forever does not grow without bound).
+macro_rules! append_error {
+    ($errors:literal, $error:expr, $at:literal) => {
+        concat!(
+            "CASE WHEN jsonb_array_length(coalesce(", $errors, ", '[]')) >= 20
+                  THEN ", $errors, " - 0 ELSE coalesce(", $errors, ", '[]') END
+             || jsonb_build_array(jsonb_build_object('attempt', attempts, 'at', ", $at,
+            ", 'error', ", $error, "))"
+        )
+    };
+}
+pub(crate) use append_error;
+
 /// A statement as the current schema needs it, and as databases still on an
 /// older version's schema run it until `ALTER EXTENSION aedb_queue UPDATE`
 /// (see [`SchemaLevel`]): `older` lists `(level, statement)` newest first,
@@ -263,7 +279,9 @@ pub enum SchemaLevel {
     V040,
     /// No concurrency keys.
     V050,
+    /// No task error history (`task.errors`): 0.6.0 and 0.7.0.
     V060,
+    V080,
 }
 
 pub fn schema_level() -> SchemaLevel {
@@ -274,7 +292,12 @@ pub fn schema_level() -> SchemaLevel {
     match LEVEL.with(|c| c.get()) {
         Some((seen, level)) if seen == generation => level,
         _ => {
-            let level = if crate::catalog::relation_oid(c"concurrency_slot").is_some() {
+            // queue_counters came with task.errors (0.8.0).
+            let level = if crate::catalog::function_oid_in(c"aedb_queue", c"queue_counters")
+                .is_some()
+            {
+                SchemaLevel::V080
+            } else if crate::catalog::relation_oid(c"concurrency_slot").is_some() {
                 SchemaLevel::V060
             } else if crate::catalog::relation_oid(c"schedule").is_some() {
                 SchemaLevel::V050

@@ -1,10 +1,12 @@
 //! What the operators' overviews read besides the views: the registered
 //! queues, which of the API's functions a role may execute, and where a
-//! task is by id or by idempotency key (`queue_access`, `queue_find`).
+//! task is by id or by idempotency key (`queue_access`, `queue_find`), and
+//! a task's error history (`queue_errors`).
 
 use pgrx::pg_sys::{Oid, PgBuiltInOids};
 
-use super::{execute, with_client, Statement, INT8, TEXT};
+use super::{execute, with_client, SchemaLevel, Statement, Versioned, INT8, TEXT};
+use pgrx::datum::TimestampWithTimeZone;
 use crate::errors::Result;
 
 const OID: PgBuiltInOids = PgBuiltInOids::OIDOID;
@@ -71,5 +73,49 @@ pub fn tasks_of_key(key: &str, queue: Option<&str>) -> Result<Vec<(String, i64)>
     with_client(|client| {
         execute(client, &TASKS_OF_KEY, &[key.into(), queue.into()])?
             .map(|row| Ok((row.required(1)?, row.required(2)?)))
+    })
+}
+
+/// Task `$1` of queue `$2`'s errors, oldest first: its history (0.8.0), or
+/// its last error alone where it has none (a task dead-lettered as it was
+/// enqueued, or a schema before 0.8.0).
+macro_rules! errors_of {
+    ($history:literal) => {
+        concat!(
+            "SELECT (e ->> 'attempt')::int4, (e ->> 'at')::timestamptz, e ->> 'error'
+               FROM aedb_queue.task t,
+                    jsonb_array_elements(coalesce(", $history, ",
+                        CASE WHEN t.last_error IS NOT NULL THEN
+                            jsonb_build_array(jsonb_build_object('attempt', NULL, 'at', t.updated_at,
+                                                                 'error', t.last_error))
+                        END)) e
+              WHERE t.task_id = $1 AND t.queue = $2"
+        )
+    };
+}
+
+pub(super) static ERRORS_OF: Versioned = Versioned {
+    current: Statement {
+        sql: errors_of!("t.errors"),
+        args: &[INT8, TEXT],
+        clock: false,
+    },
+    older: &[(
+        SchemaLevel::V080,
+        Statement {
+            sql: errors_of!("NULL::jsonb"),
+            args: &[INT8, TEXT],
+            clock: false,
+        },
+    )],
+};
+
+/// One entry of a task's error history: (attempt, when, error).
+pub type TaskError = (Option<i32>, Option<TimestampWithTimeZone>, Option<String>);
+
+pub fn errors_of(queue: &str, task_id: i64) -> Result<Vec<TaskError>> {
+    with_client(|client| {
+        execute(client, ERRORS_OF.get(), &[task_id.into(), queue.into()])?
+            .map(|row| Ok((row.get(1)?, row.get(2)?, row.get(3)?)))
     })
 }

@@ -50,8 +50,19 @@ static REAP_NEEDED: Statement = Statement {
 /// ready on schemas before 0.6.0. Returns the counts, the dead tasks with
 /// dependents, the concurrency keys of tasks that became due and of dead
 /// ones (their slots freed), and the ordering keys and ids of dead ones.
+/// The error of a task whose lease expired.
+macro_rules! lease_expired {
+    () => {
+        "CASE WHEN attempts >= max_attempts THEN 'lease expired; attempts exhausted'
+              ELSE 'lease expired; requeued' END"
+    };
+}
+
 macro_rules! reap {
     ($deps:literal, $key:literal, $okey:literal, $due:literal) => {
+        reap!($deps, $key, $okey, $due, "")
+    };
+    ($deps:literal, $key:literal, $okey:literal, $due:literal, $errors:expr) => {
         concat!(
             "WITH promoted AS (
               UPDATE aedb_queue.task
@@ -67,10 +78,8 @@ macro_rules! reap {
           reclaimed AS (
               UPDATE aedb_queue.task
               SET state = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'ready' END::aedb_queue.task_state,
-                  last_error = CASE WHEN attempts >= max_attempts
-                                    THEN 'lease expired; attempts exhausted'
-                                    ELSE 'lease expired; requeued' END,
-                  owner_id = NULL, lease_deadline = NULL, updated_at = $5
+                  last_error = ", lease_expired!(), ",
+                  owner_id = NULL, lease_deadline = NULL, updated_at = $5", $errors, "
               WHERE task_id = ANY(ARRAY(
                   SELECT task_id FROM aedb_queue.task
                   WHERE queue = $1 AND state = 'in_flight'
@@ -94,11 +103,21 @@ macro_rules! reap {
 
 static REAP: Versioned = Versioned {
     current: Statement {
-        sql: reap!("has_dependents", "concurrency_key", "CASE WHEN state = 'dead' AND (SELECT q.ordering_on_dead FROM aedb_queue.queue q WHERE q.name = $1) = 'release' THEN ordering_key END", "CASE WHEN concurrency_key IS NULL THEN 'ready' ELSE 'blocked' END::aedb_queue.task_state"),
+        sql: reap!(
+            "has_dependents",
+            "concurrency_key",
+            "CASE WHEN state = 'dead' AND (SELECT q.ordering_on_dead FROM aedb_queue.queue q WHERE q.name = $1) = 'release' THEN ordering_key END",
+            "CASE WHEN concurrency_key IS NULL THEN 'ready' ELSE 'blocked' END::aedb_queue.task_state",
+            concat!(", errors = ", super::append_error!("errors", lease_expired!(), "$5"))
+        ),
         args: &[TEXT, INT4, INT4, TIMESTAMPTZ],
         clock: true,
     },
-    older: &[(SchemaLevel::V060, Statement {
+    older: &[(SchemaLevel::V080, Statement {
+        sql: reap!("has_dependents", "concurrency_key", "CASE WHEN state = 'dead' AND (SELECT q.ordering_on_dead FROM aedb_queue.queue q WHERE q.name = $1) = 'release' THEN ordering_key END", "CASE WHEN concurrency_key IS NULL THEN 'ready' ELSE 'blocked' END::aedb_queue.task_state"),
+        args: &[TEXT, INT4, INT4, TIMESTAMPTZ],
+        clock: true,
+    }), (SchemaLevel::V060, Statement {
         sql: reap!("has_dependents", "NULL::text", "NULL::text", "'ready'"),
         args: &[TEXT, INT4, INT4, TIMESTAMPTZ],
         clock: true,
@@ -359,14 +378,17 @@ static LOCK_FOR_FAIL: Statement = Statement {
 /// NULL for dead. Returns whether the task has dependents, its concurrency
 /// key (the slot is freed unless it stays ready), and its ordering key if
 /// it died and the queue releases dead heads.
+/// `$errors` sets the error history (nothing on schemas before 0.8.0).
 macro_rules! settle_failure {
-    ($deps:literal, $key:literal) => {
+    ($deps:literal, $key:literal, $errors:expr) => {
         concat!(
             "UPDATE aedb_queue.task
              SET state = $2::aedb_queue.task_state,
                  not_before = COALESCE($5 + $3, not_before),
                  last_error = $4, owner_id = NULL, lease_deadline = NULL,
-                 updated_at = $5
+                 updated_at = $5",
+            $errors,
+            "
              WHERE task_id = $1
              RETURNING ",
             $deps,
@@ -383,16 +405,32 @@ static SETTLE_FAILURE: Versioned = Versioned {
             "concurrency_key,
              CASE WHEN state = 'dead' AND (SELECT q.ordering_on_dead FROM aedb_queue.queue q
                                            WHERE q.name = aedb_queue.task.queue) = 'release'
-                  THEN ordering_key END"
+                  THEN ordering_key END",
+            concat!(", errors = ", super::append_error!("errors", "$4", "$5"))
         ),
         args: &[INT8, TEXT, INTERVAL, TEXT],
         clock: true,
     },
     older: &[
         (
+            SchemaLevel::V080,
+            Statement {
+                sql: settle_failure!(
+                    "has_dependents",
+                    "concurrency_key,
+                     CASE WHEN state = 'dead' AND (SELECT q.ordering_on_dead FROM aedb_queue.queue q
+                                                   WHERE q.name = aedb_queue.task.queue) = 'release'
+                          THEN ordering_key END",
+                    ""
+                ),
+                args: &[INT8, TEXT, INTERVAL, TEXT],
+                clock: true,
+            },
+        ),
+        (
             SchemaLevel::V060,
             Statement {
-                sql: settle_failure!("has_dependents", "NULL::text, NULL::text"),
+                sql: settle_failure!("has_dependents", "NULL::text, NULL::text", ""),
                 args: &[INT8, TEXT, INTERVAL, TEXT],
                 clock: true,
             },
@@ -400,7 +438,7 @@ static SETTLE_FAILURE: Versioned = Versioned {
         (
             SchemaLevel::V050,
             Statement {
-                sql: settle_failure!("NULL::boolean", "NULL::text, NULL::text"),
+                sql: settle_failure!("NULL::boolean", "NULL::text, NULL::text", ""),
                 args: &[INT8, TEXT, INTERVAL, TEXT],
                 clock: true,
             },
@@ -587,6 +625,8 @@ pub(crate) static LIFECYCLE_STATEMENTS: &[(&str, &Statement)] = &[
     ),
     ("PARENTS_FAILED", &super::dependency::PARENTS_FAILED.current),
     ("PARENTS_OF", &super::dependency::PARENTS_OF),
+    ("CHILDREN_OF", &super::dependency::CHILDREN_OF),
+    ("ERRORS_OF", &super::overview::ERRORS_OF.current),
     ("LOCK_SLOTS", &super::flow::LOCK_SLOTS),
     ("SETTLE_SLOTS", &super::flow::SETTLE_SLOTS),
     ("SETTLE_ONE_SLOT", &super::flow::SETTLE_ONE_SLOT),

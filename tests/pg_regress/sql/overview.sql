@@ -61,6 +61,23 @@ SELECT count(*) AS in_another_queue FROM aedb_queue.queue_find(task_id => :a, qu
 SELECT * FROM aedb_queue.queue_find();
 SELECT * FROM aedb_queue.queue_find(task_id => :a, idempotency_key => 'mail-7');
 
+-- queue_errors: every error of a live task, oldest first (the last 20).
+SELECT task_id AS flaky FROM aedb_queue.queue_enqueue('shop.mail', '{"to": "c"}', priority => 9, max_attempts => 3) \gset
+SELECT fencing_token AS tok FROM aedb_queue.queue_claim('shop.mail', 'w3') \gset
+SELECT aedb_queue.queue_fail('shop.mail', :flaky, :tok, 'smtp timeout', retry_in => '0');
+SELECT fencing_token AS tok FROM aedb_queue.queue_claim('shop.mail', 'w3') \gset
+SELECT aedb_queue.queue_fail('shop.mail', :flaky, :tok, 'smtp 451', retry_in => '0');
+SELECT attempt, failed_at IS NOT NULL AS stamped, error FROM aedb_queue.queue_errors('shop.mail', :flaky);
+
+-- queue_children: the tasks that wait for a task (queue_parents: the other way).
+SELECT task_id AS report FROM aedb_queue.queue_enqueue('shop.mail', '{"report": true}', wait_for => ARRAY[:flaky]) \gset
+SELECT task_id = :report AS the_report, state FROM aedb_queue.queue_children('shop.mail', :flaky);
+-- The parent cancelled: the child is dead-lettered naming it, its one error.
+SELECT aedb_queue.queue_cancel('shop.mail', :flaky);
+SELECT attempt, error = 'parent task ' || :flaky || ' was cancelled' AS names_the_parent
+FROM aedb_queue.queue_errors('shop.mail', :report);
+SELECT count(*) AS children_left FROM aedb_queue.queue_children('shop.mail', :flaky);
+
 -- queue_access: what this session may do on each queue it can read (the
 -- superuser: everything). Dashboards offer only what this allows.
 SELECT * FROM aedb_queue.queue_access() WHERE queue = 'shop.mail';

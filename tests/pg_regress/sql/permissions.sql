@@ -267,7 +267,11 @@ BEGIN
               (45, 'queue_access',
                   format('SELECT CASE WHEN count(*) > 0 THEN ''rows'' ELSE ''no rows'' END FROM aedb_queue.queue_access() WHERE queue = %L', q)),
               (46, 'queue_find',
-                  format('SELECT CASE WHEN count(*) > 0 THEN ''rows'' ELSE ''no rows'' END FROM aedb_queue.queue_find(task_id => %s)', id->'get'))
+                  format('SELECT CASE WHEN count(*) > 0 THEN ''rows'' ELSE ''no rows'' END FROM aedb_queue.queue_find(task_id => %s)', id->'get')),
+              (47, 'queue_errors',
+                  format('SELECT count(*) = 0 FROM aedb_queue.queue_errors(%L, %s)', q, id->'get')),
+              (48, 'queue_children',
+                  format('SELECT count(*) = 0 FROM aedb_queue.queue_children(%L, %s)', q, id->'get'))
             ) AS v(seq, entry, sql);
         END LOOP;
     END LOOP;
