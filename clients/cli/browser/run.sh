@@ -52,7 +52,7 @@ stop_clusters() {
     local d
     for d in "$WORK/preload" "$WORK/plain"; do
         if [ -f "$d/data/postmaster.pid" ]; then
-            AEDB_CLUSTER_DIR=$d bash scripts/cluster.sh stop >/dev/null 2>&1 || true
+            AEDB_CLUSTER_DIR=$d bash "$ROOT/scripts/cluster.sh" stop >/dev/null 2>&1 || true
         fi
     done
 }
