@@ -641,12 +641,33 @@ fn the_task_page_shows_every_field_payload_error_and_parents() {
     assert!(page.contains("data-action=\"cancel\""), "{page}");
     assert!(!page.contains("data-action=\"retry\""), "not dead: {page}");
 
-    // A child lists its parent; a dead task its error and a retry.
+    // A child lists its parent, the parent its child; a dead task every
+    // error it met and a retry.
     let child_page = server.get(&format!("/tasks/{child}")).ok().body;
     must(
         must(&child_page, "<section id=\"dependencies\""),
         &format!("<tr data-task-id=\"{t}\""),
     );
+    must(
+        must(&page, "<table data-linked=\"child\""),
+        &format!("<tr data-task-id=\"{child}\""),
+    );
+    assert_eq!(
+        fail_with(
+            &mut worker,
+            &q,
+            t,
+            c.fencing_token,
+            "smtp timeout",
+            &FailOpts {
+                retry_in: Some("0".into()),
+                ..Default::default()
+            }
+        ),
+        Outcome::Applied
+    );
+    let c = claim_one(&mut worker, &q, "worker-3", "5 minutes").unwrap();
+    assert_eq!(c.task_id, t);
     assert_eq!(
         fail_with(
             &mut worker,
@@ -662,10 +683,11 @@ fn the_task_page_shows_every_field_payload_error_and_parents() {
         Outcome::Applied
     );
     let page = server.get(&format!("/tasks/{t}")).ok().body;
-    assert!(
-        text(must(&page, "<section id=\"errors\"")).contains("smtp said no"),
-        "{page}"
-    );
+    let errors = must(&page, "<section id=\"errors\"");
+    for (attempt, error) in [(1, "smtp timeout"), (2, "smtp said no")] {
+        let row = text(must(errors, &format!("<tr data-attempt=\"{attempt}\"")));
+        assert!(row.contains(error), "attempt {attempt}: {row}");
+    }
     assert!(page.contains("data-action=\"retry\""), "{page}");
 
     assert_eq!(server.get("/tasks/987654321").status, 404);

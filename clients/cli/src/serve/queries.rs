@@ -81,6 +81,14 @@ const PARENTS: &str = concat!(
     " FROM aedb_queue.queue_parents($1::text, $2::int8) LIMIT $3::int8"
 );
 
+const CHILDREN: &str = concat!(
+    "SELECT ",
+    task_columns!(),
+    " FROM aedb_queue.queue_children($1::text, $2::int8) LIMIT $3::int8"
+);
+const ERRORS: &str = "SELECT attempt, to_json(failed_at) #>> '{}', error \
+     FROM aedb_queue.queue_errors($1::text, $2::int8)";
+
 const SCHEDULES: &str = "SELECT name::text, cron::text, time_zone::text, paused, \
      to_json(next_fire_at) #>> '{}', last_error::text \
      FROM aedb_queue.queue_schedule_list($1::text) ORDER BY name LIMIT $2::int8";
@@ -364,6 +372,35 @@ pub async fn parents(c: &Client, queue: &str, task_id: i64, limit: i64) -> DbRes
     tasks(&query(c, PARENTS, &[&queue, &task_id, &limit]).await?)
 }
 
+/// `queue_children(queue, task_id)`: the tasks that wait or waited for it.
+pub async fn children(c: &Client, queue: &str, task_id: i64, limit: i64) -> DbResult<Vec<Task>> {
+    tasks(&query(c, CHILDREN, &[&queue, &task_id, &limit]).await?)
+}
+
+/// One entry of a task's error history.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskError {
+    /// The attempt that failed; none for a task dead-lettered as it was enqueued.
+    pub attempt: Option<i32>,
+    pub at: Option<String>,
+    pub error: Option<String>,
+}
+
+/// `queue_errors(queue, task_id)`: every error kept, oldest first (the
+/// extension keeps the last 20).
+pub async fn errors(c: &Client, queue: &str, task_id: i64) -> DbResult<Vec<TaskError>> {
+    let rows = query(c, ERRORS, &[&queue, &task_id]).await?;
+    rows.iter()
+        .map(|r| {
+            Ok(TaskError {
+                attempt: r.try_get(0)?,
+                at: r.try_get(1)?,
+                error: r.try_get(2)?,
+            })
+        })
+        .collect()
+}
+
 pub async fn schedules(c: &Client, queue: &str, limit: i64) -> DbResult<Vec<Schedule>> {
     let rows = query(c, SCHEDULES, &[&queue, &limit]).await?;
     rows.iter()
@@ -447,7 +484,7 @@ mod tests {
     use super::*;
 
     /// Every statement of the server, for the checks below.
-    const ALL: [&str; 17] = [
+    const ALL: [&str; 19] = [
         OVERVIEW,
         OVERVIEW_ONE,
         COUNTERS,
@@ -456,6 +493,8 @@ mod tests {
         FIND_BY_ID,
         FIND_BY_KEY,
         PARENTS,
+        CHILDREN,
+        ERRORS,
         SCHEDULES,
         CONCURRENCY_KEYS,
         ORDERING_KEYS,
@@ -489,6 +528,7 @@ mod tests {
             LIST,
             FIND_BY_KEY,
             PARENTS,
+            CHILDREN,
             SCHEDULES,
             CONCURRENCY_KEYS,
             ORDERING_KEYS,

@@ -1,5 +1,6 @@
 //! `GET /tasks/{id}`: one task with every field, its payload, progress,
-//! error and parents, found with `queue_find` in the queues the role reads.
+//! errors, parents and children, found with `queue_find` in the queues the
+//! role reads.
 
 use axum::extract::{Path, State};
 use axum::response::Response;
@@ -7,11 +8,11 @@ use maud::{html, Markup};
 
 use super::queue::{cancel_form, retry_form};
 use super::{human_secs, layout, opt, pretty_json, queue_href, respond, Flash, PageError};
-use crate::serve::queries::{self, Task};
+use crate::serve::queries::{self, Task, TaskError};
 use crate::serve::Shared;
 
-/// Parents listed.
-const PARENTS_LIMIT: i64 = 100;
+/// Parents and children listed.
+const LINKED_LIMIT: i64 = 100;
 
 fn field(name: &str, value: Markup) -> Markup {
     html! {
@@ -51,21 +52,59 @@ fn fields(t: &Task) -> Markup {
     }
 }
 
-fn parents_section(parents: &[Task]) -> Markup {
+fn linked_table(heading: &str, tasks: &[Task]) -> Markup {
     html! {
-        @if !parents.is_empty() {
+        table data-linked=(heading) {
+            thead { tr { th { (heading) } th { "queue" } th { "state" } th { "result" } } }
+            tbody {
+                @for p in tasks {
+                    tr data-task-id=(p.task_id) {
+                        td { a href={"/tasks/" (p.task_id)} { (p.task_id) } }
+                        td { (p.queue) }
+                        td { (p.state) }
+                        td { code { (opt(p.result.as_deref())) } }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn dependencies_section(parents: &[Task], children: &[Task]) -> Markup {
+    html! {
+        @if !parents.is_empty() || !children.is_empty() {
             section #dependencies {
                 h2 { "Dependencies" }
-                p.muted { "Tasks this one waits or waited for (parents in queues this role may not read are left out)." }
+                p.muted { "Tasks in queues this role may not read are left out." }
+                @if !parents.is_empty() {
+                    h3 { "Waits or waited for" }
+                    (linked_table("parent", parents))
+                }
+                @if !children.is_empty() {
+                    h3 { "Waited for by" }
+                    (linked_table("child", children))
+                }
+            }
+        }
+    }
+}
+
+fn errors_section(errors: &[TaskError]) -> Markup {
+    html! {
+        section #errors {
+            h2 { "Errors" }
+            @if errors.is_empty() {
+                p.muted { "None." }
+            } @else {
+                p.muted { "Every error the task met, oldest first (the last 20 are kept)." }
                 table {
-                    thead { tr { th { "parent" } th { "queue" } th { "state" } th { "result" } } }
+                    thead { tr { th { "attempt" } th { "at" } th { "error" } } }
                     tbody {
-                        @for p in parents {
-                            tr data-task-id=(p.task_id) {
-                                td { a href={"/tasks/" (p.task_id)} { (p.task_id) } }
-                                td { (p.queue) }
-                                td { (p.state) }
-                                td { code { (opt(p.result.as_deref())) } }
+                        @for e in errors {
+                            tr data-attempt=(e.attempt.map(|a| a.to_string()).unwrap_or_default()) {
+                                td { (opt(e.attempt.map(|a| a.to_string()).as_deref())) }
+                                td { (opt(e.at.as_deref())) }
+                                td { pre.error-text { (e.error.as_deref().unwrap_or("")) } }
                             }
                         }
                     }
@@ -84,14 +123,26 @@ pub async fn page(
     let t = queries::find_by_id(&c, id).await?.ok_or_else(|| {
         PageError::not_found(format!("No task {id} in a queue this role may read."))
     })?;
-    let (parents, administer) = futures_util::join!(
-        queries::parents(&c, &t.queue, id, PARENTS_LIMIT),
+    let (parents, children, errors, administer) = futures_util::join!(
+        queries::parents(&c, &t.queue, id, LINKED_LIMIT),
+        queries::children(&c, &t.queue, id, LINKED_LIMIT),
+        queries::errors(&c, &t.queue, id),
         queries::administers(&c, &t.queue)
     );
     drop(c);
-    // Reading parents needs the worker's rights; without them the section
-    // is left out rather than the page refused.
+    // Reading these needs the worker's rights; without them a section is
+    // left out rather than the page refused. A kept completed task has no
+    // error history: its last error, if any, is shown.
     let parents = parents.unwrap_or_default();
+    let children = children.unwrap_or_default();
+    let errors = match errors {
+        Ok(errors) if !errors.is_empty() => errors,
+        _ => t
+            .last_error
+            .iter()
+            .map(|e| TaskError { attempt: None, at: None, error: Some(e.clone()) })
+            .collect(),
+    };
     let administer = administer?;
     let csrf = app.csrf.as_str();
     let body = html! {
@@ -110,17 +161,8 @@ pub async fn page(
             h2 { "Result" }
             pre #result { (pretty_json(r)) }
         }
-        section #errors {
-            h2 { "Errors" }
-            @match &t.last_error {
-                Some(e) => {
-                    p.muted { "The extension keeps the last error of a task." }
-                    pre.error-text data-attempt=(t.attempts) { (e) }
-                }
-                None => p.muted { "None." },
-            }
-        }
-        (parents_section(&parents))
+        (errors_section(&errors))
+        (dependencies_section(&parents, &children))
     };
     Ok(respond(
         &flash,
