@@ -2,7 +2,8 @@
 # Runs every test: pure unit tests, #[pg_test]s, pg_regress examples,
 # isolation specs, the upgrade from every earlier version, the
 # multi-connection integration tests against a real cluster, and the
-# clients' tests (Rust runtime and CLI, Python package).
+# clients' tests (Rust runtime and CLI, Python package), and the dashboard
+# in headless Chromium.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 cd "$ROOT"
@@ -11,36 +12,39 @@ bash scripts/setup.sh
 WORK=${AEDB_TEST_DIR:-/var/tmp/aedb_queue_test}
 postgres_dir "$WORK"
 
-log "1/8 pure unit tests"
+log "1/9 pure unit tests"
 cargo test -p aedb_queue_core
 
-log "2/8 pg_test (single-session semantics, every error case)"
+log "2/9 pg_test (single-session semantics, every error case)"
 postgres_dir "$WORK/pg_test"
 cargo pgrx test pg$PG_MAJOR --runas postgres --pgdata "$WORK/pg_test/data"
 
-log "3/8 pg_regress (the SQL surface as examples; installs the extension into PostgreSQL $PG_MAJOR)"
+log "3/9 pg_regress (the SQL surface as examples; installs the extension into PostgreSQL $PG_MAJOR)"
 bash scripts/install.sh
 bash scripts/regress.sh
 
-log "4/8 isolation specs (pg_isolation_regress: fixed interleavings of concurrent sessions)"
+log "4/9 isolation specs (pg_isolation_regress: fixed interleavings of concurrent sessions)"
 bash scripts/isolation.sh
 
 # Every earlier version with a frozen install script in sql/archive/.
 old_versions=$(cd sql/archive && ls aedb_queue--*.sql | sed 's/^aedb_queue--\(.*\)\.sql$/\1/' | sort -V)
-log "5/8 upgrade from $(echo $old_versions | sed 's/ /, /g') (ALTER EXTENSION UPDATE with tasks in every state; schema = fresh install)"
+log "5/9 upgrade from $(echo $old_versions | sed 's/ /, /g') (ALTER EXTENSION UPDATE with tasks in every state; schema = fresh install)"
 for version in $old_versions; do
     bash scripts/upgrade_test.sh "$version"
 done
 
-log "6/8 integration tests over TCP"
+log "6/9 integration tests over TCP"
 cargo test -p aedb_queue_itests -- --test-threads=2
 
-log "7/8 Rust client, worker runtime (with its OpenTelemetry spans) and operator CLI (against throw-away clusters); the Grafana board"
+log "7/9 Rust client, worker runtime (with its OpenTelemetry spans) and operator CLI (against throw-away clusters); the Grafana board"
 cargo test -p aedb_queue_client -p aedb_queue_cli -- --test-threads=2
 cargo test -p aedb_queue_client --features otel --test otel
 python3 docs/grafana/check.py
 
-log "8/8 Python package (pytest against a throw-away cluster)"
+log "8/9 Python package (pytest against a throw-away cluster)"
 bash clients/python/test.sh
+
+log "9/9 the dashboard in headless Chromium (Playwright; every page and action, CSRF, roles, hostile text)"
+bash clients/cli/browser/run.sh
 
 log "all tests passed"
