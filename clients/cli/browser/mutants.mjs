@@ -8,7 +8,8 @@
 //   node mutants.mjs [NAME ...]     (environment as run.sh sets it, plus AEDB_RESEED=command)
 import http from 'node:http';
 import { spawn, execSync } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
+import { writeFileSync, readFileSync } from 'node:fs';
+const SEED = () => JSON.parse(readFileSync(process.env.AEDB_SEED, 'utf8'));
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -46,6 +47,8 @@ export const MUTANTS = {
   'task-state-wrong': { files: ['40-task'], res: (r) => ({ ...r, body: r.body.replace('data-field="state">scheduled<', 'data-field="state">ready<') }) },
   'task-result-missing': { files: ['40-task'], res: (r) => ({ ...r, body: r.body.replace(/message_id/g, 'id') }) },
   'task-parent-unlinked': { files: ['40-task'], res: (r) => ({ ...r, body: r.body.replace(/(<section id="dependencies".*?)<a href="\/tasks\/\d+">/s, '$1<a>') }) },
+  'task-error-history-last-only': { files: ['40-task'], res: (r) => (r.path.startsWith('/tasks/') ? { ...r, body: r.body.replace(/<tr data-attempt="1">.*?<\/tr>/s, '') } : r) },
+  'task-children-missing': { files: ['40-task'], res: (r) => (r.path === `/tasks/${SEED().p_child}` ? { ...r, body: r.body.replace(new RegExp(`<a href="/tasks/${SEED().p_grandchild}">`, 'g'), '<a>') } : r) },
   'search-several-shows-one': { files: ['50-search'], res: (r) => (r.path === '/search' ? { ...r, body: r.body.replace(/(<table id="results">.*?<\/tr>.*?)<tr data-task-id.*?<\/tr>/s, '$1') } : r) },
   'reader-action-not-refused': { files: ['80-roles'], only: 'READER', req: (q) => (q.method === 'POST' ? { fake: { status: 303, headers: { location: '/' }, body: '' } } : q) },
   'tenant-action-does-nothing': { files: ['80-roles'], only: 'TENANT', req: (q) => (q.method === 'POST' ? { fake: { status: 303, headers: { location: '/' }, body: '' } } : q) },

@@ -57,6 +57,20 @@ test('a dead task: its error, attempts used up, and the retry and cancel actions
   assert.equal(await page.locator('form[data-action="cancel"]').count(), 1);
 });
 
+test('every error kept, oldest first, as queue_errors has them', async () => {
+  const db = sql(`SELECT attempt, error FROM aedb_queue.queue_errors('emails', ${ids.e_dead}) ORDER BY failed_at`);
+  assert.equal(db.length, 2, 'two failed attempts in the database');
+  await visit(page, `${ADMIN()}/tasks/${ids.e_dead}`);
+  const rows = page.locator('section#errors tr[data-attempt]');
+  assert.equal(await rows.count(), 2, 'one row per failed attempt');
+  for (const [i, [attempt, error]] of db.entries()) {
+    assert.equal(await rows.nth(i).getAttribute('data-attempt'), attempt);
+    assert.ok((await rows.nth(i).innerText()).includes(error), `attempt ${attempt}: ${error}`);
+  }
+  const all = await page.locator('section#errors').innerText();
+  assert.ok(all.indexOf('SMTP timeout: 421') < all.indexOf('SMTP 550'), 'oldest first');
+});
+
 test('a scheduled task: due in the future, no retry action (not dead)', async () => {
   await visit(page, `${ADMIN()}/tasks/${ids.e_sched}`);
   assert.equal(await field('state'), 'scheduled');
@@ -64,7 +78,7 @@ test('a scheduled task: due in the future, no retry action (not dead)', async ()
   assert.ok(due > Date.now() + 30 * 60 * 1000, 'due in about an hour');
   assert.equal(await page.locator('form[data-action="retry"]').count(), 0);
   assert.equal(await page.locator('form[data-action="cancel"]').count(), 1);
-  assert.equal(await page.locator('section#errors pre').count(), 0, 'no error recorded');
+  assert.equal(await page.locator('section#errors pre, section#errors tr[data-attempt]').count(), 0, 'no error recorded');
 });
 
 test('a completed task kept: state, result, idempotency key', async () => {
@@ -75,12 +89,17 @@ test('a completed task kept: state, result, idempotency key', async () => {
   assert.equal(await page.locator('form[data-action="cancel"]').count(), 0, 'nothing to cancel');
 });
 
-test('dependencies: a waiting task shows the task it waits for, linked', async () => {
+test('dependencies: a task shows its parents and its children, linked', async () => {
   await visit(page, `${ADMIN()}/tasks/${ids.p_child}`);
   assert.equal(await field('state'), 'waiting');
   const deps = page.locator('section#dependencies');
   assert.equal(await deps.count(), 1);
   assert.equal(await deps.locator(`a[href="/tasks/${ids.p_parent}"]`).count(), 1, 'the parent, linked');
+  assert.equal(await deps.locator(`a[href="/tasks/${ids.p_grandchild}"]`).count(), 1, 'the child, linked');
+  await visit(page, `${ADMIN()}/tasks/${ids.p_parent}`);
+  const children = sql(`SELECT task_id FROM aedb_queue.queue_children('pipeline', ${ids.p_parent})`).map((r) => Number(r[0]));
+  assert.deepEqual(children, [ids.p_child]);
+  assert.equal(await page.locator(`section#dependencies a[href="/tasks/${ids.p_child}"]`).count(), 1, 'the parent lists its child');
   await visit(page, `${ADMIN()}/tasks/${ids.e_ready}`);
   assert.equal(await page.locator('section#dependencies').count(), 0, 'none where there are none');
 });
