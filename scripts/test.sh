@@ -39,6 +39,7 @@ cargo test -p aedb_queue_itests -- --test-threads=2
 log "7/9 Rust client, worker runtime (with its OpenTelemetry spans) and operator CLI (against throw-away clusters); the Grafana board"
 cargo test -p aedb_queue_client -p aedb_queue_cli -- --test-threads=2
 cargo test -p aedb_queue_client --features otel --test otel
+cargo test -p aedb_queue_client --features otel --doc
 python3 docs/grafana/check.py
 
 log "8/9 Python package (pytest against a throw-away cluster)"

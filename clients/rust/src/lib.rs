@@ -31,7 +31,8 @@ pub use handler::{handler, BoxFuture, Handler};
 pub use task::{Done, Task, TaskError};
 pub use worker::{shutdown_signal, QueueOptions, Report, Worker, WorkerBuilder};
 
-/// The README's examples, compiled as doc tests.
+/// The README's examples, compiled as doc tests; one of them uses `otel`, so
+/// they run with it: `cargo test -p aedb_queue_client --features otel --doc`.
 #[doc = include_str!("../README.md")]
-#[cfg(doctest)]
+#[cfg(all(doctest, feature = "otel"))]
 pub struct ReadmeDoctests;
