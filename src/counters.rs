@@ -13,8 +13,8 @@
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use aedb_queue_core::counters::{Owner, Pending, Snapshot, Table};
 pub(crate) use aedb_queue_core::counters::Counter;
+use aedb_queue_core::counters::{Owner, Pending, Snapshot, Table};
 use aedb_queue_core::QueueError;
 use pgrx::pg_sys;
 use pgrx::{pg_guard, pg_shmem_init, PGRXSharedMemory, PgLwLock};

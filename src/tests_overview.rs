@@ -28,7 +28,11 @@ mod tests {
         assert_eq!(fail("ov", first, t1, ""), "applied");
         let (id, token) = claim_one("ov");
         assert_eq!(
-            overview("ov", 1000, "ready || '/' || in_flight || '/' || scheduled || '/' || dead"),
+            overview(
+                "ov",
+                1000,
+                "ready || '/' || in_flight || '/' || scheduled || '/' || dead"
+            ),
             "1/1/1/1"
         );
         assert_eq!(overview("ov", 1000, "estimated"), "{}");
@@ -36,7 +40,10 @@ mod tests {
         expire_lease(id);
         assert_eq!(overview("ov", 1000, "expired_leases"), "1");
         assert_eq!(complete("ov", id, token, ""), "applied");
-        assert_eq!(overview("ov", 1000, "in_flight || '/' || expired_leases"), "0/0");
+        assert_eq!(
+            overview("ov", 1000, "in_flight || '/' || expired_leases"),
+            "0/0"
+        );
     }
 
     #[pg_test]
@@ -58,7 +65,9 @@ mod tests {
     #[pg_test]
     fn overview_oldest_ready_age_is_the_head_of_the_queue() {
         assert_eq!(
-            opt::<String>("SELECT oldest_ready_age::text FROM aedb_queue.queue_overview() WHERE queue = 'ov'"),
+            opt::<String>(
+                "SELECT oldest_ready_age::text FROM aedb_queue.queue_overview() WHERE queue = 'ov'"
+            ),
             None,
             "no queue yet, no row"
         );
@@ -123,9 +132,11 @@ mod tests {
         let a = enqueue("fa", ", idempotency_key => 'k1'");
         let b = enqueue("fb", ", idempotency_key => 'k1'");
         enqueue("fb", ", idempotency_key => 'k2'");
-        let ids = |args: &str| ints(&format!(
-            "SELECT task_id FROM aedb_queue.queue_find({args}) ORDER BY task_id"
-        ));
+        let ids = |args: &str| {
+            ints(&format!(
+                "SELECT task_id FROM aedb_queue.queue_find({args}) ORDER BY task_id"
+            ))
+        };
         assert_eq!(ids("idempotency_key => 'k1'"), [a, b]);
         assert_eq!(ids("idempotency_key => 'k1', queue => 'fb'"), [b]);
         assert!(ids("idempotency_key => 'nope'").is_empty());
@@ -180,7 +191,11 @@ mod tests {
     #[pg_test]
     fn errors_keep_every_failure_expired_lease_and_retry() {
         let id = enqueue("er", ", max_attempts => 3");
-        assert_eq!(errors("er", id), "", "a task that never failed has no errors");
+        assert_eq!(
+            errors("er", id),
+            "",
+            "a task that never failed has no errors"
+        );
         let (_, t1) = claim_one("er");
         assert_eq!(fail("er", id, t1, ", retry_in => '0'"), "applied");
         let (_, _) = claim_one("er");
@@ -199,10 +214,15 @@ mod tests {
         ));
         assert!(stamped);
         // A retry of the dead task keeps its history; the next failure adds to it.
-        exec(&format!("SELECT aedb_queue.queue_retry_dead('er', task_id => {id})"));
+        exec(&format!(
+            "SELECT aedb_queue.queue_retry_dead('er', task_id => {id})"
+        ));
         let (_, t4) = claim_one("er");
         assert_eq!(fail("er", id, t4, ""), "applied");
-        assert_eq!(errors("er", id), "1:boom | 2:lease expired; requeued | 3:boom | 1:boom");
+        assert_eq!(
+            errors("er", id),
+            "1:boom | 2:lease expired; requeued | 3:boom | 1:boom"
+        );
     }
 
     #[pg_test]
@@ -233,7 +253,11 @@ mod tests {
         // the last error alone, with no attempt.
         let late = enqueue("er", &format!(", wait_for => ARRAY[{parent}]"));
         assert_eq!(state_of("er", late).as_deref(), Some("dead"));
-        assert!(errors("er", late).starts_with("-:parent task"), "{}", errors("er", late));
+        assert!(
+            errors("er", late).starts_with("-:parent task"),
+            "{}",
+            errors("er", late)
+        );
     }
 
     #[pg_test]
@@ -265,9 +289,15 @@ mod tests {
             "SELECT string_agg(state, ',' ORDER BY task_id) FROM aedb_queue.queue_children('ch', {parent})"
         ));
         assert_eq!(state, "waiting,waiting");
-        assert!(ints(&format!("SELECT task_id FROM aedb_queue.queue_children('ch', {a})")).is_empty());
+        assert!(ints(&format!(
+            "SELECT task_id FROM aedb_queue.queue_children('ch', {a})"
+        ))
+        .is_empty());
         assert!(
-            ints(&format!("SELECT task_id FROM aedb_queue.queue_children('ch.other', {parent})")).is_empty(),
+            ints(&format!(
+                "SELECT task_id FROM aedb_queue.queue_children('ch.other', {parent})"
+            ))
+            .is_empty(),
             "the task is looked up in the queue named"
         );
     }

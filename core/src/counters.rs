@@ -173,9 +173,8 @@ impl Table {
             .iter()
             .filter(|s| s.database == database && database != 0)
             .map(|s| Snapshot {
-                queue: (s.name_len > 0).then(|| {
-                    String::from_utf8_lossy(&s.name[..s.name_len as usize]).into_owned()
-                }),
+                queue: (s.name_len > 0)
+                    .then(|| String::from_utf8_lossy(&s.name[..s.name_len as usize]).into_owned()),
                 since: s.since,
                 counts: std::array::from_fn(|c| s.counts[c].load(Ordering::Relaxed)),
             })
@@ -224,7 +223,8 @@ impl Pending {
             _ => {
                 let mut counts = [0; COUNTERS];
                 counts[counter.index()] = n;
-                self.entries.push((subtransaction, queue.to_string(), counts));
+                self.entries
+                    .push((subtransaction, queue.to_string(), counts));
             }
         }
     }
@@ -304,7 +304,12 @@ mod tests {
         let mut t = Table::new_boxed();
         let named = SLOTS - OVERFLOW_RESERVE;
         for i in 0..named + 10 {
-            assert!(t.add_new(1, &Owner::Queue(&format!("q{i}")), &one(Counter::Enqueued, 1), 0));
+            assert!(t.add_new(
+                1,
+                &Owner::Queue(&format!("q{i}")),
+                &one(Counter::Enqueued, 1),
+                0
+            ));
         }
         let snap = t.snapshot(1);
         assert_eq!(snap.iter().filter(|s| s.queue.is_some()).count(), named);
@@ -324,7 +329,12 @@ mod tests {
         for db in 1..=SLOTS as u32 {
             t.add_new(db, &Owner::Overflow, &one(Counter::Enqueued, 1), 0);
         }
-        assert!(!t.add_new(SLOTS as u32 + 1, &Owner::Queue("a"), &one(Counter::Enqueued, 1), 0));
+        assert!(!t.add_new(
+            SLOTS as u32 + 1,
+            &Owner::Queue("a"),
+            &one(Counter::Enqueued, 1),
+            0
+        ));
         // Slots already taken still count.
         assert!(t.add_existing(1, &Owner::Overflow, &one(Counter::Enqueued, 1)));
     }

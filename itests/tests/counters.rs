@@ -12,7 +12,8 @@ use std::sync::OnceLock;
 use std::thread;
 use std::time::{Duration, Instant};
 
-const CONF: &str = "shared_preload_libraries = 'pg_cron,aedb_queue'\naedb_queue.reaper_interval = 0";
+const CONF: &str =
+    "shared_preload_libraries = 'pg_cron,aedb_queue'\naedb_queue.reaper_interval = 0";
 const PRODUCERS: usize = 4;
 const WORKERS: usize = 4;
 /// Transactions per producer; each enqueues 1-3 tasks, every fourth rolls back.
@@ -63,7 +64,11 @@ fn produce(queue: &str, p: usize, ledger: &Ledger) {
             let fails = (round + i) % 5 == 0;
             tx.execute(
                 "SELECT 1 FROM aedb_queue.queue_enqueue($1, $2, max_attempts => $3)",
-                &[&queue, &json!({ "fail": fails }), &(if fails { 1 } else { 10 })],
+                &[
+                    &queue,
+                    &json!({ "fail": fails }),
+                    &(if fails { 1 } else { 10 }),
+                ],
             )
             .unwrap();
         }
@@ -112,8 +117,16 @@ fn work(queue: &str, w: usize, ledger: &Ledger, producing: &AtomicI64) {
             continue;
         }
         tx.commit().unwrap();
-        assert!(matches!(outcome, Outcome::Applied), "task {}: {outcome:?}", task.task_id);
-        let counter = if fails { &ledger.failed } else { &ledger.completed };
+        assert!(
+            matches!(outcome, Outcome::Applied),
+            "task {}: {outcome:?}",
+            task.task_id
+        );
+        let counter = if fails {
+            &ledger.failed
+        } else {
+            &ledger.completed
+        };
         counter.fetch_add(1, Ordering::Relaxed);
     }
     panic!("worker {w} hit the {BOUND:?} bound");
@@ -151,7 +164,11 @@ fn counters_equal_the_ledger_of_committed_work() {
     let failed = ledger.failed.load(Ordering::Relaxed);
     let abandoned = ledger.abandoned.load(Ordering::Relaxed);
     assert!(abandoned > 0 && failed > 0, "the run exercised every path");
-    assert_eq!(completed + failed, enqueued, "nothing lost, nothing settled twice");
+    assert_eq!(
+        completed + failed,
+        enqueued,
+        "nothing lost, nothing settled twice"
+    );
     // Each abandoned lease was taken back by a claim (inline reclaim) once.
     assert_eq!(
         counters(&mut su, &queue),
@@ -197,7 +214,8 @@ fn queues_beyond_the_shared_table_count_in_the_overflow_row() {
     // Its own database, so the other tests' queues do not share its slots;
     // 1,000 queues exceed the table's 960 queue slots.
     let mut su = cluster().connect();
-    su.batch_execute("CREATE DATABASE counters_overflow").unwrap();
+    su.batch_execute("CREATE DATABASE counters_overflow")
+        .unwrap();
     let mut db = cluster().connect_to("counters_overflow", SUPERUSER);
     db.batch_execute("CREATE EXTENSION aedb_queue").unwrap();
     db.batch_execute(
@@ -214,10 +232,18 @@ fn queues_beyond_the_shared_table_count_in_the_overflow_row() {
             &[],
         )
         .unwrap();
-    let (named, overflow, total): (i64, i64, i64) = (rows[0].get(0), rows[0].get(1), rows[0].get(2));
-    assert_eq!(total, 1000, "every enqueue counted once, named or in overflow");
+    let (named, overflow, total): (i64, i64, i64) =
+        (rows[0].get(0), rows[0].get(1), rows[0].get(2));
+    assert_eq!(
+        total, 1000,
+        "every enqueue counted once, named or in overflow"
+    );
     assert!(overflow > 0, "some queues found no slot");
-    assert_eq!(named + overflow, 1000, "each named queue has its one enqueue");
+    assert_eq!(
+        named + overflow,
+        1000,
+        "each named queue has its one enqueue"
+    );
     // A confined tenant's dashboard sees its own queue and no overflow row
     // (which sums other tenants' queues); an unconfined admin sees both.
     su.batch_execute(
@@ -235,15 +261,21 @@ fn queues_beyond_the_shared_table_count_in_the_overflow_row() {
         &[],
     )
     .remove(0);
-    db.execute("SELECT aedb_queue.queue_grant($1, 'ovf_tenant', 'admin')", &[&own])
-        .unwrap();
+    db.execute(
+        "SELECT aedb_queue.queue_grant($1, 'ovf_tenant', 'admin')",
+        &[&own],
+    )
+    .unwrap();
     let visible = |user: &str| -> Vec<Option<String>> {
         let mut c = cluster().connect_to("counters_overflow", user);
         first_column(&mut c, "SELECT queue FROM aedb_queue.queue_counters()", &[])
     };
     assert_eq!(visible("ovf_tenant"), [own]);
     let admin_rows = visible(ADMIN);
-    assert!(admin_rows.contains(&None), "the unconfined admin sees the overflow row");
+    assert!(
+        admin_rows.contains(&None),
+        "the unconfined admin sees the overflow row"
+    );
     assert_eq!(admin_rows.len() as i64, named + 1);
     // Other databases see none of it.
     assert_eq!(

@@ -7,7 +7,7 @@ use pgrx::prelude::*;
 
 use super::{checked_name, required};
 use crate::datum::RawTaskRow;
-use crate::errors::run;
+use crate::errors::{run, Result};
 use crate::security;
 use crate::store;
 
@@ -47,21 +47,7 @@ fn queue_list(
 /// child has run). Parents in queues the caller may not read are left out.
 #[pg_extern(stable)]
 fn queue_parents(queue: Option<&str>, task_id: Option<i64>) -> SetOfIterator<'static, RawTaskRow> {
-    run(|| {
-        let queue = checked_name("queue", queue)?;
-        let task_id = required("task_id", task_id)?;
-        security::authorize(Action::Read, queue)?;
-        if store::schema_level() < store::SchemaLevel::V050 {
-            return Ok(SetOfIterator::new(Vec::new()));
-        }
-        let mut visible = Vec::new();
-        for (parent_queue, row) in store::parents_of(queue, task_id)? {
-            if security::may(Action::Read, &Pattern::Exact(parent_queue))? {
-                visible.push(row);
-            }
-        }
-        Ok(SetOfIterator::new(visible))
-    })
+    run(|| readable_links(queue, task_id, store::parents_of))
 }
 
 /// The tasks that wait or waited for a task of `queue` (`wait_for`): live
@@ -69,21 +55,29 @@ fn queue_parents(queue: Option<&str>, task_id: Option<i64>) -> SetOfIterator<'st
 /// the caller may not read are left out.
 #[pg_extern(stable)]
 fn queue_children(queue: Option<&str>, task_id: Option<i64>) -> SetOfIterator<'static, RawTaskRow> {
-    run(|| {
-        let queue = checked_name("queue", queue)?;
-        let task_id = required("task_id", task_id)?;
-        security::authorize(Action::Read, queue)?;
-        if store::schema_level() < store::SchemaLevel::V050 {
-            return Ok(SetOfIterator::new(Vec::new()));
+    run(|| readable_links(queue, task_id, store::children_of))
+}
+
+/// The linked tasks `links` finds for a task of `queue`, keeping those
+/// whose queue the caller may read (dependencies came with 0.5.0).
+fn readable_links(
+    queue: Option<&str>,
+    task_id: Option<i64>,
+    links: fn(&str, i64) -> Result<Vec<(String, RawTaskRow)>>,
+) -> Result<SetOfIterator<'static, RawTaskRow>> {
+    let queue = checked_name("queue", queue)?;
+    let task_id = required("task_id", task_id)?;
+    security::authorize(Action::Read, queue)?;
+    if store::schema_level() < store::SchemaLevel::V050 {
+        return Ok(SetOfIterator::new(Vec::new()));
+    }
+    let mut visible = Vec::new();
+    for (linked_queue, row) in links(queue, task_id)? {
+        if security::may(Action::Read, &Pattern::Exact(linked_queue))? {
+            visible.push(row);
         }
-        let mut visible = Vec::new();
-        for (child_queue, row) in store::children_of(queue, task_id)? {
-            if security::may(Action::Read, &Pattern::Exact(child_queue))? {
-                visible.push(row);
-            }
-        }
-        Ok(SetOfIterator::new(visible))
-    })
+    }
+    Ok(SetOfIterator::new(visible))
 }
 
 /// Every error a live task of `queue` met, oldest first: one row per

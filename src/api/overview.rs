@@ -43,9 +43,7 @@ fn queue_counters() -> TableIterator<
     ),
 > {
     run(|| {
-        let unconfined = !security::identity_rights()?
-            .iter()
-            .any(|r| r.is_confined());
+        let unconfined = !security::identity_rights()?.iter().any(|r| r.is_confined());
         let mut rows: Vec<CounterRow> = Vec::new();
         for slot in counters::snapshot()? {
             let visible = match &slot.queue {

@@ -241,7 +241,9 @@ macro_rules! parents_failed {
             " END::aedb_queue.task_state,
                   last_error = CASE WHEN h.run THEN c.last_error
                                     ELSE 'parent task ' || h.parent || ' ' || $2 END,
-                  updated_at = $3", $errors, "
+                  updated_at = $3",
+            $errors,
+            "
               FROM hit h
               WHERE c.task_id = h.child_id AND c.state = 'waiting'
               RETURNING c.task_id, c.queue, c.state, c.has_dependents IS TRUE AS has_dependents,

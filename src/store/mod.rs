@@ -100,10 +100,19 @@ impl Statement {
 macro_rules! append_error {
     ($errors:literal, $error:expr, $at:literal) => {
         concat!(
-            "CASE WHEN jsonb_array_length(coalesce(", $errors, ", '[]')) >= 20
-                  THEN ", $errors, " - 0 ELSE coalesce(", $errors, ", '[]') END
-             || jsonb_build_array(jsonb_build_object('attempt', attempts, 'at', ", $at,
-            ", 'error', ", $error, "))"
+            "CASE WHEN jsonb_array_length(coalesce(",
+            $errors,
+            ", '[]')) >= 20
+                  THEN ",
+            $errors,
+            " - 0 ELSE coalesce(",
+            $errors,
+            ", '[]') END
+             || jsonb_build_array(jsonb_build_object('attempt', attempts, 'at', ",
+            $at,
+            ", 'error', ",
+            $error,
+            "))"
         )
     };
 }
@@ -293,25 +302,24 @@ pub fn schema_level() -> SchemaLevel {
         Some((seen, level)) if seen == generation => level,
         _ => {
             // queue_counters came with task.errors (0.8.0).
-            let level = if crate::catalog::function_oid_in(c"aedb_queue", c"queue_counters")
-                .is_some()
-            {
-                SchemaLevel::V080
-            } else if crate::catalog::relation_oid(c"concurrency_slot").is_some() {
-                SchemaLevel::V060
-            } else if crate::catalog::relation_oid(c"schedule").is_some() {
-                SchemaLevel::V050
-            } else if crate::catalog::function_oid_in(c"aedb_queue_internal", c"fence_holds")
-                .is_some()
-            {
-                SchemaLevel::V040
-            } else if crate::catalog::relation_oid(c"confined_role").is_some() {
-                SchemaLevel::V030
-            } else if crate::catalog::relation_oid(c"queue_grant").is_some() {
-                SchemaLevel::V020
-            } else {
-                SchemaLevel::V010
-            };
+            let level =
+                if crate::catalog::function_oid_in(c"aedb_queue", c"queue_counters").is_some() {
+                    SchemaLevel::V080
+                } else if crate::catalog::relation_oid(c"concurrency_slot").is_some() {
+                    SchemaLevel::V060
+                } else if crate::catalog::relation_oid(c"schedule").is_some() {
+                    SchemaLevel::V050
+                } else if crate::catalog::function_oid_in(c"aedb_queue_internal", c"fence_holds")
+                    .is_some()
+                {
+                    SchemaLevel::V040
+                } else if crate::catalog::relation_oid(c"confined_role").is_some() {
+                    SchemaLevel::V030
+                } else if crate::catalog::relation_oid(c"queue_grant").is_some() {
+                    SchemaLevel::V020
+                } else {
+                    SchemaLevel::V010
+                };
             LEVEL.with(|c| c.set(Some((generation, level))));
             level
         }

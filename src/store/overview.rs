@@ -6,8 +6,8 @@
 use pgrx::pg_sys::{Oid, PgBuiltInOids};
 
 use super::{execute, with_client, SchemaLevel, Statement, Versioned, INT8, TEXT};
-use pgrx::datum::TimestampWithTimeZone;
 use crate::errors::Result;
+use pgrx::datum::TimestampWithTimeZone;
 
 const OID: PgBuiltInOids = PgBuiltInOids::OIDOID;
 

@@ -685,7 +685,11 @@ fn reap_in(
     })?;
     let (reaped, dead_parents) = reaped.unwrap_or_default();
     // Every expired lease taken back is reclaimed, to a retry or to dead.
-    counters::count(queue, Counter::Reclaimed, (reaped.reclaimed + reaped.dead_lettered) as u64);
+    counters::count(
+        queue,
+        Counter::Reclaimed,
+        (reaped.reclaimed + reaped.dead_lettered) as u64,
+    );
     counters::count(queue, Counter::DeadLettered, reaped.dead_lettered as u64);
     flow::settle_in(client, slots)?;
     if !dead_parents.is_empty() {

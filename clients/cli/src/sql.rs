@@ -63,11 +63,13 @@ const GET: &str = concat!(
     task_columns!(),
     " FROM aedb_queue.queue_get($1::text, $2::int8)"
 );
-const RETRY_DEAD: &str =
+// The operator's actions, shared with `serve` (its buttons run these).
+pub(crate) const RETRY_DEAD: &str =
     "SELECT aedb_queue.queue_retry_dead($1::text, task_id => $2::int8, max => $3::int4)::int8";
-const PURGE: &str = "SELECT aedb_queue.queue_purge($1::text, $2::text, force => $3::bool)::int8";
-const PAUSE: &str = "SELECT aedb_queue.queue_pause($1::text)";
-const RESUME: &str = "SELECT aedb_queue.queue_resume($1::text)";
+pub(crate) const PURGE: &str =
+    "SELECT aedb_queue.queue_purge($1::text, $2::text, force => $3::bool)::int8";
+pub(crate) const PAUSE: &str = "SELECT aedb_queue.queue_pause($1::text)";
+pub(crate) const RESUME: &str = "SELECT aedb_queue.queue_resume($1::text)";
 const ENQUEUE: &str = "SELECT task_id::int8, deduplicated \
      FROM aedb_queue.queue_enqueue($1::text, $2::jsonb, \
           delay => make_interval(secs => $3::float8), priority => $4::int8, \

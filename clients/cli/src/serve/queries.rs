@@ -11,6 +11,9 @@
 use deadpool_postgres::Client;
 use tokio_postgres::Row;
 
+// The actions the command line also runs: one statement each, in `sql.rs`.
+use crate::sql::{PAUSE, PURGE, RESUME, RETRY_DEAD};
+
 /// A database error, with its SQLSTATE when the server raised it.
 pub type DbResult<T> = std::result::Result<T, tokio_postgres::Error>;
 
@@ -103,11 +106,6 @@ const ORDERING_KEYS: &str = "SELECT ordering_key::text, head_task_id::int8, head
      stopped_by_dead FROM aedb_queue.ordering_keys WHERE queue = $1::text \
      ORDER BY stopped_by_dead DESC, ordering_key LIMIT $2::int8";
 
-const PAUSE: &str = "SELECT aedb_queue.queue_pause($1::text)";
-const RESUME: &str = "SELECT aedb_queue.queue_resume($1::text)";
-const RETRY_DEAD: &str =
-    "SELECT aedb_queue.queue_retry_dead($1::text, task_id => $2::int8, max => $3::int4)::int8";
-const PURGE: &str = "SELECT aedb_queue.queue_purge($1::text, $2::text, force => $3::bool)::int8";
 const CANCEL: &str = "SELECT aedb_queue.queue_cancel($1::text, $2::int8)";
 const PING: &str = "SELECT 1";
 

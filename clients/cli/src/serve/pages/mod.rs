@@ -325,7 +325,11 @@ mod tests {
     fn segments_are_percent_encoded() {
         assert_eq!(encode_segment("a.b_c-d~"), "a.b_c-d~");
         assert_eq!(encode_segment("a/b c?#<"), "a%2Fb%20c%3F%23%3C");
-        assert_eq!(encode_segment("x('y')!*"), "x('y')!*", "as encodeURIComponent leaves them");
+        assert_eq!(
+            encode_segment("x('y')!*"),
+            "x('y')!*",
+            "as encodeURIComponent leaves them"
+        );
         assert_eq!(encode_segment("é"), "%C3%A9");
     }
 

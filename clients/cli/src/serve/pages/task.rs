@@ -140,7 +140,11 @@ pub async fn page(
         _ => t
             .last_error
             .iter()
-            .map(|e| TaskError { attempt: None, at: None, error: Some(e.clone()) })
+            .map(|e| TaskError {
+                attempt: None,
+                at: None,
+                error: Some(e.clone()),
+            })
             .collect(),
     };
     let administer = administer?;
