@@ -30,13 +30,14 @@ if command -v pg_lsclusters >/dev/null && pg_lsclusters -h 2>/dev/null | grep -q
 fi
 
 # The fixed ports of our clusters (demo 54329, regress 54331, upgrade test
-# 54332, bench 54340) lie in Linux's ephemeral port range, so a client socket
-# (thousands in a test run) can hold one just when a cluster starts. Reserve
-# them; best effort, as a container may not allow it.
+# 54332, bench 54340, browser tests 54346-54347) lie in Linux's ephemeral
+# port range, so a client socket (thousands in a test run) can hold one just
+# when a cluster starts. Reserve them; best effort, as a container may not
+# allow it.
 reserved=/proc/sys/net/ipv4/ip_local_reserved_ports
-if [ -w "$reserved" ] && ! grep -q '54329-54340' "$reserved"; then
+if [ -w "$reserved" ] && ! grep -q '54329-54349' "$reserved"; then
     current=$(cat "$reserved")
-    echo "${current:+$current,}54329-54340" >"$reserved" 2>/dev/null || true
+    echo "${current:+$current,}54329-54349" >"$reserved" 2>/dev/null || true
 fi
 
 if ! cargo pgrx --version 2>/dev/null | grep -q "$PGRX_VERSION"; then
