@@ -4,12 +4,13 @@
 # clang for bindgen, sudo (cargo pgrx --runas uses it), python3-venv (the
 # Python package's tests run in a virtualenv), chromium, nodejs and npm (the
 # dashboard's browser tests, clients/cli/browser: playwright-core from npm
-# drives Debian's headless chromium), cargo-pgrx 0.18.1.
+# drives Debian's headless chromium), pgbouncer (the connection-pooler tests,
+# itests/tests/pgbouncer.rs), cargo-pgrx 0.18.1.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
 packages=(postgresql-15 postgresql-server-dev-15 postgresql-15-cron libclang-dev clang sudo pkg-config python3-venv
-          chromium nodejs npm)
+          chromium nodejs npm pgbouncer)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' && continue
@@ -27,6 +28,16 @@ fi
 # The Debian package starts a "15 main" cluster on port 5432; it is not ours to use.
 if command -v pg_lsclusters >/dev/null && pg_lsclusters -h 2>/dev/null | grep -q '^15 *main .*online'; then
     pg_ctlcluster 15 main stop || true
+fi
+
+# Debian's pgbouncer package runs its own pooler on port 6432 from
+# /etc/pgbouncer; the tests start theirs (own ini, a free port), so the
+# packaged one is stopped and kept from starting at boot.
+if [ -f /run/postgresql/pgbouncer.pid ]; then
+    service pgbouncer stop >/dev/null 2>&1 || true
+fi
+if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
+    systemctl disable --now pgbouncer >/dev/null 2>&1 || true
 fi
 
 # The fixed ports of our clusters (demo 54329, regress 54331, upgrade test
