@@ -11,6 +11,7 @@
 //! - [`dependency`]: which parents a task waits for and how it starts.
 //! - [`flow`]: flow control (issue 12): the rate limit's token bucket.
 //! - [`counters`]: per-queue event counters in a fixed table (shared memory).
+//! - [`model`]: a reference model of one queue's SQL surface, for the property test.
 
 pub mod backoff;
 pub mod counters;
@@ -19,6 +20,7 @@ pub mod error;
 pub mod fence;
 pub mod flow;
 pub mod grants;
+pub mod model;
 pub mod reaper;
 pub mod scan_hint;
 pub mod schedule;

@@ -1,0 +1,395 @@
+//! What each op does to the model, and what its call returns.
+
+use super::*;
+use crate::backoff::DEFAULT_BACKOFF_BASE_MICROS;
+use crate::dependency::Start;
+use crate::transition::{on_failure, FailOutcome, FailRequest, RetryPolicy};
+use crate::validate::{resolve_enqueue, EnqueueOptions, RetryDefaults};
+use crate::QueueError;
+
+/// The backoff base every enqueue of a case passes: longer than any case.
+pub const CASE_BACKOFF_BASE_MICROS: i64 = 3_600 * DEFAULT_BACKOFF_BASE_MICROS;
+
+impl Model {
+    pub(super) fn apply_op(&mut self, op: &Op) -> Reply {
+        let reply = match op {
+            Op::Enqueue { by, args, commit } => self.enqueue(*by, args, *commit),
+            Op::Claim { by, owner, max } => self.claim(*by, *owner, *max),
+            Op::Complete {
+                by,
+                task,
+                token,
+                result,
+                follow_up,
+                strict,
+            } => self.complete(*by, *task, *token, *result, follow_up.as_ref(), *strict),
+            Op::Fail {
+                by,
+                task,
+                token,
+                how,
+            } => self.fail(*by, *task, *token, *how),
+            Op::Heartbeat {
+                by,
+                task,
+                token,
+                progress,
+            } => self.heartbeat(*by, *task, *token, *progress),
+            Op::Release {
+                by,
+                task,
+                token,
+                delay,
+            } => self.release(*by, *task, *token, *delay),
+            Op::Cancel { by, task } => self.cancel(*by, *task),
+            Op::RetryDead { by, task } => self.retry_dead(*by, *task),
+            Op::Pause { by } => self.set_paused(*by, true),
+            Op::Resume { by } => self.set_paused(*by, false),
+            Op::ExpireLease { task } => self.expire_lease(*task),
+        };
+        self.settle_slots();
+        reply
+    }
+
+    fn enqueue(&mut self, by: Session, args: &EnqueueArgs, commit: bool) -> Reply {
+        if let Some(refused) = Self::refused(by, Right::Produce) {
+            return refused;
+        }
+        let created = self.create(
+            by,
+            args.priority,
+            args.delay,
+            args.max_attempts,
+            args.idempotency_key,
+            args.concurrency_key,
+            (&args.wait_for, args.run_on_parent_failure),
+        );
+        match (created, commit) {
+            (Err(e), _) => Reply::Error(e.sqlstate()),
+            (Ok((task, deduplicated)), true) => Reply::Enqueued { task, deduplicated },
+            (Ok((task, deduplicated)), false) => {
+                if !deduplicated {
+                    self.forget_newest();
+                }
+                Reply::RolledBack {
+                    deduplicated_to: deduplicated.then_some(task),
+                }
+            }
+        }
+    }
+
+    /// An enqueue: the task a key matched (and true), or a new one.
+    #[allow(clippy::too_many_arguments)]
+    fn create(
+        &mut self,
+        _by: Session,
+        priority: i64,
+        delay: Delay,
+        max_attempts: Option<i32>,
+        idempotency_key: Option<u8>,
+        concurrency_key: Option<u8>,
+        (wait_for, run_on_parent_failure): (&[TaskRef], bool),
+    ) -> Result<(Handle, bool), QueueError> {
+        let resolved = resolve_enqueue(
+            EnqueueOptions {
+                priority,
+                max_attempts,
+                backoff_base_micros: Some(CASE_BACKOFF_BASE_MICROS),
+                ..Default::default()
+            },
+            RetryDefaults::default(),
+            "",
+        )?;
+        // A matching key returns its task before the parents are looked at.
+        if let Some(&task) = idempotency_key.and_then(|k| self.keys.get(&k)) {
+            return Ok((task, true));
+        }
+        let (start, live_parents) = if wait_for.is_empty() {
+            (Start::Runnable, Vec::new())
+        } else {
+            self.child_start(wait_for, run_on_parent_failure)?
+        };
+        let h = self.tasks.len();
+        self.tasks.push(Task {
+            state: State::Ready,
+            priority: resolved.priority,
+            attempts: 0,
+            max_attempts: resolved.max_attempts,
+            backoff_base_micros: resolved.backoff_base_micros,
+            backoff_max_micros: resolved.backoff_max_micros,
+            owner: None,
+            fencing_token: 0,
+            lease_expired: false,
+            payload_op: self.ops,
+            progress: None,
+            last_error: None,
+            idempotency_key,
+            concurrency_key,
+            result: None,
+            waiting_on: 0,
+            run_on_parent_failure,
+            due_later: delay == Delay::Far,
+            has_dependents: false,
+            children: Vec::new(),
+        });
+        match start {
+            Start::Runnable => self.make_due(h),
+            Start::Waiting(n) => {
+                self.tasks[h].state = State::Waiting;
+                self.tasks[h].waiting_on = n as usize;
+            }
+            Start::Dead { parent } => {
+                self.tasks[h].state = State::Dead;
+                self.tasks[h].last_error = Some(LastError::Parent {
+                    parent: parent as Handle,
+                    why: "is dead",
+                });
+            }
+        }
+        for p in live_parents {
+            self.tasks[p].has_dependents = true;
+            self.tasks[p].children.push(h);
+        }
+        if let Some(k) = idempotency_key {
+            self.keys.insert(k, h);
+        }
+        Ok((h, false))
+    }
+
+    /// Undoes the newest task's creation (its transaction rolled back).
+    fn forget_newest(&mut self) {
+        let h = self.tasks.len() - 1;
+        for t in &mut self.tasks {
+            t.children.retain(|&c| c != h);
+        }
+        self.keys.retain(|_, &mut t| t != h);
+        self.tasks.pop();
+    }
+
+    fn claim(&mut self, by: Session, owner: u8, max: i32) -> Reply {
+        if let Some(refused) = Self::refused(by, Right::Work) {
+            return refused;
+        }
+        if self.paused {
+            return Reply::Claimed(Vec::new());
+        }
+        // The claim's inline reap comes first, slots and children settled,
+        // so what it frees may be served by the same call.
+        self.reclaim_expired();
+        self.settle_slots();
+        let mut claimed = Vec::new();
+        for h in self.service_order(State::Ready).into_iter().take(max as usize) {
+            let t = &mut self.tasks[h];
+            t.state = State::InFlight;
+            t.attempts += 1;
+            t.fencing_token += 1;
+            t.owner = Some(owner);
+            claimed.push(Claimed {
+                task: h,
+                attempts: t.attempts,
+                fencing_token: t.fencing_token,
+                priority: t.priority,
+                progress: t.progress,
+            });
+        }
+        Reply::Claimed(claimed)
+    }
+
+    /// Expired leases go back to ready (keeping a key's slot), or dead
+    /// when no attempt is left.
+    fn reclaim_expired(&mut self) {
+        for h in 0..self.tasks.len() {
+            let t = &mut self.tasks[h];
+            if t.state != State::InFlight || !t.lease_expired {
+                continue;
+            }
+            let exhausted = t.attempts >= t.max_attempts;
+            t.lease_expired = false;
+            t.owner = None;
+            t.last_error = Some(LastError::LeaseExpired { exhausted });
+            if exhausted {
+                t.state = State::Dead;
+                self.parent_failed(h, "was dead-lettered");
+            } else {
+                t.state = State::Ready;
+            }
+        }
+    }
+
+    /// The task a fenced call holds, if it is in flight under that token.
+    fn held(&self, task: TaskRef, token: TokenRef) -> Option<Handle> {
+        let h = self.resolve(task)?;
+        let t = &self.tasks[h];
+        (t.state == State::InFlight && self.token(Some(h), token) == t.fencing_token).then_some(h)
+    }
+
+    fn complete(
+        &mut self,
+        by: Session,
+        task: TaskRef,
+        token: TokenRef,
+        result: Option<u8>,
+        follow_up: Option<&FollowUp>,
+        strict: bool,
+    ) -> Reply {
+        if let Some(refused) = Self::refused(by, Right::Work) {
+            return refused;
+        }
+        // Follow-ups need the rights of queue_enqueue, checked first.
+        if follow_up.is_some() {
+            if let Some(refused) = Self::refused(by, Right::Produce) {
+                return refused;
+            }
+        }
+        let Some(h) = self.held(task, token) else {
+            return Self::fenced_out(strict);
+        };
+        let keep = self.config.keep_completed || self.tasks[h].has_dependents;
+        let t = &mut self.tasks[h];
+        t.state = if keep { State::Completed } else { State::Gone };
+        t.result = result;
+        t.lease_expired = false;
+        self.parent_completed(h);
+        if let Some(f) = follow_up {
+            let none: &[TaskRef] = &[];
+            // A valid spec into this queue: it cannot fail.
+            let _ = self.create(
+                by,
+                f.priority,
+                Delay::Now,
+                None,
+                f.idempotency_key,
+                f.concurrency_key,
+                (none, false),
+            );
+        }
+        Reply::Outcome(Outcome::Applied)
+    }
+
+    fn fenced_out(strict: bool) -> Reply {
+        if strict {
+            Reply::Error(LEASE_LOST)
+        } else {
+            Reply::Outcome(Outcome::LeaseLost)
+        }
+    }
+
+    fn fail(&mut self, by: Session, task: TaskRef, token: TokenRef, how: FailHow) -> Reply {
+        if let Some(refused) = Self::refused(by, Right::Work) {
+            return refused;
+        }
+        let Some(h) = self.held(task, token) else {
+            return Reply::Outcome(Outcome::LeaseLost);
+        };
+        let op = self.ops;
+        let t = &mut self.tasks[h];
+        let policy = RetryPolicy {
+            attempts: t.attempts,
+            max_attempts: t.max_attempts,
+            backoff_base_micros: t.backoff_base_micros,
+            backoff_max_micros: t.backoff_max_micros,
+        };
+        let request = FailRequest {
+            retry_in_micros: match how {
+                FailHow::RetryNow => Some(0),
+                FailHow::RetryFar => Some(CASE_BACKOFF_BASE_MICROS),
+                _ => None,
+            },
+            dead_letter: how == FailHow::DeadLetter,
+        };
+        t.owner = None;
+        t.lease_expired = false;
+        t.last_error = Some(LastError::Failed(op));
+        match on_failure(policy, request) {
+            FailOutcome::RetryAfter(0) => t.state = State::Ready,
+            FailOutcome::RetryAfter(_) => t.state = State::Scheduled,
+            FailOutcome::DeadLetter => {
+                t.state = State::Dead;
+                self.parent_failed(h, "was dead-lettered");
+            }
+        }
+        Reply::Outcome(Outcome::Applied)
+    }
+
+    fn heartbeat(&mut self, by: Session, task: TaskRef, token: TokenRef, progress: u8) -> Reply {
+        if let Some(refused) = Self::refused(by, Right::Work) {
+            return refused;
+        }
+        let Some(h) = self.held(task, token) else {
+            return Reply::Outcome(Outcome::LeaseLost);
+        };
+        let t = &mut self.tasks[h];
+        t.progress = Some(progress);
+        t.lease_expired = false;
+        Reply::Outcome(Outcome::Applied)
+    }
+
+    fn release(&mut self, by: Session, task: TaskRef, token: TokenRef, delay: Delay) -> Reply {
+        if let Some(refused) = Self::refused(by, Right::Work) {
+            return refused;
+        }
+        let Some(h) = self.held(task, token) else {
+            return Reply::Outcome(Outcome::LeaseLost);
+        };
+        let t = &mut self.tasks[h];
+        t.attempts = (t.attempts - 1).max(0);
+        t.owner = None;
+        t.lease_expired = false;
+        t.state = match delay {
+            Delay::Now => State::Ready,
+            Delay::Far => State::Scheduled,
+        };
+        Reply::Outcome(Outcome::Applied)
+    }
+
+    fn cancel(&mut self, by: Session, task: TaskRef) -> Reply {
+        if let Some(refused) = Self::refused(by, Right::Administer) {
+            return refused;
+        }
+        let Some(h) = self.resolve(task).filter(|&h| self.tasks[h].state.is_live()) else {
+            return Reply::Bool(false);
+        };
+        self.tasks[h].state = State::Gone;
+        self.parent_failed(h, "was cancelled");
+        Reply::Bool(true)
+    }
+
+    fn retry_dead(&mut self, by: Session, task: Option<TaskRef>) -> Reply {
+        if let Some(refused) = Self::refused(by, Right::Administer) {
+            return refused;
+        }
+        let dead: Vec<Handle> = match task {
+            None => (0..self.tasks.len()).collect(),
+            Some(r) => self.resolve(r).into_iter().collect(),
+        };
+        let dead: Vec<Handle> = dead
+            .into_iter()
+            .filter(|&h| self.tasks[h].state == State::Dead)
+            .collect();
+        for &h in &dead {
+            self.tasks[h].attempts = 0;
+            self.tasks[h].due_later = false;
+            self.make_due(h);
+        }
+        Reply::Count(dead.len() as i64)
+    }
+
+    fn set_paused(&mut self, by: Session, paused: bool) -> Reply {
+        if let Some(refused) = Self::refused(by, Right::Administer) {
+            return refused;
+        }
+        let changed = self.paused != paused;
+        self.paused = paused;
+        Reply::Bool(changed)
+    }
+
+    fn expire_lease(&mut self, task: TaskRef) -> Reply {
+        if let Some(h) = self.resolve(task) {
+            let t = &mut self.tasks[h];
+            if t.state == State::InFlight {
+                t.lease_expired = true;
+            }
+        }
+        Reply::Done
+    }
+}

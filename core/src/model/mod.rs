@@ -1,0 +1,166 @@
+//! A reference model of one queue's SQL surface, for the property test
+//! `itests/tests/model.rs`: pure, deterministic, no clock. It takes the
+//! operations a case is made of ([`Op`]) and says what each call must
+//! return ([`Reply`]) and what every task row must then read ([`Row`]).
+//!
+//! It is a model of the contract (README "SQL surface" and "Semantics",
+//! docs/dependencies.md, docs/flow-control.md), not a second copy of the
+//! extension: where the core already holds a rule (the failure transition,
+//! backoff, enqueue defaults, how a child starts given its parents, the
+//! text of a parent's error), the model calls it; the rest is the plain
+//! state machine the documents describe.
+//!
+//! Time never decides an outcome: delays and backoffs are either zero or
+//! longer than any case, leases last an hour, and a lease runs out only by
+//! the explicit [`Op::ExpireLease`].
+
+mod apply;
+mod dependencies;
+pub mod op;
+pub mod reply;
+pub mod task;
+#[cfg(test)]
+mod tests;
+
+pub use op::*;
+pub use reply::*;
+pub use task::*;
+
+/// Settings a case fixes for its queue before its first op.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Config {
+    /// `queue_configure(keep_completed => '1 day')`: completed tasks stay
+    /// readable (as `completed`) for the whole case.
+    pub keep_completed: bool,
+    /// `queue_configure(concurrency_limit => n)`: slots per concurrency key.
+    pub concurrency_limit: usize,
+}
+
+/// The queue as a reader should see it after the ops applied so far.
+#[derive(Debug, Clone)]
+pub struct Model {
+    config: Config,
+    paused: bool,
+    /// Every task the case created, by handle (creation order = id order).
+    tasks: Vec<Task>,
+    /// Idempotency key -> the task it names (keys outlive their tasks).
+    keys: std::collections::BTreeMap<u8, Handle>,
+    /// Ops applied so far: the index of the next one.
+    ops: usize,
+}
+
+impl Model {
+    pub fn new(config: Config) -> Model {
+        Model {
+            config,
+            paused: false,
+            tasks: Vec::new(),
+            keys: Default::default(),
+            ops: 0,
+        }
+    }
+
+    pub fn config(&self) -> Config {
+        self.config
+    }
+
+    /// How many tasks the case has created (handles `0..created()`).
+    pub fn created(&self) -> usize {
+        self.tasks.len()
+    }
+
+    /// The task a reference names, if any.
+    pub fn resolve(&self, task: TaskRef) -> Option<Handle> {
+        match task {
+            TaskRef::Known(n) if !self.tasks.is_empty() => Some(n as usize % self.tasks.len()),
+            _ => None,
+        }
+    }
+
+    /// The token a call presents: relative to the task's current one (an
+    /// unknown task: as if it had one token).
+    pub fn token(&self, task: Option<Handle>, token: TokenRef) -> i64 {
+        let current = task.map_or(1, |h| self.tasks[h].fencing_token);
+        match token {
+            TokenRef::Current => current,
+            TokenRef::Stale => current - 1,
+            TokenRef::Ahead => current + 1,
+        }
+    }
+
+    /// Every task a reader can see (`queue_list(queue, NULL)`), by handle.
+    pub fn rows(&self) -> Vec<Row> {
+        self.tasks
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.state != State::Gone)
+            .map(|(h, t)| t.row(h))
+            .collect()
+    }
+
+    pub fn task(&self, h: Handle) -> &Task {
+        &self.tasks[h]
+    }
+
+    /// Applies one op: what the call returns. A call that raises changes
+    /// nothing.
+    pub fn apply(&mut self, op: &Op) -> Reply {
+        let before = self.clone();
+        let reply = self.apply_op(op);
+        self.ops += 1;
+        if matches!(reply, Reply::Error(_)) {
+            *self = Model {
+                ops: self.ops,
+                ..before
+            };
+        }
+        reply
+    }
+
+    /// The queue's order of service: highest priority first, then id.
+    fn service_order(&self, state: State) -> Vec<Handle> {
+        let mut v: Vec<Handle> = (0..self.tasks.len())
+            .filter(|&h| self.tasks[h].state == state)
+            .collect();
+        v.sort_by_key(|&h| (-self.tasks[h].priority, h));
+        v
+    }
+
+    /// A task becomes due (enqueued now, released now, retried, its last
+    /// parent done): ready, or blocked behind its concurrency key; a far
+    /// `not_before` keeps it scheduled.
+    fn make_due(&mut self, h: Handle) {
+        let t = &mut self.tasks[h];
+        t.state = if t.due_later {
+            State::Scheduled
+        } else if t.concurrency_key.is_some() {
+            State::Blocked
+        } else {
+            State::Ready
+        };
+    }
+
+    /// Concurrency keys: a keyed task holds a slot while ready or in
+    /// flight; a key with a free slot has no blocked task (its first in
+    /// the queue's order gets the slot).
+    fn settle_slots(&mut self) {
+        for h in self.service_order(State::Blocked) {
+            let key = self.tasks[h].concurrency_key;
+            let taken = self
+                .tasks
+                .iter()
+                .filter(|t| {
+                    t.concurrency_key == key && matches!(t.state, State::Ready | State::InFlight)
+                })
+                .count();
+            if taken < self.config.concurrency_limit {
+                self.tasks[h].state = State::Ready;
+            }
+        }
+    }
+
+    /// The rights check every call makes first.
+    fn refused(by: Session, right: Right) -> Option<Reply> {
+        (!by.has(right)).then_some(Reply::Error(INSUFFICIENT_PRIVILEGE))
+    }
+}

@@ -1,0 +1,179 @@
+//! The operations a model case is made of: calls of the SQL surface as a
+//! session makes them, with task ids and fencing tokens given as
+//! references the model resolves (the generator cannot know real ids).
+
+/// The n-th task a case created (0-based): tasks are numbered in the order
+/// their enqueue committed, which is also the order of their ids.
+pub type Handle = usize;
+
+/// Who makes a call: each is a login role of the integration harness.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Session {
+    /// `aedb_queue_producer`: enqueues only.
+    Producer,
+    /// `aedb_queue_worker`: claims, settles, reads.
+    Worker,
+    /// Producer and worker: settles with follow-ups.
+    Service,
+    /// `aedb_queue_admin`: everything, including cancel, pause, retry_dead.
+    Admin,
+}
+
+/// What a call needs of its caller's role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Right {
+    Produce,
+    Work,
+    Administer,
+}
+
+impl Session {
+    pub const ALL: [Session; 4] = [
+        Session::Producer,
+        Session::Worker,
+        Session::Service,
+        Session::Admin,
+    ];
+
+    /// The EXECUTE rights each role's group gives (the admin's group is a
+    /// member of the producer's and the worker's).
+    pub fn has(self, right: Right) -> bool {
+        matches!(
+            (self, right),
+            (Session::Admin, _)
+                | (Session::Producer | Session::Service, Right::Produce)
+                | (Session::Worker | Session::Service, Right::Work)
+        )
+    }
+}
+
+/// A delay as the model sees it: none, or one so long that it never
+/// passes during a case (so no outcome depends on the wall clock).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delay {
+    Now,
+    Far,
+}
+
+/// A task named by a call: the `n % created`-th task of the case, or an id
+/// that no task has (also what `Known` means before any task exists).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskRef {
+    Known(u8),
+    Unknown,
+}
+
+/// The fencing token presented, relative to the task's current one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenRef {
+    Current,
+    /// One behind: a holder from before the last claim.
+    Stale,
+    /// One ahead: a token no claim has handed out yet.
+    Ahead,
+}
+
+/// How a worker reports a failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailHow {
+    /// The task's own backoff (at least an hour in a case: see `EnqueueArgs`).
+    Backoff,
+    /// `retry_in => '0'`: ready again at once.
+    RetryNow,
+    /// `retry_in` far in the future.
+    RetryFar,
+    /// `dead_letter => true`.
+    DeadLetter,
+}
+
+/// Arguments of `queue_enqueue` the model varies. Every enqueue of a case
+/// passes `backoff_base => '1 hour'`, so a backoff never expires in a case.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnqueueArgs {
+    pub priority: i64,
+    pub delay: Delay,
+    pub max_attempts: Option<i32>,
+    /// `key-<n>`.
+    pub idempotency_key: Option<u8>,
+    pub wait_for: Vec<TaskRef>,
+    /// `on_parent_failure => 'run'` (else the default, `'dead_letter'`).
+    pub run_on_parent_failure: bool,
+    /// `ck-<n>`.
+    pub concurrency_key: Option<u8>,
+}
+
+/// One follow-up of a completion, into the same queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FollowUp {
+    pub priority: i64,
+    pub idempotency_key: Option<u8>,
+    pub concurrency_key: Option<u8>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    /// `queue_enqueue`, committed, or rolled back after the call returned.
+    Enqueue {
+        by: Session,
+        args: EnqueueArgs,
+        commit: bool,
+    },
+    /// `queue_claim(owner_id => 'owner-<owner>', lease => '1 hour', max)`.
+    Claim { by: Session, owner: u8, max: i32 },
+    /// `queue_complete(result => {"r": result}, follow_ups, strict)`.
+    Complete {
+        by: Session,
+        task: TaskRef,
+        token: TokenRef,
+        result: Option<u8>,
+        follow_up: Option<FollowUp>,
+        strict: bool,
+    },
+    Fail {
+        by: Session,
+        task: TaskRef,
+        token: TokenRef,
+        how: FailHow,
+    },
+    /// `queue_heartbeat(extend => '1 hour', progress => {"p": progress})`.
+    Heartbeat {
+        by: Session,
+        task: TaskRef,
+        token: TokenRef,
+        progress: u8,
+    },
+    /// `queue_release(delay)`.
+    Release {
+        by: Session,
+        task: TaskRef,
+        token: TokenRef,
+        delay: Delay,
+    },
+    Cancel { by: Session, task: TaskRef },
+    /// `queue_retry_dead(task_id)`; None: every dead task.
+    RetryDead { by: Session, task: Option<TaskRef> },
+    Pause { by: Session },
+    Resume { by: Session },
+    /// The operator makes a lease run out now (the superuser sets the
+    /// task's `lease_deadline` to the current time): explicit, so the model
+    /// knows which leases have expired. Nothing happens unless in flight.
+    ExpireLease { task: TaskRef },
+}
+
+impl Op {
+    pub fn session(&self) -> Option<Session> {
+        match self {
+            Op::Enqueue { by, .. }
+            | Op::Claim { by, .. }
+            | Op::Complete { by, .. }
+            | Op::Fail { by, .. }
+            | Op::Heartbeat { by, .. }
+            | Op::Release { by, .. }
+            | Op::Cancel { by, .. }
+            | Op::RetryDead { by, .. }
+            | Op::Pause { by }
+            | Op::Resume { by } => Some(*by),
+            Op::ExpireLease { .. } => None,
+        }
+    }
+}

@@ -1,0 +1,117 @@
+//! A task as the model keeps it, and the row a reader should see of it.
+
+use super::op::Handle;
+
+/// Where a task stands. `Gone`: cancelled, or completed in a queue that
+/// keeps nothing (no row in any table, yet its idempotency key holds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    Waiting,
+    Scheduled,
+    Blocked,
+    Ready,
+    InFlight,
+    Dead,
+    Completed,
+    Gone,
+}
+
+impl State {
+    /// The `state` column of a task row.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Waiting => "waiting",
+            State::Scheduled => "scheduled",
+            State::Blocked => "blocked",
+            State::Ready => "ready",
+            State::InFlight => "in_flight",
+            State::Dead => "dead",
+            State::Completed => "completed",
+            State::Gone => "gone",
+        }
+    }
+
+    /// In the task table (cancel finds it; a child waits for it).
+    pub fn is_live(self) -> bool {
+        !matches!(self, State::Completed | State::Gone)
+    }
+}
+
+/// Why a task's `last_error` is what it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LastError {
+    /// `queue_fail`'s `error` argument, `error at op <n>`.
+    Failed(usize),
+    /// A reclaimed lease: requeued, or dead with its attempts exhausted.
+    LeaseExpired { exhausted: bool },
+    /// A parent left without completing (`is dead`, `was dead-lettered`,
+    /// `was cancelled`): the text is `dependency::dead_parent_error`'s.
+    Parent { parent: Handle, why: &'static str },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Task {
+    pub state: State,
+    pub priority: i64,
+    pub attempts: i32,
+    pub max_attempts: i32,
+    pub backoff_base_micros: i64,
+    pub backoff_max_micros: i64,
+    pub owner: Option<u8>,
+    pub fencing_token: i64,
+    /// In flight with its lease run out and not yet reclaimed.
+    pub lease_expired: bool,
+    /// The op (its index in the case) that enqueued it: `{"op": n}`.
+    pub payload_op: usize,
+    pub progress: Option<u8>,
+    pub last_error: Option<LastError>,
+    pub idempotency_key: Option<u8>,
+    pub concurrency_key: Option<u8>,
+    pub result: Option<u8>,
+    /// Parents not yet completed (while `Waiting`).
+    pub waiting_on: usize,
+    pub run_on_parent_failure: bool,
+    /// Its `not_before` lies beyond the case (a `Far` delay).
+    pub due_later: bool,
+    /// A child was ever linked to it while live: kept after completion.
+    pub has_dependents: bool,
+    /// Children linked to it, until it fails (then the links go).
+    pub children: Vec<Handle>,
+}
+
+/// What `queue_get` / `queue_list` should show of a task (times left out:
+/// a case never depends on the clock).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Row {
+    pub task: Handle,
+    pub state: &'static str,
+    pub priority: i64,
+    pub attempts: i32,
+    pub max_attempts: i32,
+    pub owner: Option<u8>,
+    pub fencing_token: i64,
+    pub payload_op: usize,
+    pub progress: Option<u8>,
+    pub last_error: Option<LastError>,
+    pub idempotency_key: Option<u8>,
+    pub result: Option<u8>,
+}
+
+impl Task {
+    pub fn row(&self, task: Handle) -> Row {
+        Row {
+            task,
+            state: self.state.as_str(),
+            priority: self.priority,
+            attempts: self.attempts,
+            max_attempts: self.max_attempts,
+            owner: self.owner,
+            fencing_token: self.fencing_token,
+            payload_op: self.payload_op,
+            progress: self.progress,
+            last_error: self.last_error.clone(),
+            idempotency_key: self.idempotency_key,
+            result: self.result,
+        }
+    }
+}

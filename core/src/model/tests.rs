@@ -1,0 +1,179 @@
+//! The model's own checks: scenarios from the README, worked by hand.
+
+use super::*;
+
+fn config() -> Config {
+    Config {
+        keep_completed: false,
+        concurrency_limit: 1,
+    }
+}
+
+fn args() -> EnqueueArgs {
+    EnqueueArgs {
+        priority: 0,
+        delay: Delay::Now,
+        max_attempts: None,
+        idempotency_key: None,
+        wait_for: Vec::new(),
+        run_on_parent_failure: false,
+        concurrency_key: None,
+    }
+}
+
+fn enqueue(m: &mut Model, args: EnqueueArgs) -> Reply {
+    m.apply(&Op::Enqueue {
+        by: Session::Producer,
+        args,
+        commit: true,
+    })
+}
+
+fn claim(m: &mut Model, max: i32) -> Vec<Claimed> {
+    match m.apply(&Op::Claim {
+        by: Session::Worker,
+        owner: 0,
+        max,
+    }) {
+        Reply::Claimed(c) => c,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn complete(m: &mut Model, task: u8, token: TokenRef, strict: bool) -> Reply {
+    m.apply(&Op::Complete {
+        by: Session::Worker,
+        task: TaskRef::Known(task),
+        token,
+        result: None,
+        follow_up: None,
+        strict,
+    })
+}
+
+#[test]
+fn a_stale_token_is_fenced_out_and_strict_raises_40002() {
+    let mut m = Model::new(config());
+    enqueue(&mut m, args());
+    assert_eq!(claim(&mut m, 1)[0].fencing_token, 1);
+    m.apply(&Op::Fail {
+        by: Session::Worker,
+        task: TaskRef::Known(0),
+        token: TokenRef::Current,
+        how: FailHow::RetryNow,
+    });
+    assert_eq!(claim(&mut m, 1)[0].attempts, 2);
+    assert_eq!(
+        complete(&mut m, 0, TokenRef::Stale, false),
+        Reply::Outcome(Outcome::LeaseLost)
+    );
+    assert_eq!(complete(&mut m, 0, TokenRef::Stale, true), Reply::Error(LEASE_LOST));
+    assert_eq!(
+        complete(&mut m, 0, TokenRef::Current, false),
+        Reply::Outcome(Outcome::Applied)
+    );
+    assert!(m.rows().is_empty(), "completed and not kept");
+}
+
+#[test]
+fn claims_serve_priority_then_id_and_keys_outlive_tasks() {
+    let mut m = Model::new(config());
+    let keyed = EnqueueArgs {
+        idempotency_key: Some(1),
+        ..args()
+    };
+    enqueue(&mut m, keyed.clone());
+    enqueue(&mut m, EnqueueArgs { priority: 2, ..args() });
+    let got: Vec<Handle> = claim(&mut m, 5).iter().map(|c| c.task).collect();
+    assert_eq!(got, [1, 0]);
+    complete(&mut m, 0, TokenRef::Current, false);
+    assert_eq!(
+        enqueue(&mut m, keyed),
+        Reply::Enqueued {
+            task: 0,
+            deduplicated: true
+        }
+    );
+}
+
+#[test]
+fn a_concurrency_key_holds_one_slot_and_hands_it_on() {
+    let mut m = Model::new(config());
+    let keyed = EnqueueArgs {
+        concurrency_key: Some(0),
+        ..args()
+    };
+    enqueue(&mut m, keyed.clone());
+    enqueue(&mut m, keyed);
+    assert_eq!(m.task(1).state, State::Blocked);
+    claim(&mut m, 1);
+    complete(&mut m, 0, TokenRef::Current, false);
+    assert_eq!(m.task(1).state, State::Ready);
+}
+
+#[test]
+fn a_cancelled_parent_dead_letters_its_child_and_grandchild() {
+    let mut m = Model::new(config());
+    enqueue(&mut m, args());
+    let child = |of| EnqueueArgs {
+        wait_for: vec![TaskRef::Known(of)],
+        ..args()
+    };
+    enqueue(&mut m, child(0));
+    enqueue(&mut m, child(1));
+    assert_eq!(m.task(2).state, State::Waiting);
+    m.apply(&Op::Cancel {
+        by: Session::Admin,
+        task: TaskRef::Known(0),
+    });
+    assert_eq!(
+        m.task(2).last_error,
+        Some(LastError::Parent {
+            parent: 1,
+            why: "was dead-lettered"
+        })
+    );
+    // The cancelled parent is missing now: a new child is refused.
+    assert_eq!(enqueue(&mut m, child(0)), Reply::Error(INVALID_PARAMETER));
+}
+
+#[test]
+fn an_expired_lease_still_belongs_to_its_holder_until_reclaimed() {
+    let mut m = Model::new(config());
+    enqueue(&mut m, EnqueueArgs {
+        max_attempts: Some(1),
+        ..args()
+    });
+    enqueue(&mut m, args());
+    claim(&mut m, 1);
+    m.apply(&Op::ExpireLease {
+        task: TaskRef::Known(0),
+    });
+    assert_eq!(m.task(0).state, State::InFlight);
+    // The next claim reclaims it first: its last attempt, so dead.
+    assert_eq!(claim(&mut m, 1)[0].task, 1);
+    assert_eq!(m.task(0).state, State::Dead);
+    assert_eq!(
+        complete(&mut m, 0, TokenRef::Current, false),
+        Reply::Outcome(Outcome::LeaseLost)
+    );
+}
+
+#[test]
+fn a_refused_call_changes_nothing() {
+    let mut m = Model::new(config());
+    let r = m.apply(&Op::Enqueue {
+        by: Session::Worker,
+        args: args(),
+        commit: true,
+    });
+    assert_eq!(r, Reply::Error(INSUFFICIENT_PRIVILEGE));
+    assert_eq!(m.created(), 0);
+    let r = m.apply(&Op::Enqueue {
+        by: Session::Producer,
+        args: args(),
+        commit: false,
+    });
+    assert_eq!(r, Reply::RolledBack { deduplicated_to: None });
+    assert_eq!(m.created(), 0);
+}
