@@ -22,6 +22,7 @@
 //!   …), so that tests read as the scenario they check and the SQL of every
 //!   call lives in one place.
 
+pub mod chaos;
 mod fault_drain;
 pub use fault_drain::*;
 

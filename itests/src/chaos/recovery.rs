@@ -1,0 +1,177 @@
+//! Recovery times, from the ledger's commit times alone (server clock).
+//!
+//! The rate before a fault is the completions per second over the
+//! [`PRE_WINDOW`] before it. The workers are back when, from the reference
+//! moment on (the fault, or the database accepting connections again), a
+//! [`WINDOW`] first holds at least [`BACK_AT`] of that rate; the recovery
+//! time is how long after the reference that window starts.
+
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Once;
+use std::thread;
+use std::time::Duration;
+
+use postgres::Client;
+
+pub const PRE_WINDOW: f64 = 2.0;
+pub const WINDOW: f64 = 0.5;
+pub const BACK_AT: f64 = 0.8;
+
+/// The server's clock now, in seconds since the epoch.
+pub fn server_epoch(c: &mut Client) -> f64 {
+    c.query_one("SELECT extract(epoch FROM clock_timestamp())::float8", &[])
+        .unwrap()
+        .get(0)
+}
+
+/// What one fault did to the workers' rate.
+#[derive(Debug, Clone, Copy)]
+pub struct Recovery {
+    /// Completions per second before the fault.
+    pub pre_rate: f64,
+    /// Seconds from the reference to the first window back at the rate;
+    /// `None`: not within the bound.
+    pub back_after: Option<f64>,
+    /// The longest time without any completion around the fault.
+    pub longest_gap: f64,
+}
+
+impl Recovery {
+    pub fn describe(&self) -> String {
+        format!(
+            "{:.0}/s before, back (>= {:.0}%) after {}, longest gap {:.2} s",
+            self.pre_rate,
+            BACK_AT * 100.0,
+            self.back_after
+                .map_or("never".to_string(), |s| format!("{s:.2} s")),
+            self.longest_gap
+        )
+    }
+}
+
+/// Commit times of the ledger's rows from `since` on, sorted.
+fn completion_times(su: &mut Client, ledger: &str, since: f64) -> Vec<f64> {
+    su.query(
+        &format!(
+            "SELECT extract(epoch FROM done_at)::float8 FROM {ledger} \
+             WHERE done_at >= to_timestamp($1) ORDER BY 1"
+        ),
+        &[&since],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
+}
+
+fn rate_in(times: &[f64], from: f64, to: f64) -> f64 {
+    let lo = times.partition_point(|t| *t < from);
+    let hi = times.partition_point(|t| *t < to);
+    (hi - lo) as f64 / (to - from)
+}
+
+/// The first window start at or after `reference` (in 50 ms steps, up to
+/// `until - WINDOW`) whose rate is back at [`BACK_AT`] of `pre_rate`.
+fn first_back(times: &[f64], pre_rate: f64, reference: f64, until: f64) -> Option<f64> {
+    let mut t = reference;
+    while t + WINDOW <= until {
+        if rate_in(times, t, t + WINDOW) >= BACK_AT * pre_rate {
+            return Some(t - reference);
+        }
+        t += 0.05;
+    }
+    None
+}
+
+fn longest_gap(times: &[f64], from: f64, to: f64) -> f64 {
+    let mut last = from;
+    let mut gap: f64 = 0.0;
+    for t in times.iter().copied().filter(|t| *t >= from && *t <= to) {
+        gap = gap.max(t - last);
+        last = t;
+    }
+    gap.max(to - last)
+}
+
+/// Polls the ledger until the rate is back (and one window past it) or
+/// `bound` seconds after `reference`. `fault_at` and `reference` are
+/// server clock readings ([`server_epoch`]).
+pub fn measure(su: &mut Client, ledger: &str, fault_at: f64, reference: f64, bound: f64) -> Recovery {
+    loop {
+        let times = completion_times(su, ledger, fault_at - PRE_WINDOW);
+        let now = server_epoch(su);
+        let pre_rate = rate_in(&times, fault_at - PRE_WINDOW, fault_at);
+        let back = first_back(&times, pre_rate, reference, now);
+        let done = back.is_some() || now >= reference + bound;
+        if done {
+            let end = back.map_or(now, |b| reference + b + WINDOW);
+            // From the last completion before the fault.
+            let before = times.iter().copied().filter(|t| *t < fault_at).last().unwrap_or(fault_at);
+            return Recovery {
+                pre_rate,
+                back_after: back,
+                longest_gap: longest_gap(&times, before, end),
+            };
+        }
+        thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// Where the report goes: `$AEDB_CHAOS_REPORT`, else `chaos/recovery.md`
+/// in the cargo target directory the test binary was built into.
+pub fn report_path() -> PathBuf {
+    if let Ok(p) = std::env::var("AEDB_CHAOS_REPORT") {
+        if !p.trim().is_empty() {
+            return PathBuf::from(p);
+        }
+    }
+    let exe = std::env::current_exe().expect("current_exe");
+    // <target>/<profile>/deps/<test binary>
+    let target = exe.ancestors().nth(3).expect("target dir").to_path_buf();
+    target.join("chaos").join("recovery.md")
+}
+
+/// Appends one row to the report (started afresh by the first row of a
+/// test process) and prints it.
+pub fn report(scenario: &str, fault: &str, reference: &str, figure: &str) {
+    static HEADER: Once = Once::new();
+    let path = report_path();
+    HEADER.call_once(|| {
+        if let Some(dir) = path.parent() {
+            fs::create_dir_all(dir).expect("create the report's directory");
+        }
+        let header = "# Chaos: recovery after each fault\n\n\
+            Written by `cargo test -p aedb_queue_itests --test chaos` (docs/chaos.md). \
+            Back: the first 0.5 s window at >= 80% of the rate of the 2 s before the fault.\n\n\
+            | scenario | fault | measured from | recovery |\n| --- | --- | --- | --- |\n";
+        fs::write(&path, header).expect("write the report");
+    });
+    let row = format!("| {scenario} | {fault} | {reference} | {figure} |\n");
+    eprint!("chaos report: {row}");
+    OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .and_then(|mut f| f.write_all(row.as_bytes()))
+        .expect("append to the report");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recovery_is_the_first_window_back_at_the_rate() {
+        // 100/s until 10.0, nothing until 11.0, then 100/s again.
+        let mut times: Vec<f64> = (0..1000).map(|i| i as f64 * 0.01).collect();
+        times.extend((0..300).map(|i| 11.0 + i as f64 * 0.01));
+        let pre = rate_in(&times, 8.0, 10.0);
+        assert!((pre - 100.0).abs() < 1.0);
+        let back = first_back(&times, pre, 10.0, 14.0).unwrap();
+        // The first window holding 80% starts at 10.9 (0.4 s of it at 100/s).
+        assert!((back - 0.9).abs() < 0.06, "{back}");
+        assert!((longest_gap(&times, 9.99, 12.0) - 1.01).abs() < 0.001);
+        assert_eq!(first_back(&times[..1000], pre, 10.0, 14.0), None);
+    }
+}

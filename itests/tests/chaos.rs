@@ -1,0 +1,156 @@
+//! Chaos under load (docs/chaos.md): 8 worker *processes*
+//! (`src/bin/chaos_worker.rs`) and 2 producers (single and batched
+//! enqueues through the COPY-style writer) on loopback, while the test
+//! SIGKILLs workers in a given phase, terminates backends in storms, and
+//! crashes Postgres with `pg_ctl stop -m immediate` while a batch enqueue is
+//! in flight. After each run: the full ledger check (every acknowledged
+//! enqueue committed, every committed task completed exactly once, every
+//! follow-up enqueued and completed once, nothing left) and amcheck over
+//! every index of the extension. The recovery time after each fault is
+//! measured from the ledger, printed and written to
+//! `<target>/chaos/recovery.md` (or `$AEDB_CHAOS_REPORT`); only a generous
+//! bound ([`RECOVERY_BOUND`]) is asserted.
+//!
+//! Also here, without load: `statement_timeout` and `lock_timeout` firing
+//! inside our calls, and a tablespace on a small tmpfs that fills.
+//!
+//! The load tests run one at a time (they measure rates) and each has its
+//! own cluster. `AEDB_CHAOS_LONG=1`: more kills, longer storms, more
+//! crashes.
+
+use std::sync::Mutex;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use aedb_queue_itests::chaos::ledger::{amcheck_all, check_ledger, wait_drained, LedgerFigures};
+use aedb_queue_itests::chaos::load::{Names, Producers};
+use aedb_queue_itests::chaos::pool::WorkerPool;
+use aedb_queue_itests::chaos::recovery::{measure, report, server_epoch, Recovery, PRE_WINDOW};
+use aedb_queue_itests::chaos::long_run;
+use aedb_queue_itests::*;
+
+const WORKER_EXE: &str = env!("CARGO_BIN_EXE_chaos_worker");
+const WORKERS: usize = 8;
+/// The target is 10 s; the assertion leaves room for a loaded CI.
+const RECOVERY_BOUND: f64 = 30.0;
+/// Backlog the producers keep (between half of it and all of it).
+const BACKLOG: i64 = 4_000;
+/// Load runs this long before the first fault.
+const WARM_UP: Duration = Duration::from_secs(3);
+/// Hard bound on a whole load run.
+const RUN_BOUND: Duration = Duration::from_secs(240);
+
+/// One load test at a time: they measure rates on a shared machine.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What a fault sees of the run.
+struct Ctx<'a> {
+    cluster: &'a Cluster,
+    names: &'a Names,
+    producers: &'a Producers,
+    pool: WorkerPool,
+    su: Client,
+}
+
+impl Ctx<'_> {
+    /// Measures the recovery after a fault at `fault_at` from `reference`,
+    /// reports it, and checks the generous bound.
+    fn recovered(&mut self, scenario: &str, fault: &str, from: &str, fault_at: f64, reference: f64) -> Recovery {
+        let r = measure(&mut self.su, &self.names.ledger, fault_at, reference, RECOVERY_BOUND);
+        report(scenario, fault, from, &r.describe());
+        assert!(r.pre_rate > 0.0, "{scenario} {fault}: no completions before the fault");
+        assert!(
+            r.back_after.is_some(),
+            "{scenario} {fault}: the rate was not back within {RECOVERY_BOUND} s: {}",
+            r.describe()
+        );
+        // The next fault's "before" must not hold this one's dip.
+        thread::sleep(Duration::from_secs_f64(PRE_WINDOW));
+        r
+    }
+}
+
+/// Runs `fault` under load from [`WORKERS`] worker processes and two
+/// producers, then drains, checks the ledger and amcheck.
+fn under_load(cluster: &Cluster, tag: &str, fault: impl FnOnce(&mut Ctx)) -> LedgerFigures {
+    let names = Names::new(tag);
+    names.create(cluster);
+    let producers = Producers::new(cluster, &names, BACKLOG);
+    producers.prefill(BACKLOG as usize);
+    let bound = Instant::now() + RUN_BOUND;
+    let pool = WorkerPool::start(WORKER_EXE, names.child_config(cluster), WORKERS);
+    let mut ctx = Ctx {
+        cluster,
+        names: &names,
+        producers: &producers,
+        pool,
+        su: cluster.connect(),
+    };
+    thread::scope(|s| {
+        for seed in 0..2 {
+            let producers = &producers;
+            s.spawn(move || producers.run(seed, bound));
+        }
+        thread::sleep(WARM_UP);
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fault(&mut ctx)));
+        producers.stop();
+        if let Err(p) = result {
+            std::panic::resume_unwind(p);
+        }
+    });
+    let mut su = cluster.connect();
+    wait_drained(&mut su, &names, Duration::from_secs(90));
+    ctx.pool.stop();
+    let worker_errors = ctx.pool.errors.lock().unwrap().clone();
+    assert!(worker_errors.is_empty(), "workers met errors: {worker_errors:?}");
+    let producer_errors = producers.errors.lock().unwrap().clone();
+    assert!(producer_errors.is_empty(), "producers met errors: {producer_errors:?}");
+    let figures = check_ledger(&mut su, &names, &producers.acked());
+    let indexes = amcheck_all(&mut su);
+    eprintln!(
+        "{tag}: {figures:?}, {} commits with a lost answer, {} worker reconnects; amcheck clean on {indexes} indexes",
+        producers.unknown_outcomes.load(std::sync::atomic::Ordering::SeqCst),
+        ctx.pool.reconnects.lock().unwrap()
+    );
+    assert!(figures.follow_ups > 0, "no follow-up was completed: {figures:?}");
+    figures
+}
+
+/// The phases a worker is SIGKILLed in (`chaos/worker.rs` prints them).
+const PHASES: [&str; 4] = ["claim", "complete", "follow_up", "batch"];
+
+#[test]
+fn worker_processes_sigkilled_mid_claim_complete_follow_up_and_batch() {
+    let _serial = serial();
+    let cluster = Cluster::start();
+    let rounds = if long_run() { 5 } else { 2 };
+    let mut kills = 0;
+    under_load(&cluster, "kill", |ctx| {
+        for round in 0..rounds {
+            for phase in PHASES {
+                let slot = ctx
+                    .pool
+                    .kill_in_phase(Some(phase), Duration::from_secs(10))
+                    .unwrap_or_else(|| panic!("no worker entered {phase} within 10 s"));
+                let at = server_epoch(&mut ctx.su);
+                kills += 1;
+                let fault = format!("SIGKILL mid-{phase} (round {round}, worker {slot})");
+                ctx.recovered("worker kill", &fault, "the kill", at, at);
+            }
+        }
+        // Half the pool at once, whatever each was doing.
+        for _ in 0..WORKERS / 2 {
+            ctx.pool
+                .kill_in_phase(None, Duration::from_secs(10))
+                .expect("a worker to kill");
+            kills += 1;
+        }
+        let at = server_epoch(&mut ctx.su);
+        ctx.recovered("worker kill", "SIGKILL of half the workers at once", "the kills", at, at);
+    });
+    assert_eq!(kills, rounds * PHASES.len() + WORKERS / 2);
+}
