@@ -20,11 +20,17 @@
 //!   restart, cleanup).
 //! - Typed helpers around the SQL surface (`enqueue`, `claim`, `complete`,
 //!   …), so that tests read as the scenario they check and the SQL of every
-//!   call lives in one place.
+//!   call lives in one place. They send each statement with its parameters'
+//!   types (`query_typed`: one unnamed statement, parsed, bound and run in
+//!   one round trip), never a named prepared statement, so they work as well
+//!   through a pooler in transaction mode ([`pgbouncer`]), where a statement
+//!   prepared in one transaction may be missing on the server connection of
+//!   the next.
 
 pub mod chaos;
 mod fault_drain;
 pub use fault_drain::*;
+pub mod pgbouncer;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -33,7 +39,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, Once, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use postgres::types::ToSql;
+use postgres::types::{ToSql, Type};
 use postgres::NoTls;
 pub use postgres::{Client, GenericClient, Transaction};
 pub use serde_json::{json, Value};
@@ -526,7 +532,7 @@ pub fn unique_queue(prefix: &str) -> String {
 /// The server's clock (statement time). Time-based assertions compare server
 /// timestamps with each other, never with the client's clock.
 pub fn server_now(c: &mut impl GenericClient) -> SystemTime {
-    c.query_one("SELECT now()", &[])
+    c.query_typed_one("SELECT now()", &[])
         .expect("SELECT now()")
         .get(0)
 }
@@ -587,18 +593,31 @@ pub fn ledger_counts(
     ledger: &str,
 ) -> std::collections::HashMap<i64, i64> {
     let sql = format!("SELECT task_id, count(*) FROM {ledger} GROUP BY task_id");
-    expect_ok(c.query(sql.as_str(), &[]), &sql)
+    expect_ok(c.query_typed(sql.as_str(), &[]), &sql)
         .iter()
         .map(|r| (r.get(0), r.get(1)))
         .collect()
 }
 
-type Params = Vec<Box<dyn ToSql + Sync>>;
+/// Parameters with the types their `$n::type` casts name (`query_typed`).
+type Params = Vec<(Box<dyn ToSql + Sync>, Type)>;
 
-fn refs(p: &Params) -> Vec<&(dyn ToSql + Sync)> {
+fn refs(p: &Params) -> Vec<(&(dyn ToSql + Sync), Type)> {
     p.iter()
-        .map(|b| b.as_ref() as &(dyn ToSql + Sync))
+        .map(|(b, t)| (b.as_ref() as &(dyn ToSql + Sync), t.clone()))
         .collect()
+}
+
+/// The type of a parameter sent as `$n<cast>`: the first type its cast names.
+fn cast_type(cast: &str) -> Type {
+    match cast.trim_start_matches("::").split("::").next() {
+        Some("text") => Type::TEXT,
+        Some("int8") => Type::INT8,
+        Some("int4") => Type::INT4,
+        Some("bool") => Type::BOOL,
+        Some("jsonb") => Type::JSONB,
+        _ => panic!("no parameter type for the cast {cast:?}"),
+    }
 }
 
 /// Appends `name => $n::ty` for an optional named argument, so that omitted
@@ -611,7 +630,7 @@ fn named_arg<T: ToSql + Sync + 'static>(
     value: Option<T>,
 ) {
     if let Some(v) = value {
-        params.push(Box::new(v));
+        params.push((Box::new(v), cast_type(cast)));
         args.push(format!("{name} => ${}{cast}", params.len()));
     }
 }
@@ -741,7 +760,10 @@ pub fn try_enqueue_with(
     payload: Option<&Value>,
     opts: &EnqueueOpts,
 ) -> Result<Enqueued, postgres::Error> {
-    let mut params: Params = vec![Box::new(queue.to_string()), Box::new(payload.cloned())];
+    let mut params: Params = vec![
+        (Box::new(queue.to_string()), Type::TEXT),
+        (Box::new(payload.cloned()), Type::JSONB),
+    ];
     let mut args = vec!["$1::text".to_string(), "$2::jsonb".to_string()];
     named_arg(
         &mut args,
@@ -783,7 +805,7 @@ pub fn try_enqueue_with(
         "SELECT task_id::int8, deduplicated FROM aedb_queue.queue_enqueue({})",
         args.join(", ")
     );
-    let row = c.query_one(sql.as_str(), &refs(&params))?;
+    let row = c.query_typed_one(sql.as_str(), &refs(&params))?;
     Ok(Enqueued {
         task_id: row.get(0),
         deduplicated: row.get(1),
@@ -793,10 +815,10 @@ pub fn try_enqueue_with(
 /// `queue_enqueue_batch(queue, payloads)`: ids in payload order.
 pub fn enqueue_batch(c: &mut impl GenericClient, queue: &str, payloads: &[Value]) -> Vec<i64> {
     let rows = expect_ok(
-        c.query(
+        c.query_typed(
             "SELECT b.id::int8 FROM aedb_queue.queue_enqueue_batch($1::text, $2::jsonb[]) \
              WITH ORDINALITY AS b(id, ord) ORDER BY b.ord",
-            &[&queue, &payloads],
+            &[(&queue, Type::TEXT), (&payloads, Type::JSONB_ARRAY)],
         ),
         "queue_enqueue_batch",
     );
@@ -812,11 +834,16 @@ pub fn claim(
     max: i32,
 ) -> Vec<Claimed> {
     let rows = expect_ok(
-        c.query(
+        c.query_typed(
             "SELECT task_id::int8, payload, attempts::int4, fencing_token::int8, lease_deadline, \
                     priority::int8, enqueued_at, progress \
              FROM aedb_queue.queue_claim($1::text, $2::text, $3::text::interval, $4::int4)",
-            &[&queue, &owner, &lease, &max],
+            &[
+                (&queue, Type::TEXT),
+                (&owner, Type::TEXT),
+                (&lease, Type::TEXT),
+                (&max, Type::INT4),
+            ],
         ),
         "queue_claim",
     );
@@ -871,16 +898,16 @@ pub fn try_complete_with(
     token: i64,
     opts: &CompleteOpts,
 ) -> Result<Outcome, postgres::Error> {
-    let row = c.query_one(
+    let row = c.query_typed_one(
         "SELECT aedb_queue.queue_complete($1::text, $2::int8, $3::int8, \
                 result => $4::jsonb, follow_ups => $5::jsonb, strict => $6::bool)::text",
         &[
-            &queue,
-            &task_id,
-            &token,
-            &opts.result,
-            &opts.follow_ups,
-            &opts.strict,
+            (&queue, Type::TEXT),
+            (&task_id, Type::INT8),
+            (&token, Type::INT8),
+            (&opts.result, Type::JSONB),
+            (&opts.follow_ups, Type::JSONB),
+            (&opts.strict, Type::BOOL),
         ],
     )?;
     Ok(Outcome::parse(row.get(0)))
@@ -898,12 +925,20 @@ pub fn try_complete_and_claim(
     max: i32,
     strict: bool,
 ) -> Result<(Outcome, Vec<Claimed>), postgres::Error> {
-    let rows = c.query(
+    let rows = c.query_typed(
         "SELECT settled::text, task_id::int8, payload, attempts::int4, fencing_token::int8, \
                 lease_deadline, priority::int8, enqueued_at, progress \
          FROM aedb_queue.queue_complete_and_claim($1::text, $2::text, $3::int8, $4::int8, \
               lease => $5::text::interval, max => $6::int4, strict => $7::bool)",
-        &[&queue, &owner, &held.0, &held.1, &lease, &max, &strict],
+        &[
+            (&queue, Type::TEXT),
+            (&owner, Type::TEXT),
+            (&held.0, Type::INT8),
+            (&held.1, Type::INT8),
+            (&lease, Type::TEXT),
+            (&max, Type::INT4),
+            (&strict, Type::BOOL),
+        ],
     )?;
     assert!(!rows.is_empty(), "queue_complete_and_claim returned no row");
     let settled = Outcome::parse(rows[0].get(0));
@@ -951,10 +986,10 @@ pub fn fail_with(
     opts: &FailOpts,
 ) -> Outcome {
     let mut params: Params = vec![
-        Box::new(queue.to_string()),
-        Box::new(task_id),
-        Box::new(token),
-        Box::new(error.to_string()),
+        (Box::new(queue.to_string()), Type::TEXT),
+        (Box::new(task_id), Type::INT8),
+        (Box::new(token), Type::INT8),
+        (Box::new(error.to_string()), Type::TEXT),
     ];
     let mut args: Vec<String> = ["$1::text", "$2::int8", "$3::int8", "$4::text"]
         .iter()
@@ -975,7 +1010,7 @@ pub fn fail_with(
         opts.dead_letter,
     );
     let sql = format!("SELECT aedb_queue.queue_fail({})::text", args.join(", "));
-    let row = expect_ok(c.query_one(sql.as_str(), &refs(&params)), "queue_fail");
+    let row = expect_ok(c.query_typed_one(sql.as_str(), &refs(&params)), "queue_fail");
     Outcome::parse(row.get(0))
 }
 
@@ -989,10 +1024,16 @@ pub fn heartbeat(
     progress: Option<&Value>,
 ) -> Outcome {
     let row = expect_ok(
-        c.query_one(
+        c.query_typed_one(
             "SELECT aedb_queue.queue_heartbeat($1::text, $2::int8, $3::int8, $4::text::interval, \
                     progress => $5::jsonb)::text",
-            &[&queue, &task_id, &token, &extend, &progress],
+            &[
+                (&queue, Type::TEXT),
+                (&task_id, Type::INT8),
+                (&token, Type::INT8),
+                (&extend, Type::TEXT),
+                (&progress, Type::JSONB),
+            ],
         ),
         "queue_heartbeat",
     );
@@ -1002,9 +1043,9 @@ pub fn heartbeat(
 /// `queue_cancel(queue, task_id)`: true when a task was removed.
 pub fn cancel(c: &mut impl GenericClient, queue: &str, task_id: i64) -> bool {
     expect_ok(
-        c.query_one(
+        c.query_typed_one(
             "SELECT aedb_queue.queue_cancel($1::text, $2::int8)",
-            &[&queue, &task_id],
+            &[(&queue, Type::TEXT), (&task_id, Type::INT8)],
         ),
         "queue_cancel",
     )
@@ -1038,9 +1079,9 @@ fn task_from_row(r: &postgres::Row) -> Task {
 /// `queue_get(queue, task_id)`: `None` once the task is completed/cancelled.
 pub fn get(c: &mut impl GenericClient, queue: &str, task_id: i64) -> Option<Task> {
     let rows = expect_ok(
-        c.query(
+        c.query_typed(
             format!("SELECT {TASK_COLUMNS} FROM aedb_queue.queue_get($1::text, $2::int8)").as_str(),
-            &[&queue, &task_id],
+            &[(&queue, Type::TEXT), (&task_id, Type::INT8)],
         ),
         "queue_get",
     );
@@ -1051,13 +1092,13 @@ pub fn get(c: &mut impl GenericClient, queue: &str, task_id: i64) -> Option<Task
 /// `queue_list(queue, state, limit)`, ordered by task id for stable compares.
 pub fn list(c: &mut impl GenericClient, queue: &str, state: Option<&str>, limit: i32) -> Vec<Task> {
     let rows = expect_ok(
-        c.query(
+        c.query_typed(
             format!(
                 "SELECT {TASK_COLUMNS} FROM aedb_queue.queue_list($1::text, $2::text, $3::int4) \
                  ORDER BY task_id"
             )
             .as_str(),
-            &[&queue, &state, &limit],
+            &[(&queue, Type::TEXT), (&state, Type::TEXT), (&limit, Type::INT4)],
         ),
         "queue_list",
     );
@@ -1072,10 +1113,10 @@ pub fn all_tasks(c: &mut impl GenericClient, queue: &str) -> Vec<Task> {
 /// `queue_reap(queue, max)`; `queue = None` reaps every queue.
 pub fn reap(c: &mut impl GenericClient, queue: Option<&str>) -> Reaped {
     let row = expect_ok(
-        c.query_one(
+        c.query_typed_one(
             "SELECT promoted::int8, reclaimed::int8, dead_lettered::int8, fired::int8 \
              FROM aedb_queue.queue_reap($1::text)",
-            &[&queue],
+            &[(&queue, Type::TEXT)],
         ),
         "queue_reap",
     );

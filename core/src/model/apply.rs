@@ -67,14 +67,10 @@ impl Model {
         match (created, commit) {
             (Err(e), _) => Reply::Error(e.sqlstate()),
             (Ok((task, deduplicated)), true) => Reply::Enqueued { task, deduplicated },
-            (Ok((task, deduplicated)), false) => {
-                if !deduplicated {
-                    self.forget_newest();
-                }
-                Reply::RolledBack {
-                    deduplicated_to: deduplicated.then_some(task),
-                }
-            }
+            // Model::apply undoes the rest with the transaction.
+            (Ok((task, deduplicated)), false) => Reply::RolledBack {
+                deduplicated_to: deduplicated.then_some(task),
+            },
         }
     }
 
@@ -156,16 +152,6 @@ impl Model {
         Ok((h, false))
     }
 
-    /// Undoes the newest task's creation (its transaction rolled back).
-    fn forget_newest(&mut self) {
-        let h = self.tasks.len() - 1;
-        for t in &mut self.tasks {
-            t.children.retain(|&c| c != h);
-        }
-        self.keys.retain(|_, &mut t| t != h);
-        self.tasks.pop();
-    }
-
     fn claim(&mut self, by: Session, owner: u8, max: i32) -> Reply {
         if let Some(refused) = Self::refused(by, Right::Work) {
             return refused;
@@ -178,7 +164,11 @@ impl Model {
         self.reclaim_expired();
         self.settle_slots();
         let mut claimed = Vec::new();
-        for h in self.service_order(State::Ready).into_iter().take(max as usize) {
+        for h in self
+            .service_order(State::Ready)
+            .into_iter()
+            .take(max as usize)
+        {
             let t = &mut self.tasks[h];
             t.state = State::InFlight;
             t.attempts += 1;
@@ -346,7 +336,10 @@ impl Model {
         if let Some(refused) = Self::refused(by, Right::Administer) {
             return refused;
         }
-        let Some(h) = self.resolve(task).filter(|&h| self.tasks[h].state.is_live()) else {
+        let Some(h) = self
+            .resolve(task)
+            .filter(|&h| self.tasks[h].state.is_live())
+        else {
             return Reply::Bool(false);
         };
         self.tasks[h].state = State::Gone;

@@ -23,10 +23,8 @@ impl Model {
             .collect();
         ids.sort_unstable();
         ids.dedup();
-        let stands: Vec<(i64, Parent)> = ids
-            .iter()
-            .map(|&id| (id, self.parent_stands(id)))
-            .collect();
+        let stands: Vec<(i64, Parent)> =
+            ids.iter().map(|&id| (id, self.parent_stands(id))).collect();
         let policy = if run_on_parent_failure {
             OnParentFailure::Run
         } else {

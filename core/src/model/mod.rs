@@ -102,13 +102,13 @@ impl Model {
         &self.tasks[h]
     }
 
-    /// Applies one op: what the call returns. A call that raises changes
-    /// nothing.
+    /// Applies one op: what the call returns. A call that raises, or whose
+    /// transaction rolls back, changes nothing.
     pub fn apply(&mut self, op: &Op) -> Reply {
         let before = self.clone();
         let reply = self.apply_op(op);
         self.ops += 1;
-        if matches!(reply, Reply::Error(_)) {
+        if matches!(reply, Reply::Error(_) | Reply::RolledBack { .. }) {
             *self = Model {
                 ops: self.ops,
                 ..before

@@ -119,7 +119,11 @@ pub enum Op {
         commit: bool,
     },
     /// `queue_claim(owner_id => 'owner-<owner>', lease => '1 hour', max)`.
-    Claim { by: Session, owner: u8, max: i32 },
+    Claim {
+        by: Session,
+        owner: u8,
+        max: i32,
+    },
     /// `queue_complete(result => {"r": result}, follow_ups, strict)`.
     Complete {
         by: Session,
@@ -149,15 +153,27 @@ pub enum Op {
         token: TokenRef,
         delay: Delay,
     },
-    Cancel { by: Session, task: TaskRef },
+    Cancel {
+        by: Session,
+        task: TaskRef,
+    },
     /// `queue_retry_dead(task_id)`; None: every dead task.
-    RetryDead { by: Session, task: Option<TaskRef> },
-    Pause { by: Session },
-    Resume { by: Session },
+    RetryDead {
+        by: Session,
+        task: Option<TaskRef>,
+    },
+    Pause {
+        by: Session,
+    },
+    Resume {
+        by: Session,
+    },
     /// The operator makes a lease run out now (the superuser sets the
     /// task's `lease_deadline` to the current time): explicit, so the model
     /// knows which leases have expired. Nothing happens unless in flight.
-    ExpireLease { task: TaskRef },
+    ExpireLease {
+        task: TaskRef,
+    },
 }
 
 impl Op {

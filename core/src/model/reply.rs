@@ -22,10 +22,15 @@ pub struct Claimed {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply {
     /// A committed enqueue: the task, and whether a key matched.
-    Enqueued { task: Handle, deduplicated: bool },
+    Enqueued {
+        task: Handle,
+        deduplicated: bool,
+    },
     /// An enqueue rolled back after it returned: the task a key matched,
     /// else a new id that no task keeps.
-    RolledBack { deduplicated_to: Option<Handle> },
+    RolledBack {
+        deduplicated_to: Option<Handle>,
+    },
     Claimed(Vec<Claimed>),
     Outcome(Outcome),
     Bool(bool),

@@ -109,7 +109,12 @@ impl Task {
             fencing_token: self.fencing_token,
             payload_op: self.payload_op,
             progress: self.progress,
-            last_error: self.last_error.clone(),
+            // The archive of completed tasks keeps no error (the errors
+            // of a live task are queue_errors' business).
+            last_error: match self.state {
+                State::Completed => None,
+                _ => self.last_error.clone(),
+            },
             idempotency_key: self.idempotency_key,
             result: self.result,
         }

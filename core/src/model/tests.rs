@@ -67,7 +67,10 @@ fn a_stale_token_is_fenced_out_and_strict_raises_40002() {
         complete(&mut m, 0, TokenRef::Stale, false),
         Reply::Outcome(Outcome::LeaseLost)
     );
-    assert_eq!(complete(&mut m, 0, TokenRef::Stale, true), Reply::Error(LEASE_LOST));
+    assert_eq!(
+        complete(&mut m, 0, TokenRef::Stale, true),
+        Reply::Error(LEASE_LOST)
+    );
     assert_eq!(
         complete(&mut m, 0, TokenRef::Current, false),
         Reply::Outcome(Outcome::Applied)
@@ -83,7 +86,13 @@ fn claims_serve_priority_then_id_and_keys_outlive_tasks() {
         ..args()
     };
     enqueue(&mut m, keyed.clone());
-    enqueue(&mut m, EnqueueArgs { priority: 2, ..args() });
+    enqueue(
+        &mut m,
+        EnqueueArgs {
+            priority: 2,
+            ..args()
+        },
+    );
     let got: Vec<Handle> = claim(&mut m, 5).iter().map(|c| c.task).collect();
     assert_eq!(got, [1, 0]);
     complete(&mut m, 0, TokenRef::Current, false);
@@ -140,10 +149,13 @@ fn a_cancelled_parent_dead_letters_its_child_and_grandchild() {
 #[test]
 fn an_expired_lease_still_belongs_to_its_holder_until_reclaimed() {
     let mut m = Model::new(config());
-    enqueue(&mut m, EnqueueArgs {
-        max_attempts: Some(1),
-        ..args()
-    });
+    enqueue(
+        &mut m,
+        EnqueueArgs {
+            max_attempts: Some(1),
+            ..args()
+        },
+    );
     enqueue(&mut m, args());
     claim(&mut m, 1);
     m.apply(&Op::ExpireLease {
@@ -174,6 +186,11 @@ fn a_refused_call_changes_nothing() {
         args: args(),
         commit: false,
     });
-    assert_eq!(r, Reply::RolledBack { deduplicated_to: None });
+    assert_eq!(
+        r,
+        Reply::RolledBack {
+            deduplicated_to: None
+        }
+    );
     assert_eq!(m.created(), 0);
 }

@@ -1,0 +1,633 @@
+//! The SQL surface against its reference model (`core/src/model`): random
+//! sequences of calls from four sessions (producer, worker, service,
+//! admin), each call in its own transaction (an enqueue sometimes rolled
+//! back), each call's reply and then every task row compared with what
+//! the model says. proptest shrinks a failing case to a minimal sequence.
+//!
+//! `AEDB_MODEL_CASES` (default 64) sets how many cases run; each case has
+//! its own queue on the binary's shared cluster. docs/model.md has more.
+
+use aedb_queue_core::model::*;
+use aedb_queue_itests::{
+    describe, json, sqlstate, unique_queue, Client, Cluster, Value, ADMIN, PRODUCER, SERVICE,
+    WORKER,
+};
+use postgres::types::ToSql;
+use proptest::prelude::*;
+use proptest::test_runner::Config as RunConfig;
+use std::sync::{Mutex, OnceLock};
+
+const DEFAULT_CASES: u32 = 64;
+const LONGEST_CASE: usize = 40;
+
+// ---------------------------------------------------------------------------
+// Generators
+// ---------------------------------------------------------------------------
+
+fn task_ref() -> impl Strategy<Value = TaskRef> {
+    prop_oneof![19 => any::<u8>().prop_map(TaskRef::Known), 1 => Just(TaskRef::Unknown)]
+}
+
+fn token_ref() -> impl Strategy<Value = TokenRef> {
+    prop_oneof![
+        14 => Just(TokenRef::Current),
+        4 => Just(TokenRef::Stale),
+        2 => Just(TokenRef::Ahead)
+    ]
+}
+
+/// Mostly a session with the right; now and then one without it.
+fn session(right: Right) -> impl Strategy<Value = Session> {
+    let (with, without): (Vec<Session>, Vec<Session>) =
+        Session::ALL.iter().partition(|s| s.has(right));
+    prop_oneof![
+        12 => proptest::sample::select(with),
+        1 => proptest::sample::select(without)
+    ]
+}
+
+fn small_key() -> impl Strategy<Value = Option<u8>> {
+    prop_oneof![3 => Just(None), 1 => (0u8..3).prop_map(Some)]
+}
+
+fn enqueue_args() -> impl Strategy<Value = EnqueueArgs> {
+    (
+        0i64..3,
+        prop_oneof![6 => Just(Delay::Now), 1 => Just(Delay::Far)],
+        prop_oneof![2 => Just(None), 1 => (1i32..4).prop_map(Some)],
+        small_key(),
+        prop_oneof![3 => Just(Vec::new()), 1 => proptest::collection::vec(task_ref(), 1..3)],
+        any::<bool>(),
+        small_key(),
+    )
+        .prop_map(
+            |(priority, delay, max_attempts, idempotency_key, wait_for, run, concurrency_key)| {
+                EnqueueArgs {
+                    priority,
+                    delay,
+                    max_attempts,
+                    idempotency_key,
+                    wait_for,
+                    run_on_parent_failure: run,
+                    concurrency_key,
+                }
+            },
+        )
+}
+
+fn follow_up() -> impl Strategy<Value = Option<FollowUp>> {
+    prop_oneof![
+        4 => Just(None),
+        1 => (0i64..3, small_key(), small_key()).prop_map(|(priority, idempotency_key, concurrency_key)| {
+            Some(FollowUp { priority, idempotency_key, concurrency_key })
+        })
+    ]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let fail_how = prop_oneof![
+        Just(FailHow::Backoff),
+        Just(FailHow::RetryNow),
+        Just(FailHow::RetryFar),
+        Just(FailHow::DeadLetter)
+    ];
+    let delay = prop_oneof![Just(Delay::Now), Just(Delay::Far)];
+    prop_oneof![
+        30 => (session(Right::Produce), enqueue_args(), prop::bool::weighted(0.9))
+            .prop_map(|(by, args, commit)| Op::Enqueue { by, args, commit }),
+        20 => (session(Right::Work), 0u8..3, 1i32..4)
+            .prop_map(|(by, owner, max)| Op::Claim { by, owner, max }),
+        16 => (session(Right::Work), task_ref(), token_ref(), proptest::option::of(0u8..9),
+               follow_up(), prop::bool::weighted(0.3))
+            .prop_map(|(by, task, token, result, follow_up, strict)| Op::Complete {
+                by, task, token, result, follow_up, strict
+            }),
+        9 => (session(Right::Work), task_ref(), token_ref(), fail_how)
+            .prop_map(|(by, task, token, how)| Op::Fail { by, task, token, how }),
+        5 => (session(Right::Work), task_ref(), token_ref(), 0u8..9)
+            .prop_map(|(by, task, token, progress)| Op::Heartbeat { by, task, token, progress }),
+        5 => (session(Right::Work), task_ref(), token_ref(), delay)
+            .prop_map(|(by, task, token, delay)| Op::Release { by, task, token, delay }),
+        4 => (session(Right::Administer), task_ref())
+            .prop_map(|(by, task)| Op::Cancel { by, task }),
+        4 => (session(Right::Administer), proptest::option::of(task_ref()))
+            .prop_map(|(by, task)| Op::RetryDead { by, task }),
+        2 => session(Right::Administer).prop_map(|by| Op::Pause { by }),
+        2 => session(Right::Administer).prop_map(|by| Op::Resume { by }),
+        4 => task_ref().prop_map(|task| Op::ExpireLease { task }),
+    ]
+}
+
+fn case() -> impl Strategy<Value = (Config, Vec<Op>)> {
+    (
+        any::<bool>(),
+        1usize..3,
+        proptest::collection::vec(op(), 1..LONGEST_CASE),
+    )
+        .prop_map(|(keep_completed, concurrency_limit, ops)| {
+            (
+                Config {
+                    keep_completed,
+                    concurrency_limit,
+                },
+                ops,
+            )
+        })
+}
+
+// ---------------------------------------------------------------------------
+// Sessions, and one case against the cluster
+// ---------------------------------------------------------------------------
+
+/// One connection per role, kept for every case (a new queue per case).
+struct Sessions {
+    producer: Client,
+    worker: Client,
+    service: Client,
+    admin: Client,
+    operator: Client,
+}
+
+impl Sessions {
+    fn open() -> Sessions {
+        let cluster = Cluster::shared();
+        let worker_like = |role| {
+            let mut c = cluster.connect_as(role);
+            // Claims read from the head of the ready index and check for
+            // expired leases every time, so a claim's outcome does not
+            // depend on how long ago this session last claimed (the
+            // resumed scans are the isolation specs' business).
+            c.batch_execute("SET aedb_queue.claim_rescan_interval = 0")
+                .expect("SET claim_rescan_interval");
+            c
+        };
+        Sessions {
+            worker: worker_like(WORKER),
+            service: worker_like(SERVICE),
+            admin: worker_like(ADMIN),
+            producer: cluster.connect_as(PRODUCER),
+            operator: cluster.connect(),
+        }
+    }
+
+    fn of(&mut self, s: Session) -> &mut Client {
+        match s {
+            Session::Producer => &mut self.producer,
+            Session::Worker => &mut self.worker,
+            Session::Service => &mut self.service,
+            Session::Admin => &mut self.admin,
+        }
+    }
+}
+
+fn sessions() -> &'static Mutex<Sessions> {
+    static SESSIONS: OnceLock<Mutex<Sessions>> = OnceLock::new();
+    SESSIONS.get_or_init(|| Mutex::new(Sessions::open()))
+}
+
+/// A case in progress: its queue, the model, and the real id of each handle.
+struct Run<'a> {
+    s: &'a mut Sessions,
+    queue: String,
+    model: Model,
+    ids: Vec<i64>,
+    step: usize,
+}
+
+type Params = Vec<Box<dyn ToSql + Sync>>;
+
+fn refs(p: &Params) -> Vec<&(dyn ToSql + Sync)> {
+    p.iter()
+        .map(|b| b.as_ref() as &(dyn ToSql + Sync))
+        .collect()
+}
+
+/// The SQLSTATE of a refused call, as the model names it.
+fn failed(e: &postgres::Error) -> Reply {
+    const KNOWN: &[&str] = &[INSUFFICIENT_PRIVILEGE, INVALID_PARAMETER, LEASE_LOST];
+    let code = sqlstate(e).unwrap_or_else(|| panic!("not a server error: {e}"));
+    match KNOWN.iter().find(|k| **k == code) {
+        Some(k) => Reply::Error(k),
+        None => panic!("unexpected error: {}", describe(e)),
+    }
+}
+
+const NO_SUCH_TASK: i64 = 0;
+
+impl Run<'_> {
+    fn start(s: &mut Sessions, config: Config) -> Run<'_> {
+        let queue = unique_queue("model");
+        let keep = config.keep_completed.then_some("1 day");
+        s.admin
+            .query(
+                "SELECT 1 FROM aedb_queue.queue_configure($1::text, \
+                 keep_completed => $2::text::interval, concurrency_limit => $3::int4)",
+                &[&queue, &keep, &(config.concurrency_limit as i32)],
+            )
+            .expect("queue_configure");
+        Run {
+            s,
+            queue,
+            model: Model::new(config),
+            ids: Vec::new(),
+            step: 0,
+        }
+    }
+
+    fn id(&self, task: TaskRef) -> i64 {
+        self.model
+            .resolve(task)
+            .map_or(NO_SUCH_TASK, |h| self.ids[h])
+    }
+
+    /// The handle of a real id (usize::MAX: no task of the case has it).
+    fn handle(&self, id: i64) -> Handle {
+        self.ids.iter().position(|&i| i == id).unwrap_or(usize::MAX)
+    }
+
+    fn held(&self, task: TaskRef, token: TokenRef) -> (i64, i64) {
+        (
+            self.id(task),
+            self.model.token(self.model.resolve(task), token),
+        )
+    }
+
+    /// Runs one op against the cluster: what the call returned.
+    fn call(&mut self, op: &Op) -> Reply {
+        let q = self.queue.clone();
+        match op {
+            Op::Enqueue { by, args, commit } => self.enqueue(*by, args, *commit),
+            Op::Claim { by, owner, max } => {
+                let r = self.s.of(*by).query(
+                    "SELECT task_id::int8, attempts::int4, fencing_token::int8, priority::int8, progress \
+                     FROM aedb_queue.queue_claim($1::text, $2::text, lease => '1 hour', max => $3::int4)",
+                    &[&q, &format!("owner-{owner}"), max],
+                );
+                match r {
+                    Err(e) => failed(&e),
+                    Ok(rows) => Reply::Claimed(
+                        rows.iter()
+                            .map(|r| Claimed {
+                                task: self.handle(r.get(0)),
+                                attempts: r.get(1),
+                                fencing_token: r.get(2),
+                                priority: r.get(3),
+                                progress: number(r.get(4), "p"),
+                            })
+                            .collect(),
+                    ),
+                }
+            }
+            Op::Complete {
+                by,
+                task,
+                token,
+                result,
+                follow_up,
+                strict,
+            } => {
+                let (id, token) = self.held(*task, *token);
+                let result = result.map(|r| json!({ "r": r }));
+                let follow_ups = follow_up.as_ref().map(|f| self.follow_up_spec(f));
+                self.outcome(
+                    *by,
+                    "SELECT aedb_queue.queue_complete($1::text, $2::int8, $3::int8, \
+                     result => $4::jsonb, follow_ups => $5::jsonb, strict => $6::bool)::text",
+                    vec![
+                        Box::new(q),
+                        Box::new(id),
+                        Box::new(token),
+                        Box::new(result),
+                        Box::new(follow_ups),
+                        Box::new(*strict),
+                    ],
+                )
+            }
+            Op::Fail {
+                by,
+                task,
+                token,
+                how,
+            } => {
+                let (id, token) = self.held(*task, *token);
+                let (retry_in, dead_letter) = match how {
+                    FailHow::Backoff => (None, false),
+                    FailHow::RetryNow => (Some("0"), false),
+                    FailHow::RetryFar => (Some("1 hour"), false),
+                    FailHow::DeadLetter => (None, true),
+                };
+                self.outcome(
+                    *by,
+                    "SELECT aedb_queue.queue_fail($1::text, $2::int8, $3::int8, $4::text, \
+                     retry_in => $5::text::interval, dead_letter => $6::bool)::text",
+                    vec![
+                        Box::new(q),
+                        Box::new(id),
+                        Box::new(token),
+                        Box::new(format!("error at op {}", self.step)),
+                        Box::new(retry_in.map(str::to_string)),
+                        Box::new(dead_letter),
+                    ],
+                )
+            }
+            Op::Heartbeat {
+                by,
+                task,
+                token,
+                progress,
+            } => {
+                let (id, token) = self.held(*task, *token);
+                self.outcome(
+                    *by,
+                    "SELECT aedb_queue.queue_heartbeat($1::text, $2::int8, $3::int8, '1 hour', \
+                     progress => $4::jsonb)::text",
+                    vec![
+                        Box::new(q),
+                        Box::new(id),
+                        Box::new(token),
+                        Box::new(json!({ "p": progress })),
+                    ],
+                )
+            }
+            Op::Release {
+                by,
+                task,
+                token,
+                delay,
+            } => {
+                let (id, token) = self.held(*task, *token);
+                let delay = if *delay == Delay::Far { "1 day" } else { "0" };
+                self.outcome(
+                    *by,
+                    "SELECT aedb_queue.queue_release($1::text, $2::int8, $3::int8, \
+                     delay => $4::text::interval)::text",
+                    vec![
+                        Box::new(q),
+                        Box::new(id),
+                        Box::new(token),
+                        Box::new(delay.to_string()),
+                    ],
+                )
+            }
+            Op::Cancel { by, task } => {
+                let id = self.id(*task);
+                match self.s.of(*by).query_one(
+                    "SELECT aedb_queue.queue_cancel($1::text, $2::int8)",
+                    &[&q, &id],
+                ) {
+                    Ok(r) => Reply::Bool(r.get(0)),
+                    Err(e) => failed(&e),
+                }
+            }
+            Op::RetryDead { by, task } => {
+                let id = task.map(|t| self.id(t));
+                match self.s.of(*by).query_one(
+                    "SELECT aedb_queue.queue_retry_dead($1::text, $2::int8)::int8",
+                    &[&q, &id],
+                ) {
+                    Ok(r) => Reply::Count(r.get(0)),
+                    Err(e) => failed(&e),
+                }
+            }
+            Op::Pause { by } | Op::Resume { by } => {
+                let f = if matches!(op, Op::Pause { .. }) {
+                    "queue_pause"
+                } else {
+                    "queue_resume"
+                };
+                let sql = format!("SELECT aedb_queue.{f}($1::text)");
+                match self.s.of(*by).query_one(sql.as_str(), &[&q]) {
+                    Ok(r) => Reply::Bool(r.get(0)),
+                    Err(e) => failed(&e),
+                }
+            }
+            Op::ExpireLease { task } => {
+                // The operator (superuser) reaches into the table: the
+                // lease ran out just now.
+                let id = self.id(*task);
+                self.s
+                    .operator
+                    .execute(
+                        "UPDATE aedb_queue.task SET lease_deadline = clock_timestamp() \
+                         WHERE task_id = $1 AND queue = $2 AND state = 'in_flight'",
+                        &[&id, &q],
+                    )
+                    .expect("expire a lease");
+                Reply::Done
+            }
+        }
+    }
+
+    fn enqueue(&mut self, by: Session, args: &EnqueueArgs, commit: bool) -> Reply {
+        let wait_for: Option<Vec<i64>> = (!args.wait_for.is_empty())
+            .then(|| args.wait_for.iter().map(|&t| self.id(t)).collect());
+        let policy = if args.run_on_parent_failure {
+            "run"
+        } else {
+            "dead_letter"
+        };
+        let delay = if args.delay == Delay::Far {
+            "1 day"
+        } else {
+            "0"
+        };
+        let params: Params = vec![
+            Box::new(self.queue.clone()),
+            Box::new(json!({ "op": self.step })),
+            Box::new(delay.to_string()),
+            Box::new(args.priority),
+            Box::new(args.max_attempts),
+            Box::new(args.idempotency_key.map(|k| format!("key-{k}"))),
+            Box::new(wait_for),
+            Box::new(policy.to_string()),
+            Box::new(args.concurrency_key.map(|k| format!("ck-{k}"))),
+        ];
+        let sql = "SELECT task_id::int8, deduplicated FROM aedb_queue.queue_enqueue($1::text, $2::jsonb, \
+                   delay => $3::text::interval, priority => $4::int8, max_attempts => $5::int4, \
+                   backoff_base => '1 hour', idempotency_key => $6::text, wait_for => $7::int8[], \
+                   on_parent_failure => $8::text, concurrency_key => $9::text)";
+        let mut tx = self.s.of(by).transaction().expect("BEGIN");
+        let row = match tx.query_one(sql, &refs(&params)) {
+            Ok(row) => row,
+            Err(e) => return failed(&e),
+        };
+        let (id, deduplicated): (i64, bool) = (row.get(0), row.get(1));
+        if !commit {
+            tx.rollback().expect("ROLLBACK");
+            return Reply::RolledBack {
+                deduplicated_to: deduplicated.then(|| self.handle(id)),
+            };
+        }
+        tx.commit().expect("COMMIT");
+        if !deduplicated && !self.ids.contains(&id) {
+            self.ids.push(id);
+        }
+        Reply::Enqueued {
+            task: self.handle(id),
+            deduplicated,
+        }
+    }
+
+    fn follow_up_spec(&self, f: &FollowUp) -> Value {
+        let mut spec = json!({ "queue": self.queue, "payload": { "op": self.step }, "priority": f.priority,
+                               "backoff_base": "1 hour" });
+        if let Some(k) = f.idempotency_key {
+            spec["idempotency_key"] = json!(format!("key-{k}"));
+        }
+        if let Some(k) = f.concurrency_key {
+            spec["concurrency_key"] = json!(format!("ck-{k}"));
+        }
+        json!([spec])
+    }
+
+    fn outcome(&mut self, by: Session, sql: &str, params: Params) -> Reply {
+        match self.s.of(by).query_one(sql, &refs(&params)) {
+            Ok(r) => Reply::Outcome(match r.get::<_, &str>(0) {
+                "applied" => Outcome::Applied,
+                "lease_lost" => Outcome::LeaseLost,
+                other => panic!("outcome {other:?}"),
+            }),
+            Err(e) => failed(&e),
+        }
+    }
+
+    /// Every task row of the queue, as the worker reads them.
+    fn rows(&mut self) -> Vec<Seen> {
+        let rows = self
+            .s
+            .worker
+            .query(
+                "SELECT task_id::int8, state::text, priority::int8, attempts::int4, max_attempts::int4, \
+                        owner_id::text, fencing_token::int8, payload, progress, last_error::text, \
+                        idempotency_key::text, result \
+                 FROM aedb_queue.queue_list($1::text, NULL, 1000) ORDER BY task_id",
+                &[&self.queue],
+            )
+            .expect("queue_list");
+        rows.iter()
+            .map(|r| Seen {
+                task_id: r.get(0),
+                state: r.get(1),
+                priority: r.get(2),
+                attempts: r.get(3),
+                max_attempts: r.get(4),
+                owner_id: r.get(5),
+                fencing_token: r.get(6),
+                payload: r.get(7),
+                progress: r.get(8),
+                last_error: r.get(9),
+                idempotency_key: r.get(10),
+                result: r.get(11),
+            })
+            .collect()
+    }
+
+    /// Tasks the call made without returning their ids (follow-ups): the
+    /// new ids in the listing, in id order.
+    fn learn_new_ids(&mut self, seen: &[Seen]) {
+        for s in seen {
+            if self.ids.len() < self.model.created() && !self.ids.contains(&s.task_id) {
+                self.ids.push(s.task_id);
+            }
+        }
+    }
+
+    /// The rows the model expects, in the cluster's terms.
+    fn expected(&self) -> Vec<Seen> {
+        self.model
+            .rows()
+            .into_iter()
+            .map(|r| Seen {
+                task_id: self.ids.get(r.task).copied().unwrap_or(-1),
+                state: r.state.to_string(),
+                priority: r.priority,
+                attempts: r.attempts,
+                max_attempts: r.max_attempts,
+                owner_id: r.owner.map(|o| format!("owner-{o}")),
+                fencing_token: r.fencing_token,
+                payload: Some(json!({ "op": r.payload_op })),
+                progress: r.progress.map(|p| json!({ "p": p })),
+                last_error: r.last_error.map(|e| self.error_text(&e)),
+                idempotency_key: r.idempotency_key.map(|k| format!("key-{k}")),
+                result: r.result.map(|v| json!({ "r": v })),
+            })
+            .collect()
+    }
+
+    fn error_text(&self, e: &LastError) -> String {
+        match e {
+            LastError::Failed(op) => format!("error at op {op}"),
+            LastError::LeaseExpired { exhausted: true } => {
+                "lease expired; attempts exhausted".into()
+            }
+            LastError::LeaseExpired { exhausted: false } => "lease expired; requeued".into(),
+            LastError::Parent { parent, why } => {
+                aedb_queue_core::dependency::dead_parent_error(self.ids[*parent], why)
+            }
+        }
+    }
+}
+
+/// A number under `key` of a small JSON object (`{"p": 3}`).
+fn number(v: Option<Value>, key: &str) -> Option<u8> {
+    v.map(|v| v[key].as_u64().expect("a small number") as u8)
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct Seen {
+    task_id: i64,
+    state: String,
+    priority: i64,
+    attempts: i32,
+    max_attempts: i32,
+    owner_id: Option<String>,
+    fencing_token: i64,
+    payload: Option<Value>,
+    progress: Option<Value>,
+    last_error: Option<String>,
+    idempotency_key: Option<String>,
+    result: Option<Value>,
+}
+
+fn run_case(config: Config, ops: &[Op]) -> Result<(), TestCaseError> {
+    let mut guard = sessions().lock().unwrap_or_else(|e| e.into_inner());
+    let mut run = Run::start(&mut guard, config);
+    for (step, op) in ops.iter().enumerate() {
+        run.step = step;
+        let got = run.call(op);
+        let want = run.model.apply(op);
+        prop_assert_eq!(&got, &want, "op {} ({:?}) returned", step, op);
+        let seen = run.rows();
+        run.learn_new_ids(&seen);
+        prop_assert_eq!(
+            seen,
+            run.expected(),
+            "the rows after op {} ({:?})",
+            step,
+            op
+        );
+    }
+    Ok(())
+}
+
+fn cases() -> u32 {
+    std::env::var("AEDB_MODEL_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(DEFAULT_CASES)
+}
+
+proptest! {
+    #![proptest_config(RunConfig {
+        cases: cases(),
+        // No regression files in the checkout: the failure message holds the
+        // shrunk case, to be pasted into a test or the model's own tests.
+        failure_persistence: None,
+        ..RunConfig::default()
+    })]
+
+    #[test]
+    fn the_sql_surface_follows_the_model((config, ops) in case()) {
+        run_case(config, &ops)?;
+    }
+}
