@@ -93,13 +93,19 @@ pub struct Producers {
     /// Commits whose answer was lost (a fault): they may or may not have
     /// committed; `produced` says which.
     pub unknown_outcomes: AtomicU64,
+    /// Batch enqueues a fault cut off (the connection went while one was
+    /// in flight).
+    pub interrupted_batches: AtomicU64,
     pub errors: Mutex<Vec<String>>,
-    low_water: i64,
     high_water: i64,
 }
 
 /// How many tasks a producer's batch holds.
 pub const PRODUCER_BATCH: usize = 400;
+/// How long a producer's batch transaction stays open after the batch
+/// (the application's own work in it): long enough that a fault injected
+/// while a batch is in flight lands before its commit.
+pub const HOLD_BATCH: Duration = Duration::from_millis(150);
 
 impl Producers {
     pub fn new(cluster: &Cluster, names: &Names, backlog: i64) -> Producers {
@@ -113,8 +119,8 @@ impl Producers {
             batch_in_flight: AtomicBool::new(false),
             acked: Mutex::default(),
             unknown_outcomes: AtomicU64::new(0),
+            interrupted_batches: AtomicU64::new(0),
             errors: Mutex::default(),
-            low_water: backlog / 2,
             high_water: backlog,
         }
     }
@@ -133,7 +139,7 @@ impl Producers {
         let mut left = n;
         while left > 0 {
             let k = left.min(PRODUCER_BATCH);
-            let ids = self.enqueue_batch(&mut c, k).expect("prefill");
+            let ids = self.enqueue_batch(&mut c, k, Duration::ZERO).expect("prefill");
             self.acked.lock().unwrap().extend(ids);
             left -= k;
         }
@@ -147,7 +153,9 @@ impl Producers {
             match self.one_round(&mut c, round) {
                 Ok(()) => round += 1,
                 Err(e) if is_connection_fault(&e) || c.is_closed() => {
-                    self.batch_in_flight.store(false, Ordering::SeqCst);
+                    if self.batch_in_flight.swap(false, Ordering::SeqCst) {
+                        self.interrupted_batches.fetch_add(1, Ordering::SeqCst);
+                    }
                     c = self.connect(bound);
                 }
                 Err(e) => {
@@ -160,7 +168,7 @@ impl Producers {
 
     fn one_round(&self, c: &mut Client, round: u64) -> Result<(), postgres::Error> {
         let backlog = self.backlog(c)?;
-        if backlog >= self.high_water || (backlog >= self.low_water && round % 8 != 0) {
+        if backlog >= self.high_water {
             thread::sleep(Duration::from_millis(10));
             return Ok(());
         }
@@ -168,8 +176,10 @@ impl Producers {
             self.enqueue_one(c)?
         } else {
             self.batch_in_flight.store(true, Ordering::SeqCst);
-            let r = self.enqueue_batch(c, PRODUCER_BATCH);
-            self.batch_in_flight.store(false, Ordering::SeqCst);
+            let r = self.enqueue_batch(c, PRODUCER_BATCH, HOLD_BATCH);
+            if r.is_ok() {
+                self.batch_in_flight.store(false, Ordering::SeqCst);
+            }
             r?
         };
         self.acked.lock().unwrap().extend(ids);
@@ -191,7 +201,8 @@ impl Producers {
         Ok(acked - done)
     }
 
-    fn enqueue_batch(&self, c: &mut Client, n: usize) -> Result<Vec<i64>, postgres::Error> {
+    /// A batch of `n`, its transaction held open `hold` after the statement.
+    fn enqueue_batch(&self, c: &mut Client, n: usize, hold: Duration) -> Result<Vec<i64>, postgres::Error> {
         let payloads: Vec<Value> = (0..n)
             .map(|i| json!({ "i": i, "pad": "x".repeat(40) }))
             .collect();
@@ -202,6 +213,7 @@ impl Producers {
         );
         let mut tx = c.transaction()?;
         let rows = tx.query(&sql, &[&self.names.main_queue, &payloads])?;
+        thread::sleep(hold);
         self.commit_ids(tx, &rows)
     }
 

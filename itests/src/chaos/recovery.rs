@@ -27,7 +27,7 @@ pub fn server_epoch(c: &mut Client) -> f64 {
 }
 
 /// What one fault did to the workers' rate.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Recovery {
     /// Completions per second before the fault.
     pub pre_rate: f64,
@@ -36,9 +36,19 @@ pub struct Recovery {
     pub back_after: Option<f64>,
     /// The longest time without any completion around the fault.
     pub longest_gap: f64,
+    /// Completions per second in 0.5 s steps from 1 s before the fault to
+    /// the end of the measurement (at most 40 steps).
+    pub timeline: Vec<f64>,
 }
 
 impl Recovery {
+    /// The timeline as text: `620 610 | 0 0 140 590` (the bar: the fault).
+    pub fn describe_timeline(&self) -> String {
+        let rates: Vec<String> = self.timeline.iter().map(|r| format!("{r:.0}")).collect();
+        let (before, after) = rates.split_at(rates.len().min(2));
+        format!("{} | {}", before.join(" "), after.join(" "))
+    }
+
     pub fn describe(&self) -> String {
         format!(
             "{:.0}/s before, back (>= {:.0}%) after {}, longest gap {:.2} s",
@@ -109,10 +119,16 @@ pub fn measure(su: &mut Client, ledger: &str, fault_at: f64, reference: f64, bou
             let end = back.map_or(now, |b| reference + b + WINDOW);
             // From the last completion before the fault.
             let before = times.iter().copied().filter(|t| *t < fault_at).last().unwrap_or(fault_at);
+            let timeline = (0..40)
+                .map(|i| fault_at - 1.0 + 0.5 * i as f64)
+                .take_while(|t| *t + 0.5 <= end.max(fault_at + 0.5))
+                .map(|t| rate_in(&times, t, t + 0.5))
+                .collect();
             return Recovery {
                 pre_rate,
                 back_after: back,
                 longest_gap: longest_gap(&times, before, end),
+                timeline,
             };
         }
         thread::sleep(Duration::from_millis(250));
@@ -133,20 +149,56 @@ pub fn report_path() -> PathBuf {
     target.join("chaos").join("recovery.md")
 }
 
-/// Appends one row to the report (started afresh by the first row of a
-/// test process) and prints it.
+/// The test binary's name (`chaos`, `chaos_timeouts`, ...): its section of
+/// the report.
+fn section_name() -> String {
+    let exe = std::env::current_exe().expect("current_exe");
+    let stem = exe.file_stem().unwrap().to_string_lossy().to_string();
+    match stem.rsplit_once('-') {
+        Some((name, _hash)) => name.to_string(),
+        None => stem,
+    }
+}
+
+const HEADER: &str = "# Chaos: recovery after each fault\n\n\
+    Written by `cargo test -p aedb_queue_itests --test 'chaos*'` (docs/chaos.md), one \
+    section per test binary, replaced by its next run. Back: the first 0.5 s window \
+    at >= 80% of the completion rate of the 2 s before the fault.\n";
+
+/// The report without `section` (the other binaries' sections stay).
+fn without_section(text: &str, section: &str) -> String {
+    let heading = format!("## {section}");
+    let mut out = String::new();
+    let mut skipping = false;
+    for line in text.lines() {
+        if line.starts_with("## ") {
+            skipping = line == heading;
+        }
+        if !skipping {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// Appends one row to this binary's section of the report (the section is
+/// started afresh by the first row of a test process) and prints it.
 pub fn report(scenario: &str, fault: &str, reference: &str, figure: &str) {
-    static HEADER: Once = Once::new();
+    static SECTION: Once = Once::new();
     let path = report_path();
-    HEADER.call_once(|| {
+    SECTION.call_once(|| {
         if let Some(dir) = path.parent() {
             fs::create_dir_all(dir).expect("create the report's directory");
         }
-        let header = "# Chaos: recovery after each fault\n\n\
-            Written by `cargo test -p aedb_queue_itests --test chaos` (docs/chaos.md). \
-            Back: the first 0.5 s window at >= 80% of the rate of the 2 s before the fault.\n\n\
-            | scenario | fault | measured from | recovery |\n| --- | --- | --- | --- |\n";
-        fs::write(&path, header).expect("write the report");
+        let old = fs::read_to_string(&path).unwrap_or_else(|_| HEADER.to_string());
+        let section = section_name();
+        let mut text = without_section(&old, &section).trim_end().to_string();
+        text.push('\n');
+        text.push_str(&format!(
+            "\n## {section}\n\n| scenario | fault | measured from | recovery |\n| --- | --- | --- | --- |\n"
+        ));
+        fs::write(&path, text).expect("write the report");
     });
     let row = format!("| {scenario} | {fault} | {reference} | {figure} |\n");
     eprint!("chaos report: {row}");
@@ -173,5 +225,12 @@ mod tests {
         assert!((back - 0.9).abs() < 0.06, "{back}");
         assert!((longest_gap(&times, 9.99, 12.0) - 1.01).abs() < 0.001);
         assert_eq!(first_back(&times[..1000], pre, 10.0, 14.0), None);
+    }
+
+    #[test]
+    fn a_binary_s_section_is_replaced_and_the_others_kept() {
+        let text = "# H\n\n## chaos\n\n| a |\n\n## chaos_disk\n\n| b |\n";
+        assert_eq!(without_section(text, "chaos"), "# H\n\n## chaos_disk\n\n| b |\n");
+        assert_eq!(without_section(text, "chaos_disk"), "# H\n\n## chaos\n\n| a |\n\n");
     }
 }
