@@ -1010,7 +1010,10 @@ pub fn fail_with(
         opts.dead_letter,
     );
     let sql = format!("SELECT aedb_queue.queue_fail({})::text", args.join(", "));
-    let row = expect_ok(c.query_typed_one(sql.as_str(), &refs(&params)), "queue_fail");
+    let row = expect_ok(
+        c.query_typed_one(sql.as_str(), &refs(&params)),
+        "queue_fail",
+    );
     Outcome::parse(row.get(0))
 }
 
@@ -1098,7 +1101,11 @@ pub fn list(c: &mut impl GenericClient, queue: &str, state: Option<&str>, limit:
                  ORDER BY task_id"
             )
             .as_str(),
-            &[(&queue, Type::TEXT), (&state, Type::TEXT), (&limit, Type::INT4)],
+            &[
+                (&queue, Type::TEXT),
+                (&state, Type::TEXT),
+                (&limit, Type::INT4),
+            ],
         ),
         "queue_list",
     );

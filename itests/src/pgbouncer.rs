@@ -150,8 +150,7 @@ impl PgBouncer {
                 .iter_mut()
                 .map(|c| c.transaction().unwrap())
                 .collect();
-            let pids: std::collections::HashSet<i32> =
-                txs.iter_mut().map(|tx| backend_pid(tx)).collect();
+            let pids: std::collections::HashSet<i32> = txs.iter_mut().map(backend_pid).collect();
             assert_eq!(
                 pids.len(),
                 config.pool_size as usize,
