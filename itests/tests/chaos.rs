@@ -200,9 +200,10 @@ fn pg_terminate_backend_storms() {
 /// statement and its commit's answer.
 fn wait_for_batch_in_flight(producers: &Producers) {
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !producers
-        .batch_in_flight
+    while producers
+        .batches_in_flight
         .load(std::sync::atomic::Ordering::SeqCst)
+        == 0
     {
         assert!(Instant::now() < deadline, "no batch enqueue in flight");
         thread::yield_now();

@@ -86,9 +86,9 @@ pub struct Producers {
     dsn: String,
     names: Names,
     stop: AtomicBool,
-    /// Set while a producer's batch is between its statement and its
-    /// commit's answer: a fault injected then hits a batch in flight.
-    pub batch_in_flight: AtomicBool,
+    /// Producers' batches between their statement and their commit's
+    /// answer: a fault injected while this is above 0 hits a batch in flight.
+    pub batches_in_flight: AtomicU64,
     pub acked: Mutex<Vec<i64>>,
     /// Commits whose answer was lost (a fault): they may or may not have
     /// committed; `produced` says which.
@@ -105,7 +105,7 @@ pub const PRODUCER_BATCH: usize = 400;
 /// How long a producer's batch transaction stays open after the batch
 /// (the application's own work in it): long enough that a fault injected
 /// while a batch is in flight lands before its commit.
-pub const HOLD_BATCH: Duration = Duration::from_millis(150);
+pub const HOLD_BATCH: Duration = Duration::from_millis(300);
 
 impl Producers {
     pub fn new(cluster: &Cluster, names: &Names, backlog: i64) -> Producers {
@@ -116,7 +116,7 @@ impl Producers {
             ),
             names: names.clone(),
             stop: AtomicBool::new(false),
-            batch_in_flight: AtomicBool::new(false),
+            batches_in_flight: AtomicU64::new(0),
             acked: Mutex::default(),
             unknown_outcomes: AtomicU64::new(0),
             interrupted_batches: AtomicU64::new(0),
@@ -153,9 +153,6 @@ impl Producers {
             match self.one_round(&mut c, round) {
                 Ok(()) => round += 1,
                 Err(e) if is_connection_fault(&e) || c.is_closed() => {
-                    if self.batch_in_flight.swap(false, Ordering::SeqCst) {
-                        self.interrupted_batches.fetch_add(1, Ordering::SeqCst);
-                    }
                     c = self.connect(bound);
                 }
                 Err(e) => {
@@ -175,10 +172,11 @@ impl Producers {
         let ids = if round % 4 == 0 {
             self.enqueue_one(c)?
         } else {
-            self.batch_in_flight.store(true, Ordering::SeqCst);
+            self.batches_in_flight.fetch_add(1, Ordering::SeqCst);
             let r = self.enqueue_batch(c, PRODUCER_BATCH, HOLD_BATCH);
-            if r.is_ok() {
-                self.batch_in_flight.store(false, Ordering::SeqCst);
+            self.batches_in_flight.fetch_sub(1, Ordering::SeqCst);
+            if matches!(&r, Err(e) if is_connection_fault(e) || c.is_closed()) {
+                self.interrupted_batches.fetch_add(1, Ordering::SeqCst);
             }
             r?
         };
