@@ -30,6 +30,7 @@
 pub mod chaos;
 mod fault_drain;
 pub use fault_drain::*;
+pub mod standby;
 pub mod pgbouncer;
 
 use std::fs;
