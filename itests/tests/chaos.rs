@@ -24,9 +24,9 @@ use std::time::{Duration, Instant};
 
 use aedb_queue_itests::chaos::ledger::{amcheck_all, check_ledger, wait_drained, LedgerFigures};
 use aedb_queue_itests::chaos::load::{Names, Producers};
+use aedb_queue_itests::chaos::long_run;
 use aedb_queue_itests::chaos::pool::WorkerPool;
 use aedb_queue_itests::chaos::recovery::{measure, report, server_epoch, Recovery, PRE_WINDOW};
-use aedb_queue_itests::chaos::long_run;
 use aedb_queue_itests::*;
 
 const WORKER_EXE: &str = env!("CARGO_BIN_EXE_chaos_worker");
@@ -59,11 +59,30 @@ struct Ctx<'a> {
 impl Ctx<'_> {
     /// Measures the recovery after a fault at `fault_at` from `reference`,
     /// reports it, and checks the generous bound.
-    fn recovered(&mut self, scenario: &str, fault: &str, from: &str, fault_at: f64, reference: f64) -> Recovery {
-        let r = measure(&mut self.su, &self.names.ledger, fault_at, reference, RECOVERY_BOUND);
+    fn recovered(
+        &mut self,
+        scenario: &str,
+        fault: &str,
+        from: &str,
+        fault_at: f64,
+        reference: f64,
+    ) -> Recovery {
+        let r = measure(
+            &mut self.su,
+            &self.names.ledger,
+            fault_at,
+            reference,
+            RECOVERY_BOUND,
+        );
         report(scenario, fault, from, &r.describe());
-        eprintln!("  rate per s, 0.5 s steps from 1 s before: {}", r.describe_timeline());
-        assert!(r.pre_rate > 0.0, "{scenario} {fault}: no completions before the fault");
+        eprintln!(
+            "  rate per s, 0.5 s steps from 1 s before: {}",
+            r.describe_timeline()
+        );
+        assert!(
+            r.pre_rate > 0.0,
+            "{scenario} {fault}: no completions before the fault"
+        );
         assert!(
             r.back_after.is_some(),
             "{scenario} {fault}: the rate was not back within {RECOVERY_BOUND} s: {}",
@@ -107,9 +126,15 @@ fn under_load(cluster: &Cluster, tag: &str, fault: impl FnOnce(&mut Ctx)) -> Led
     wait_drained(&mut su, &names, Duration::from_secs(90));
     ctx.pool.stop();
     let worker_errors = ctx.pool.errors.lock().unwrap().clone();
-    assert!(worker_errors.is_empty(), "workers met errors: {worker_errors:?}");
+    assert!(
+        worker_errors.is_empty(),
+        "workers met errors: {worker_errors:?}"
+    );
     let producer_errors = producers.errors.lock().unwrap().clone();
-    assert!(producer_errors.is_empty(), "producers met errors: {producer_errors:?}");
+    assert!(
+        producer_errors.is_empty(),
+        "producers met errors: {producer_errors:?}"
+    );
     let figures = check_ledger(&mut su, &names, &producers.acked());
     let indexes = amcheck_all(&mut su);
     eprintln!(
@@ -117,7 +142,10 @@ fn under_load(cluster: &Cluster, tag: &str, fault: impl FnOnce(&mut Ctx)) -> Led
         producers.unknown_outcomes.load(std::sync::atomic::Ordering::SeqCst),
         ctx.pool.reconnects.lock().unwrap()
     );
-    assert!(figures.follow_ups > 0, "no follow-up was completed: {figures:?}");
+    assert!(
+        figures.follow_ups > 0,
+        "no follow-up was completed: {figures:?}"
+    );
     figures
 }
 
@@ -151,7 +179,13 @@ fn worker_processes_sigkilled_mid_claim_complete_follow_up_and_batch() {
             kills += 1;
         }
         let at = server_epoch(&mut ctx.su);
-        ctx.recovered("worker kill", "SIGKILL of half the workers at once", "the kills", at, at);
+        ctx.recovered(
+            "worker kill",
+            "SIGKILL of half the workers at once",
+            "the kills",
+            at,
+            at,
+        );
     });
     assert_eq!(kills, rounds * PHASES.len() + WORKERS / 2);
 }
@@ -187,9 +221,18 @@ fn pg_terminate_backend_storms() {
             let at = server_epoch(&mut ctx.su);
             let n = terminate_storm(&mut ctx.su, rounds, Duration::from_millis(100));
             let end = server_epoch(&mut ctx.su);
-            assert!(n >= rounds as i64, "storm {storm}: only {n} backends terminated");
+            assert!(
+                n >= rounds as i64,
+                "storm {storm}: only {n} backends terminated"
+            );
             let fault = format!("{rounds} rounds 100 ms apart, {n} backends terminated");
-            ctx.recovered("pg_terminate_backend storm", &fault, "the storm's end", at, end);
+            ctx.recovered(
+                "pg_terminate_backend storm",
+                &fault,
+                "the storm's end",
+                at,
+                end,
+            );
         }
         let reconnects = *ctx.pool.reconnects.lock().unwrap();
         assert!(reconnects > 0, "no worker saw its backend terminated");
@@ -220,7 +263,11 @@ fn immediate_stop_mid_load_and_batch_enqueues() {
             wait_for_batch_in_flight(ctx.producers);
             let at = server_epoch(&mut ctx.su);
             ctx.cluster.stop_immediate();
-            let recoveries_before = ctx.cluster.server_log().matches("not properly shut down").count();
+            let recoveries_before = ctx
+                .cluster
+                .server_log()
+                .matches("not properly shut down")
+                .count();
             thread::sleep(Duration::from_millis(500));
             ctx.cluster.start_again();
             ctx.su = ctx.cluster.connect();
@@ -237,9 +284,21 @@ fn immediate_stop_mid_load_and_batch_enqueues() {
                 "pg_ctl stop -m immediate mid batch enqueue (crash {crash}), {:.1} s to accepting again",
                 accepting - at
             );
-            ctx.recovered("immediate stop", &fault, "accepting connections again", at, accepting);
+            ctx.recovered(
+                "immediate stop",
+                &fault,
+                "accepting connections again",
+                at,
+                accepting,
+            );
         }
-        let cut = ctx.producers.interrupted_batches.load(std::sync::atomic::Ordering::SeqCst);
-        assert!(cut >= crashes as u64, "{cut} batch enqueues cut off by {crashes} crashes");
+        let cut = ctx
+            .producers
+            .interrupted_batches
+            .load(std::sync::atomic::Ordering::SeqCst);
+        assert!(
+            cut >= crashes as u64,
+            "{cut} batch enqueues cut off by {crashes} crashes"
+        );
     });
 }

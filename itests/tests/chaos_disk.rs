@@ -55,7 +55,10 @@ fn move_extension_to(su: &mut Client, dir: &std::path::Path) -> i64 {
         )
         .unwrap()
         .get(0);
-    assert_eq!(left, 0, "relations of aedb_queue left outside the tablespace");
+    assert_eq!(
+        left, 0,
+        "relations of aedb_queue left outside the tablespace"
+    );
     su.query_one(
         &format!(
             "SELECT count(*) FROM pg_class WHERE reltablespace = \
@@ -71,16 +74,21 @@ fn move_extension_to(su: &mut Client, dir: &std::path::Path) -> i64 {
 fn payloads(n: usize) -> Vec<Value> {
     (0..n)
         .map(|i| {
-            let pad: String = (0..128).map(|_| format!("{:08x}", rand::random::<u32>())).collect();
+            let pad: String = (0..128)
+                .map(|_| format!("{:08x}", rand::random::<u32>()))
+                .collect();
             json!({ "i": i, "pad": pad })
         })
         .collect()
 }
 
 fn task_count(su: &mut Client, q: &str) -> i64 {
-    su.query_one("SELECT count(*) FROM aedb_queue.task WHERE queue = $1", &[&q])
-        .unwrap()
-        .get(0)
+    su.query_one(
+        "SELECT count(*) FROM aedb_queue.task WHERE queue = $1",
+        &[&q],
+    )
+    .unwrap()
+    .get(0)
 }
 
 fn try_batch(p: &mut Client, q: &str, n: usize) -> Result<Vec<i64>, postgres::Error> {
@@ -103,7 +111,10 @@ fn enqueue_until_refused(p: &mut Client, q: &str) -> (Vec<i64>, postgres::Error)
             Err(e) => return (acked, e),
         }
     }
-    panic!("{} tasks enqueued into a {DISK} tablespace without a refusal", acked.len());
+    panic!(
+        "{} tasks enqueued into a {DISK} tablespace without a refusal",
+        acked.len()
+    );
 }
 
 /// The call's outcome as it should be on a full disk: done, or 53100.
@@ -111,7 +122,12 @@ fn ok_or_disk_full<T>(r: Result<T, postgres::Error>, what: &str) -> Option<T> {
     match r {
         Ok(v) => Some(v),
         Err(e) => {
-            assert_eq!(sqlstate(&e).as_deref(), Some("53100"), "{what}: {}", describe(&e));
+            assert_eq!(
+                sqlstate(&e).as_deref(),
+                Some("53100"),
+                "{what}: {}",
+                describe(&e)
+            );
             None
         }
     }
@@ -120,7 +136,12 @@ fn ok_or_disk_full<T>(r: Result<T, postgres::Error>, what: &str) -> Option<T> {
 /// No backend crashed: the postmaster never reinitialized, no PANIC.
 fn assert_no_crash(cluster: &Cluster) {
     let log = cluster.server_log();
-    for bad in ["PANIC", "terminated by signal", "all server processes terminated", "was interrupted"] {
+    for bad in [
+        "PANIC",
+        "terminated by signal",
+        "all server processes terminated",
+        "was interrupted",
+    ] {
         assert!(!log.contains(bad), "server log has {bad:?}:\n{log}");
     }
 }
@@ -160,7 +181,12 @@ fn free_bytes(dir: &std::path::Path) -> String {
         .arg(dir)
         .output()
         .expect("df");
-    String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or("?").trim().to_string()
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .unwrap_or("?")
+        .trim()
+        .to_string()
 }
 
 #[test]
@@ -180,8 +206,17 @@ fn a_full_tablespace_refuses_cleanly_and_recovers_when_space_returns() {
     let (mut acked, refusal) = enqueue_until_refused(&mut p, &q);
     let free = free_bytes(disk.path());
     let at_refusal = acked.len();
-    eprintln!("refused after {} tasks ({free} bytes free): {}", acked.len(), describe(&refusal));
-    assert_eq!(sqlstate(&refusal).as_deref(), Some("53100"), "{}", describe(&refusal));
+    eprintln!(
+        "refused after {} tasks ({free} bytes free): {}",
+        acked.len(),
+        describe(&refusal)
+    );
+    assert_eq!(
+        sqlstate(&refusal).as_deref(),
+        Some("53100"),
+        "{}",
+        describe(&refusal)
+    );
     assert!(!acked.is_empty());
     // The refused batch left nothing; the server is up; no crash.
     assert_eq!(task_count(&mut su, &q), acked.len() as i64);
@@ -194,7 +229,10 @@ fn a_full_tablespace_refuses_cleanly_and_recovers_when_space_returns() {
     // when refused.
     let mut refusals = 1;
     for round in 0..5 {
-        match ok_or_disk_full(try_enqueue_with(&mut p, &q, Some(&json!(round)), &EnqueueOpts::default()), "queue_enqueue") {
+        match ok_or_disk_full(
+            try_enqueue_with(&mut p, &q, Some(&json!(round)), &EnqueueOpts::default()),
+            "queue_enqueue",
+        ) {
             Some(e) => acked.push(e.task_id),
             None => refusals += 1,
         }
@@ -223,7 +261,11 @@ fn a_full_tablespace_refuses_cleanly_and_recovers_when_space_returns() {
             if done {
                 tx.commit().unwrap();
             }
-            format!("claimed {}, completion {}", ids.len(), if done { "applied" } else { "refused" })
+            format!(
+                "claimed {}, completion {}",
+                ids.len(),
+                if done { "applied" } else { "refused" }
+            )
         }
         None => "claim refused".to_string(),
     };
@@ -233,7 +275,8 @@ fn a_full_tablespace_refuses_cleanly_and_recovers_when_space_returns() {
     // Space returns.
     fs::remove_file(&ballast).expect("remove the ballast");
     let freed_at = Instant::now();
-    let ids = try_batch(&mut p, &q, 100).unwrap_or_else(|e| panic!("after freeing space: {}", describe(&e)));
+    let ids = try_batch(&mut p, &q, 100)
+        .unwrap_or_else(|e| panic!("after freeing space: {}", describe(&e)));
     let back_after = freed_at.elapsed();
     acked.extend(ids);
     let counts = drain(&cluster, &q, "disk_ledger");
@@ -242,7 +285,10 @@ fn a_full_tablespace_refuses_cleanly_and_recovers_when_space_returns() {
     let mut done: Vec<i64> = counts.keys().copied().collect();
     done.sort();
     acked.sort();
-    assert_eq!(done, acked, "the tasks completed are not the tasks acknowledged");
+    assert_eq!(
+        done, acked,
+        "the tasks completed are not the tasks acknowledged"
+    );
     assert_eq!(task_count(&mut su, &q), 0);
     let indexes = amcheck_all(&mut su);
     assert_no_crash(&cluster);

@@ -149,7 +149,9 @@ fn growing_timeouts() -> impl Iterator<Item = u32> {
 fn batch_enqueues_under_statement_timeouts(cluster: &Cluster, q: &str) -> (usize, usize, Vec<i64>) {
     let mut p = cluster.connect_as(PRODUCER);
     let mut su = cluster.connect();
-    let payloads: Vec<Value> = (0..10_000).map(|i| json!({ "i": i, "pad": "y".repeat(60) })).collect();
+    let payloads: Vec<Value> = (0..10_000)
+        .map(|i| json!({ "i": i, "pad": "y".repeat(60) }))
+        .collect();
     let (mut timed_out, mut ok, mut ids) = (0, 0, Vec::new());
     for ms in growing_timeouts() {
         Limit::Statement.set(&mut p, ms);
@@ -170,7 +172,10 @@ fn batch_enqueues_under_statement_timeouts(cluster: &Cluster, q: &str) -> (usize
             }
         }
         let seen: i64 = su
-            .query_one("SELECT count(*) FROM aedb_queue.task WHERE queue = $1", &[&q])
+            .query_one(
+                "SELECT count(*) FROM aedb_queue.task WHERE queue = $1",
+                &[&q],
+            )
             .unwrap()
             .get(0);
         assert_eq!(seen as usize, ids.len(), "after a {ms} ms timeout");
@@ -228,17 +233,29 @@ fn claims_under_statement_timeouts(cluster: &Cluster, q: &str, ids: &[i64]) -> (
     // behind its scan position for claim_rescan_interval; none is lost).
     let deadline = Instant::now() + std::time::Duration::from_secs(30);
     while handed.len() < ids.len() {
-        assert!(Instant::now() < deadline, "{} of {} handed out", handed.len(), ids.len());
+        assert!(
+            Instant::now() < deadline,
+            "{} of {} handed out",
+            handed.len(),
+            ids.len()
+        );
         let got = claim(&mut w, q, "w", "10 minutes", 1000);
         if got.is_empty() {
             std::thread::sleep(std::time::Duration::from_millis(200));
         }
         for t in got {
-            assert!(handed.insert(t.task_id), "task {} handed out twice", t.task_id);
+            assert!(
+                handed.insert(t.task_id),
+                "task {} handed out twice",
+                t.task_id
+            );
         }
     }
     let want: HashSet<i64> = ids.iter().copied().collect();
-    assert_eq!(handed, want, "the tasks handed out are not the tasks enqueued");
+    assert_eq!(
+        handed, want,
+        "the tasks handed out are not the tasks enqueued"
+    );
     (timed_out, ok)
 }
 
@@ -251,9 +268,15 @@ fn lock_and_statement_timeouts_inside_calls_are_clean() {
     }
     let q = unique_queue("timeout_bulk");
     let (enq_timeouts, enq_ok, ids) = batch_enqueues_under_statement_timeouts(&cluster, &q);
-    assert!(enq_timeouts > 0 && enq_ok > 0, "{enq_timeouts} timed out, {enq_ok} done");
+    assert!(
+        enq_timeouts > 0 && enq_ok > 0,
+        "{enq_timeouts} timed out, {enq_ok} done"
+    );
     let (claim_timeouts, claim_ok) = claims_under_statement_timeouts(&cluster, &q, &ids);
-    assert!(claim_timeouts > 0 && claim_ok > 0, "{claim_timeouts} timed out, {claim_ok} done");
+    assert!(
+        claim_timeouts > 0 && claim_ok > 0,
+        "{claim_timeouts} timed out, {claim_ok} done"
+    );
     report(
         "timeouts",
         "statement_timeout 2 ms and up on batch enqueues of 10,000 and claims of 5,000",

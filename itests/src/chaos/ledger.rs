@@ -70,7 +70,9 @@ pub fn check_ledger(su: &mut Client, names: &Names, acked: &[i64]) -> LedgerFigu
         first_column::<i64>(c, sql, params)
     };
     let lost = ids(
-        &format!("SELECT a FROM unnest($1::int8[]) a EXCEPT SELECT task_id FROM {p} ORDER BY 1 LIMIT 20"),
+        &format!(
+            "SELECT a FROM unnest($1::int8[]) a EXCEPT SELECT task_id FROM {p} ORDER BY 1 LIMIT 20"
+        ),
         su,
         &[&acked],
     );
@@ -80,7 +82,10 @@ pub fn check_ledger(su: &mut Client, names: &Names, acked: &[i64]) -> LedgerFigu
         su,
         &[],
     );
-    assert!(twice_produced.is_empty(), "ids handed out twice: {twice_produced:?}");
+    assert!(
+        twice_produced.is_empty(),
+        "ids handed out twice: {twice_produced:?}"
+    );
     let never_done = ids(
         &format!(
             "SELECT task_id FROM {p} EXCEPT SELECT task_id FROM {l} WHERE queue = $1 \
@@ -89,7 +94,10 @@ pub fn check_ledger(su: &mut Client, names: &Names, acked: &[i64]) -> LedgerFigu
         su,
         &[main],
     );
-    assert!(never_done.is_empty(), "committed tasks never completed: {never_done:?}");
+    assert!(
+        never_done.is_empty(),
+        "committed tasks never completed: {never_done:?}"
+    );
     let strays = ids(
         &format!(
             "SELECT task_id FROM {l} WHERE queue = $1 EXCEPT SELECT task_id FROM {p} \
@@ -98,7 +106,10 @@ pub fn check_ledger(su: &mut Client, names: &Names, acked: &[i64]) -> LedgerFigu
         su,
         &[main],
     );
-    assert!(strays.is_empty(), "completions of tasks never enqueued: {strays:?}");
+    assert!(
+        strays.is_empty(),
+        "completions of tasks never enqueued: {strays:?}"
+    );
     let doubles: Vec<String> = first_column(
         su,
         &format!(
@@ -112,12 +123,19 @@ pub fn check_ledger(su: &mut Client, names: &Names, acked: &[i64]) -> LedgerFigu
     check_follow_ups(su, names);
     let left = tasks_left(su, names);
     assert!(left.is_empty(), "tasks left: {left:?}");
-    let count = |c: &mut Client, sql: String| -> i64 { c.query_one(sql.as_str(), &[]).unwrap().get(0) };
+    let count =
+        |c: &mut Client, sql: String| -> i64 { c.query_one(sql.as_str(), &[]).unwrap().get(0) };
     LedgerFigures {
         acked: acked.len(),
         produced: count(su, format!("SELECT count(*) FROM {p}")),
-        completed: count(su, format!("SELECT count(*) FROM {l} WHERE queue = '{main}'")),
-        follow_ups: count(su, format!("SELECT count(*) FROM {l} WHERE queue = '{follow}'")),
+        completed: count(
+            su,
+            format!("SELECT count(*) FROM {l} WHERE queue = '{main}'"),
+        ),
+        follow_ups: count(
+            su,
+            format!("SELECT count(*) FROM {l} WHERE queue = '{follow}'"),
+        ),
     }
 }
 
@@ -131,7 +149,10 @@ fn check_follow_ups(su: &mut Client, names: &Names) {
         ),
         &[main, follow],
     );
-    assert!(missing.is_empty(), "parents whose follow-up was never done: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "parents whose follow-up was never done: {missing:?}"
+    );
     let orphans: Vec<String> = first_column(
         su,
         &format!(
@@ -141,7 +162,10 @@ fn check_follow_ups(su: &mut Client, names: &Names) {
         ),
         &[main, follow],
     );
-    assert!(orphans.is_empty(), "follow-ups of no committed completion: {orphans:?}");
+    assert!(
+        orphans.is_empty(),
+        "follow-ups of no committed completion: {orphans:?}"
+    );
     let doubled: Vec<i64> = first_column(
         su,
         &format!(
@@ -149,7 +173,10 @@ fn check_follow_ups(su: &mut Client, names: &Names) {
         ),
         &[follow],
     );
-    assert!(doubled.is_empty(), "parents with two follow-ups: {doubled:?}");
+    assert!(
+        doubled.is_empty(),
+        "parents with two follow-ups: {doubled:?}"
+    );
 }
 
 /// amcheck over every B-tree index of every table of schema `aedb_queue`
@@ -177,7 +204,9 @@ pub fn amcheck_all(su: &mut Client) -> usize {
     );
     for index in &indexes {
         su.execute("SELECT bt_index_check($1::text::regclass, true)", &[index])
-            .unwrap_or_else(|e| panic!("bt_index_check({index}, heapallindexed): {}", describe(&e)));
+            .unwrap_or_else(|e| {
+                panic!("bt_index_check({index}, heapallindexed): {}", describe(&e))
+            });
     }
     for table in &tables {
         let corrupt: Vec<String> = first_column(

@@ -46,7 +46,10 @@ impl Names {
     /// The worker processes' configuration (`name` gets the slot appended).
     pub fn child_config(&self, cluster: &Cluster) -> ChildConfig {
         ChildConfig {
-            dsn: format!("{} application_name=aedb_chaos_worker", cluster.dsn(SERVICE)),
+            dsn: format!(
+                "{} application_name=aedb_chaos_worker",
+                cluster.dsn(SERVICE)
+            ),
             main_queue: self.main_queue.clone(),
             follow_queue: self.follow_queue.clone(),
             ledger: self.ledger.clone(),
@@ -139,7 +142,9 @@ impl Producers {
         let mut left = n;
         while left > 0 {
             let k = left.min(PRODUCER_BATCH);
-            let ids = self.enqueue_batch(&mut c, k, Duration::ZERO).expect("prefill");
+            let ids = self
+                .enqueue_batch(&mut c, k, Duration::ZERO)
+                .expect("prefill");
             self.acked.lock().unwrap().extend(ids);
             left -= k;
         }
@@ -200,7 +205,12 @@ impl Producers {
     }
 
     /// A batch of `n`, its transaction held open `hold` after the statement.
-    fn enqueue_batch(&self, c: &mut Client, n: usize, hold: Duration) -> Result<Vec<i64>, postgres::Error> {
+    fn enqueue_batch(
+        &self,
+        c: &mut Client,
+        n: usize,
+        hold: Duration,
+    ) -> Result<Vec<i64>, postgres::Error> {
         let payloads: Vec<Value> = (0..n)
             .map(|i| json!({ "i": i, "pad": "x".repeat(40) }))
             .collect();

@@ -108,7 +108,13 @@ fn longest_gap(times: &[f64], from: f64, to: f64) -> f64 {
 /// Polls the ledger until the rate is back (and one window past it) or
 /// `bound` seconds after `reference`. `fault_at` and `reference` are
 /// server clock readings ([`server_epoch`]).
-pub fn measure(su: &mut Client, ledger: &str, fault_at: f64, reference: f64, bound: f64) -> Recovery {
+pub fn measure(
+    su: &mut Client,
+    ledger: &str,
+    fault_at: f64,
+    reference: f64,
+    bound: f64,
+) -> Recovery {
     loop {
         let times = completion_times(su, ledger, fault_at - PRE_WINDOW);
         let now = server_epoch(su);
@@ -118,7 +124,12 @@ pub fn measure(su: &mut Client, ledger: &str, fault_at: f64, reference: f64, bou
         if done {
             let end = back.map_or(now, |b| reference + b + WINDOW);
             // From the last completion before the fault.
-            let before = times.iter().copied().filter(|t| *t < fault_at).last().unwrap_or(fault_at);
+            let before = times
+                .iter()
+                .copied()
+                .filter(|t| *t < fault_at)
+                .last()
+                .unwrap_or(fault_at);
             let timeline = (0..40)
                 .map(|i| fault_at - 1.0 + 0.5 * i as f64)
                 .take_while(|t| *t + 0.5 <= end.max(fault_at + 0.5))
@@ -230,7 +241,13 @@ mod tests {
     #[test]
     fn a_binary_s_section_is_replaced_and_the_others_kept() {
         let text = "# H\n\n## chaos\n\n| a |\n\n## chaos_disk\n\n| b |\n";
-        assert_eq!(without_section(text, "chaos"), "# H\n\n## chaos_disk\n\n| b |\n");
-        assert_eq!(without_section(text, "chaos_disk"), "# H\n\n## chaos\n\n| a |\n\n");
+        assert_eq!(
+            without_section(text, "chaos"),
+            "# H\n\n## chaos_disk\n\n| b |\n"
+        );
+        assert_eq!(
+            without_section(text, "chaos_disk"),
+            "# H\n\n## chaos\n\n| a |\n\n"
+        );
     }
 }

@@ -21,7 +21,17 @@ impl Tmpfs {
             rand::random::<u32>()
         ));
         fs::create_dir_all(&dir).expect("create the mount point");
-        run("mount", &["-t", "tmpfs", "-o", &format!("size={size},mode=0700"), "tmpfs"], &dir);
+        run(
+            "mount",
+            &[
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0700"),
+                "tmpfs",
+            ],
+            &dir,
+        );
         let t = Tmpfs { dir };
         run("chown", &["postgres:postgres"], &t.dir);
         t

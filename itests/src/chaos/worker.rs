@@ -115,7 +115,12 @@ fn one_round(c: &mut Client, cfg: &ChildConfig, round: u64) -> Result<bool, post
     }
 }
 
-fn claim(c: &mut Client, cfg: &ChildConfig, queue: &str, max: i32) -> Result<Vec<Held>, postgres::Error> {
+fn claim(
+    c: &mut Client,
+    cfg: &ChildConfig,
+    queue: &str,
+    max: i32,
+) -> Result<Vec<Held>, postgres::Error> {
     say("P claim");
     let rows = c.query(
         "SELECT task_id::int8, fencing_token::int8, payload \
