@@ -6,7 +6,7 @@ use tokio_postgres::NoTls;
 
 use crate::enqueue::{self, EnqueueOptions, Enqueued};
 use crate::error::{Error, Result};
-use crate::sql;
+use crate::statement::Statements;
 
 /// Producers' handle: a pool of connections (deadpool-postgres). Inside a
 /// transaction of your own, call [`enqueue::enqueue`](crate::enqueue()) on
@@ -14,6 +14,7 @@ use crate::sql;
 #[derive(Clone)]
 pub struct Client {
     pool: Pool,
+    statements: Statements,
 }
 
 /// A pool of `size` connections made from `config`.
@@ -36,13 +37,22 @@ impl Client {
     /// (`host=... user=... dbname=...` or a `postgresql://` URL).
     pub fn connect(conninfo: &str, size: usize) -> Result<Client> {
         let config: tokio_postgres::Config = conninfo.parse()?;
-        Ok(Client {
-            pool: pool(config, size)?,
-        })
+        Ok(Client::from_pool(pool(config, size)?))
     }
 
     pub fn from_pool(pool: Pool) -> Client {
-        Client { pool }
+        Client {
+            pool,
+            statements: Statements::Prepared,
+        }
+    }
+
+    /// Behind a pooler in transaction mode: statements sent unnamed with
+    /// their parameter types instead of prepared once per connection (see
+    /// [`WorkerBuilder::transaction_pooler`](crate::WorkerBuilder::transaction_pooler)).
+    pub fn transaction_pooler(mut self, on: bool) -> Client {
+        self.statements = Statements::behind_transaction_pooler(on);
+        self
     }
 
     pub fn pool(&self) -> &Pool {
@@ -57,8 +67,7 @@ impl Client {
         options: &EnqueueOptions,
     ) -> Result<Enqueued> {
         let conn = self.pool.get().await?;
-        let statement = conn.prepare_cached(sql::ENQUEUE).await?;
-        enqueue::enqueue_with(&**conn, &statement, queue, payload, options).await
+        enqueue::enqueue_pooled(self.statements, &conn, queue, payload, options).await
     }
 
     /// Enqueues many tasks in one statement, committed at once.
@@ -69,7 +78,6 @@ impl Client {
         options: &EnqueueOptions,
     ) -> Result<Vec<i64>> {
         let conn = self.pool.get().await?;
-        let statement = conn.prepare_cached(sql::ENQUEUE_BATCH).await?;
-        enqueue::enqueue_batch_with(&**conn, &statement, queue, payloads, options).await
+        enqueue::enqueue_batch_pooled(self.statements, &conn, queue, payloads, options).await
     }
 }

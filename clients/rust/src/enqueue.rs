@@ -4,12 +4,16 @@
 
 use std::time::Duration;
 
+use deadpool_postgres::Object;
 use serde::Serialize;
-use tokio_postgres::{GenericClient, ToStatement};
+use serde_json::Value;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{GenericClient, Row};
 
 use crate::duration::micros;
 use crate::error::{Error, Result};
 use crate::sql;
+use crate::statement::{self, Statements};
 
 /// How a task is enqueued; every field is optional (the queue's settings
 /// and the SQL defaults apply). Build it with the methods.
@@ -87,46 +91,64 @@ where
     C: GenericClient + Sync,
     T: Serialize + ?Sized,
 {
-    enqueue_with(client, sql::ENQUEUE, queue, payload, options).await
+    let (payload, delay) = (
+        serde_json::to_value(payload)?,
+        micros("delay", options.delay)?,
+    );
+    let row = client
+        .query_one(
+            sql::ENQUEUE.text,
+            &enqueue_args(&queue, &payload, &delay, options),
+        )
+        .await?;
+    Ok(Enqueued::from_row(&row))
 }
 
-/// [`enqueue`] with the statement given (text, or prepared on a pooled
-/// connection).
-pub(crate) async fn enqueue_with<C, S, T>(
-    client: &C,
-    statement: &S,
+/// [`enqueue`] on a pooled connection, the statement sent as `mode` says.
+pub(crate) async fn enqueue_pooled<T: Serialize + ?Sized>(
+    mode: Statements,
+    conn: &Object,
     queue: &str,
     payload: &T,
     options: &EnqueueOptions,
-) -> Result<Enqueued>
-where
-    C: GenericClient + Sync,
-    S: ToStatement + Sync + Send + ?Sized,
-    T: Serialize + ?Sized,
-{
-    let payload = serde_json::to_value(payload)?;
-    let delay = micros("delay", options.delay)?;
-    let row = client
-        .query_one(
-            statement,
-            &[
-                &queue,
-                &payload,
-                &delay,
-                &options.priority,
-                &options.max_attempts,
-                &options.idempotency_key,
-                &options.wait_for,
-                &options.concurrency_key,
-                &options.ordering_key,
-                &options.fairness_key,
-            ],
-        )
-        .await?;
-    Ok(Enqueued {
-        task_id: row.get(0),
-        deduplicated: row.get(1),
-    })
+) -> Result<Enqueued> {
+    let (payload, delay) = (
+        serde_json::to_value(payload)?,
+        micros("delay", options.delay)?,
+    );
+    let args = enqueue_args(&queue, &payload, &delay, options);
+    let row = statement::query_one(mode, conn, &sql::ENQUEUE, &args).await?;
+    Ok(Enqueued::from_row(&row))
+}
+
+impl Enqueued {
+    fn from_row(row: &Row) -> Enqueued {
+        Enqueued {
+            task_id: row.get(0),
+            deduplicated: row.get(1),
+        }
+    }
+}
+
+/// `sql::ENQUEUE`'s arguments.
+fn enqueue_args<'a>(
+    queue: &'a &str,
+    payload: &'a Value,
+    delay: &'a i64,
+    options: &'a EnqueueOptions,
+) -> [&'a (dyn ToSql + Sync); 10] {
+    [
+        queue,
+        payload,
+        delay,
+        &options.priority,
+        &options.max_attempts,
+        &options.idempotency_key,
+        &options.wait_for,
+        &options.concurrency_key,
+        &options.ordering_key,
+        &options.fairness_key,
+    ]
 }
 
 /// Enqueues many tasks in one statement; returns their ids in order. The
@@ -142,21 +164,36 @@ where
     C: GenericClient + Sync,
     T: Serialize,
 {
-    enqueue_batch_with(client, sql::ENQUEUE_BATCH, queue, payloads, options).await
+    let (payloads, delay) = batch_values(payloads, options)?;
+    let rows = client
+        .query(
+            sql::ENQUEUE_BATCH.text,
+            &batch_args(&queue, &payloads, &delay, options),
+        )
+        .await?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 
-pub(crate) async fn enqueue_batch_with<C, S, T>(
-    client: &C,
-    statement: &S,
+/// [`enqueue_batch`] on a pooled connection, the statement sent as `mode` says.
+pub(crate) async fn enqueue_batch_pooled<T: Serialize>(
+    mode: Statements,
+    conn: &Object,
     queue: &str,
     payloads: &[T],
     options: &EnqueueOptions,
-) -> Result<Vec<i64>>
-where
-    C: GenericClient + Sync,
-    S: ToStatement + Sync + Send + ?Sized,
-    T: Serialize,
-{
+) -> Result<Vec<i64>> {
+    let (payloads, delay) = batch_values(payloads, options)?;
+    let args = batch_args(&queue, &payloads, &delay, options);
+    let rows = statement::query(mode, conn, &sql::ENQUEUE_BATCH, &args).await?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// The payloads as JSON and the delay in microseconds, once the options
+/// are checked for a batch.
+fn batch_values<T: Serialize>(
+    payloads: &[T],
+    options: &EnqueueOptions,
+) -> Result<(Vec<Value>, i64)> {
     if options.idempotency_key.is_some() {
         return Err(Error::invalid(
             "idempotency_key",
@@ -167,22 +204,25 @@ where
         .iter()
         .map(serde_json::to_value)
         .collect::<Result<Vec<_>, _>>()?;
-    let delay = micros("delay", options.delay)?;
-    let rows = client
-        .query(
-            statement,
-            &[
-                &queue,
-                &payloads,
-                &delay,
-                &options.priority,
-                &options.max_attempts,
-                &options.concurrency_key,
-                &options.ordering_key,
-                &options.fairness_key,
-                &options.wait_for,
-            ],
-        )
-        .await?;
-    Ok(rows.iter().map(|r| r.get(0)).collect())
+    Ok((payloads, micros("delay", options.delay)?))
+}
+
+/// `sql::ENQUEUE_BATCH`'s arguments.
+fn batch_args<'a>(
+    queue: &'a &str,
+    payloads: &'a Vec<Value>,
+    delay: &'a i64,
+    options: &'a EnqueueOptions,
+) -> [&'a (dyn ToSql + Sync); 9] {
+    [
+        queue,
+        payloads,
+        delay,
+        &options.priority,
+        &options.max_attempts,
+        &options.concurrency_key,
+        &options.ordering_key,
+        &options.fairness_key,
+        &options.wait_for,
+    ]
 }

@@ -1,56 +1,174 @@
 //! Every SQL statement the client sends, in one place. Arguments are always
 //! bound ($n), never spliced; the queue's name is an argument like any other.
 //! Durations travel as whole microseconds (`int8`), made intervals here.
+//! Each statement names its parameters' types, as the server infers them
+//! (checked by a test), for the unnamed statements a transaction pooler
+//! needs ([`crate::statement::Statements::Unnamed`]).
 
-pub const ENQUEUE: &str = "SELECT task_id, deduplicated FROM aedb_queue.queue_enqueue(
+use tokio_postgres::types::Type;
+
+/// A statement and the types of its parameters ($1, $2, ...).
+pub struct Sql {
+    pub text: &'static str,
+    pub types: &'static [Type],
+}
+
+pub const ENQUEUE: Sql = Sql {
+    text: "SELECT task_id, deduplicated FROM aedb_queue.queue_enqueue(
     $1, $2, delay => $3::int8 * interval '1 microsecond', priority => $4, max_attempts => $5,
     idempotency_key => $6, wait_for => $7, concurrency_key => $8, ordering_key => $9,
-    fairness_key => $10)";
+    fairness_key => $10)",
+    types: &[
+        Type::TEXT,
+        Type::JSONB,
+        Type::INT8,
+        Type::INT8,
+        Type::INT4,
+        Type::TEXT,
+        Type::INT8_ARRAY,
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+    ],
+};
 
-pub const ENQUEUE_BATCH: &str = "SELECT task_id FROM aedb_queue.queue_enqueue_batch(
+pub const ENQUEUE_BATCH: Sql = Sql {
+    text: "SELECT task_id FROM aedb_queue.queue_enqueue_batch(
     $1, $2, delay => $3::int8 * interval '1 microsecond', priority => $4, max_attempts => $5,
-    concurrency_key => $6, ordering_key => $7, fairness_key => $8, wait_for => $9) AS task_id";
+    concurrency_key => $6, ordering_key => $7, fairness_key => $8, wait_for => $9) AS task_id",
+    types: &[
+        Type::TEXT,
+        Type::JSONB_ARRAY,
+        Type::INT8,
+        Type::INT8,
+        Type::INT4,
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::INT8_ARRAY,
+    ],
+};
 
-pub const CLAIM: &str = "SELECT task_id, payload, attempts, fencing_token, progress
-    FROM aedb_queue.queue_claim($1, $2, lease => $3::int8 * interval '1 microsecond', max => $4)";
+pub const CLAIM: Sql = Sql {
+    text: "SELECT task_id, payload, attempts, fencing_token, progress
+    FROM aedb_queue.queue_claim($1, $2, lease => $3::int8 * interval '1 microsecond', max => $4)",
+    types: &[Type::TEXT, Type::TEXT, Type::INT8, Type::INT4],
+};
 
 /// Completes the held task and claims up to `max` more; `settled` on every
 /// row, one row with NULL task columns when nothing was claimed.
-pub const COMPLETE_AND_CLAIM: &str =
-    "SELECT settled::text, task_id, payload, attempts, fencing_token, progress
+pub const COMPLETE_AND_CLAIM: Sql = Sql {
+    text: "SELECT settled::text, task_id, payload, attempts, fencing_token, progress
     FROM aedb_queue.queue_complete_and_claim($1, $2, $3, $4, result => $5, follow_ups => $6,
-        lease => $7::int8 * interval '1 microsecond', max => $8)";
+        lease => $7::int8 * interval '1 microsecond', max => $8)",
+    types: &[
+        Type::TEXT,
+        Type::TEXT,
+        Type::INT8,
+        Type::INT8,
+        Type::JSONB,
+        Type::JSONB,
+        Type::INT8,
+        Type::INT4,
+    ],
+};
 
-pub const FAIL_AND_CLAIM: &str =
-    "SELECT settled::text, task_id, payload, attempts, fencing_token, progress
+pub const FAIL_AND_CLAIM: Sql = Sql {
+    text: "SELECT settled::text, task_id, payload, attempts, fencing_token, progress
     FROM aedb_queue.queue_fail_and_claim($1, $2, $3, $4, $5,
         retry_in => $6::int8 * interval '1 microsecond', dead_letter => $7,
-        lease => $8::int8 * interval '1 microsecond', max => $9)";
+        lease => $8::int8 * interval '1 microsecond', max => $9)",
+    types: &[
+        Type::TEXT,
+        Type::TEXT,
+        Type::INT8,
+        Type::INT8,
+        Type::TEXT,
+        Type::INT8,
+        Type::BOOL,
+        Type::INT8,
+        Type::INT4,
+    ],
+};
 
-pub const COMPLETE: &str =
-    "SELECT aedb_queue.queue_complete($1, $2, $3, result => $4, follow_ups => $5)::text";
+pub const COMPLETE: Sql = Sql {
+    text: "SELECT aedb_queue.queue_complete($1, $2, $3, result => $4, follow_ups => $5)::text",
+    types: &[Type::TEXT, Type::INT8, Type::INT8, Type::JSONB, Type::JSONB],
+};
 
 /// Inside the handler's own transaction: a lost lease raises 40002 and the
 /// handler's writes roll back with it.
-pub const COMPLETE_STRICT: &str =
-    "SELECT aedb_queue.queue_complete($1, $2, $3, result => $4, follow_ups => $5, strict => true)::text";
+pub const COMPLETE_STRICT: Sql = Sql {
+    text: "SELECT aedb_queue.queue_complete($1, $2, $3, result => $4, follow_ups => $5, strict => true)::text",
+    types: &[Type::TEXT, Type::INT8, Type::INT8, Type::JSONB, Type::JSONB],
+};
 
-pub const FAIL: &str = "SELECT aedb_queue.queue_fail($1, $2, $3, $4,
-    retry_in => $5::int8 * interval '1 microsecond', dead_letter => $6)::text";
+pub const FAIL: Sql = Sql {
+    text: "SELECT aedb_queue.queue_fail($1, $2, $3, $4,
+    retry_in => $5::int8 * interval '1 microsecond', dead_letter => $6)::text",
+    types: &[
+        Type::TEXT,
+        Type::INT8,
+        Type::INT8,
+        Type::TEXT,
+        Type::INT8,
+        Type::BOOL,
+    ],
+};
 
-pub const HEARTBEAT: &str = "SELECT aedb_queue.queue_heartbeat($1, $2, $3,
-    $4::int8 * interval '1 microsecond', progress => $5)::text";
+pub const HEARTBEAT: Sql = Sql {
+    text: "SELECT aedb_queue.queue_heartbeat($1, $2, $3,
+    $4::int8 * interval '1 microsecond', progress => $5)::text",
+    types: &[Type::TEXT, Type::INT8, Type::INT8, Type::INT8, Type::JSONB],
+};
 
 /// With the `otel` feature, after a failure that applied: whether it
 /// dead-lettered the task (dead, at the fencing token of the attempt that
 /// failed).
-pub const DEAD_AT_TOKEN: &str = "SELECT EXISTS (SELECT FROM aedb_queue.queue_get($1, $2)
-    WHERE state = 'dead' AND fencing_token = $3)";
+pub const DEAD_AT_TOKEN: Sql = Sql {
+    text: "SELECT EXISTS (SELECT FROM aedb_queue.queue_get($1, $2)
+    WHERE state = 'dead' AND fencing_token = $3)",
+    types: &[Type::TEXT, Type::INT8, Type::INT8],
+};
 
-pub const RELEASE: &str = "SELECT aedb_queue.queue_release($1, $2, $3)::text";
+pub const RELEASE: Sql = Sql {
+    text: "SELECT aedb_queue.queue_release($1, $2, $3)::text",
+    types: &[Type::TEXT, Type::INT8, Type::INT8],
+};
 
 pub const LISTEN: &str = "LISTEN aedb_queue";
 
 pub const BEGIN: &str = "BEGIN";
 pub const COMMIT: &str = "COMMIT";
 pub const ROLLBACK: &str = "ROLLBACK";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALL: &[&Sql] = &[
+        &ENQUEUE,
+        &ENQUEUE_BATCH,
+        &CLAIM,
+        &COMPLETE_AND_CLAIM,
+        &FAIL_AND_CLAIM,
+        &COMPLETE,
+        &COMPLETE_STRICT,
+        &FAIL,
+        &HEARTBEAT,
+        &DEAD_AT_TOKEN,
+        &RELEASE,
+    ];
+
+    /// The types each statement declares are those the server infers from
+    /// its text: prepared and unnamed, a statement means the same.
+    #[test]
+    fn declared_parameter_types_are_the_servers() {
+        let cluster = aedb_queue_itests::Cluster::shared();
+        let mut c = cluster.connect_as(aedb_queue_itests::SERVICE);
+        for sql in ALL {
+            let prepared = c.prepare(sql.text).expect(sql.text);
+            assert_eq!(prepared.params(), sql.types, "{}", sql.text);
+        }
+    }
+}

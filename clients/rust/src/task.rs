@@ -14,7 +14,7 @@ use tokio_postgres::Row;
 use crate::duration::micros;
 use crate::error::Result;
 use crate::sql;
-use crate::statement;
+use crate::statement::{self, Statements};
 use crate::telemetry::Cause;
 
 /// A task as the claiming statements return it (columns from `at` on:
@@ -47,6 +47,7 @@ impl Claimed {
 /// opened one.
 pub(crate) struct Lease {
     pub pool: Pool,
+    pub statements: Statements,
     pub queue: String,
     pub id: i64,
     pub token: i64,
@@ -61,8 +62,9 @@ impl Lease {
         let conn = self.pool.get().await?;
         let extend = micros("extend", self.extend)?;
         let outcome: String = statement::query_one(
+            self.statements,
             &conn,
-            sql::HEARTBEAT,
+            &sql::HEARTBEAT,
             &[&self.queue, &self.id, &self.token, &extend, &progress],
         )
         .await?

@@ -63,8 +63,9 @@ async fn claim(q: &QueueRuntime, max: usize) -> Result<Vec<Claimed>> {
     let conn = q.shared.pool.get().await?;
     let lease = micros("lease", q.options.lease)?;
     let rows = statement::query(
+        q.shared.statements,
         &conn,
-        sql::CLAIM,
+        &sql::CLAIM,
         &[&q.options.name, &q.shared.owner, &lease, &(max as i32)],
     )
     .await?;

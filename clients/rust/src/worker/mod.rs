@@ -23,6 +23,7 @@ use tokio::sync::{watch, Notify, Semaphore};
 use crate::client::pool;
 use crate::error::{Error, Result};
 use crate::handler::Handler;
+use crate::statement::Statements;
 
 /// How one queue is worked.
 #[derive(Debug, Clone)]
@@ -146,6 +147,7 @@ pub(crate) enum Phase {
 
 pub(crate) struct Shared {
     pub pool: Pool,
+    pub statements: Statements,
     pub owner: String,
     pub phase: watch::Receiver<Phase>,
     pub counters: Counters,
@@ -173,6 +175,8 @@ pub struct WorkerBuilder {
     queues: Vec<(QueueOptions, Arc<dyn Handler>)>,
     shutdown_timeout: Duration,
     listen: bool,
+    listen_conninfo: Option<String>,
+    statements: Statements,
     owner: Option<String>,
 }
 
@@ -192,6 +196,25 @@ impl WorkerBuilder {
     /// `queue_configure(queue, notify => true)` to send them).
     pub fn listen(mut self, on: bool) -> Self {
         self.listen = on;
+        self
+    }
+    /// LISTEN on a connection made from `conninfo` instead of the worker's
+    /// own: behind a pooler in transaction mode, the wake-ups need a
+    /// session of their own, straight to PostgreSQL (or through a pool in
+    /// session mode), while claims and settlements go through the pooler.
+    pub fn listen_conninfo(mut self, conninfo: impl Into<String>) -> Self {
+        self.listen_conninfo = Some(conninfo.into());
+        self
+    }
+    /// Behind a pooler in transaction mode (PgBouncer's `pool_mode =
+    /// transaction` before 1.21, or without `max_prepared_statements`):
+    /// every statement is sent unnamed with its parameter types, in one
+    /// round trip, so none is missing when the next transaction runs on
+    /// another server connection. LISTEN then needs
+    /// [`listen_conninfo`](Self::listen_conninfo) (or `listen(false)`).
+    /// Off by default: statements are prepared once per connection.
+    pub fn transaction_pooler(mut self, on: bool) -> Self {
+        self.statements = Statements::behind_transaction_pooler(on);
         self
     }
     /// The owner id claims record (unique per process unless set).
@@ -221,6 +244,17 @@ impl WorkerBuilder {
                 format!("{} is added twice", dup.name),
             ));
         }
+        let listen_config = match (&self.listen_conninfo, self.statements) {
+            (Some(conninfo), _) => conninfo.parse()?,
+            (None, Statements::Unnamed) if self.listen => {
+                return Err(Error::invalid(
+                    "listen_conninfo",
+                    "behind a transaction pooler LISTEN needs a direct connection: \
+                     set listen_conninfo, or listen(false)",
+                ))
+            }
+            (None, _) => self.config.clone(),
+        };
         // Each slot's settle and its handler's transaction or checkpoint.
         let size = queues.iter().map(|(o, _)| 2 * o.concurrency).sum::<usize>() + 2;
         let pool = match self.pool {
@@ -228,7 +262,8 @@ impl WorkerBuilder {
             None => pool(self.config.clone(), size)?,
         };
         Ok(Worker {
-            config: self.config,
+            listen_config,
+            statements: self.statements,
             pool,
             queues,
             shutdown_timeout: self.shutdown_timeout,
@@ -240,7 +275,9 @@ impl WorkerBuilder {
 
 /// A worker process's runtime over one or more queues.
 pub struct Worker {
-    config: tokio_postgres::Config,
+    /// Where LISTEN connects.
+    listen_config: tokio_postgres::Config,
+    statements: Statements,
     pool: Pool,
     queues: Vec<(QueueOptions, Arc<dyn Handler>)>,
     shutdown_timeout: Duration,
@@ -262,6 +299,8 @@ impl Worker {
             queues: Vec::new(),
             shutdown_timeout: Duration::from_secs(30),
             listen: true,
+            listen_conninfo: None,
+            statements: Statements::Prepared,
             owner: None,
         })
     }
@@ -273,6 +312,7 @@ impl Worker {
         let (phase_tx, phase_rx) = watch::channel(Phase::Running);
         let shared = Arc::new(Shared {
             pool: self.pool,
+            statements: self.statements,
             owner: self.owner,
             phase: phase_rx,
             counters: Counters::default(),
@@ -296,7 +336,7 @@ impl Worker {
                 .map(|q| (q.options.name.clone(), q.clone()))
                 .collect();
             tokio::spawn(listen::run(
-                self.config.clone(),
+                self.listen_config.clone(),
                 wakes,
                 shared.phase.clone(),
             ))

@@ -60,6 +60,7 @@ pub(crate) async fn run(q: Arc<QueueRuntime>, first: Claimed, permit: OwnedSemap
 async fn work(q: &QueueRuntime, claimed: &Claimed, attempt: &mut Attempt) -> Finished {
     let lease = Arc::new(Lease {
         pool: q.shared.pool.clone(),
+        statements: q.shared.statements,
         queue: q.options.name.clone(),
         id: claimed.id,
         token: claimed.fencing_token,
@@ -149,8 +150,9 @@ async fn rollback(lease: &Lease) {
 async fn complete_in(q: &QueueRuntime, claimed: &Claimed, tx: &Object, done: &Done) -> Finished {
     let completed = async {
         statement::query_one(
+            q.shared.statements,
             tx,
-            sql::COMPLETE_STRICT,
+            &sql::COMPLETE_STRICT,
             &[
                 &q.options.name,
                 &claimed.id,
@@ -237,8 +239,9 @@ async fn settle_once(
     let (outcome, next) = match finished {
         Finished::Done(done) if next_wanted => {
             let row = statement::query_one(
+                q.shared.statements,
                 c,
-                sql::COMPLETE_AND_CLAIM,
+                &sql::COMPLETE_AND_CLAIM,
                 &[
                     queue,
                     owner,
@@ -255,8 +258,9 @@ async fn settle_once(
         }
         Finished::Done(done) => {
             let row = statement::query_one(
+                q.shared.statements,
                 c,
-                sql::COMPLETE,
+                &sql::COMPLETE,
                 &[queue, &id, &token, &done.result, &done.follow_ups()],
             )
             .await?;
@@ -265,8 +269,9 @@ async fn settle_once(
         Finished::Failed(error) if next_wanted => {
             let retry_in = retry_micros(error)?;
             let row = statement::query_one(
+                q.shared.statements,
                 c,
-                sql::FAIL_AND_CLAIM,
+                &sql::FAIL_AND_CLAIM,
                 &[
                     queue,
                     owner,
@@ -285,8 +290,9 @@ async fn settle_once(
         Finished::Failed(error) => {
             let retry_in = retry_micros(error)?;
             let row = statement::query_one(
+                q.shared.statements,
                 c,
-                sql::FAIL,
+                &sql::FAIL,
                 &[
                     queue,
                     &id,
@@ -300,7 +306,9 @@ async fn settle_once(
             (row.get(0), None)
         }
         Finished::HandBack => {
-            let row = statement::query_one(c, sql::RELEASE, &[queue, &id, &token]).await?;
+            let row =
+                statement::query_one(q.shared.statements, c, &sql::RELEASE, &[queue, &id, &token])
+                    .await?;
             (row.get(0), None)
         }
         Finished::Settled(outcome) => return Ok((*outcome, None)),
@@ -334,8 +342,9 @@ async fn fate(q: &QueueRuntime, claimed: &Claimed, conn: &mut Option<Object>) ->
         }
         let c = conn.as_ref().expect("set above");
         let row = statement::query_one(
+            q.shared.statements,
             c,
-            sql::DEAD_AT_TOKEN,
+            &sql::DEAD_AT_TOKEN,
             &[&q.options.name, &claimed.id, &claimed.fencing_token],
         )
         .await?;
