@@ -158,7 +158,7 @@ fn worker_processes_sigkilled_mid_claim_complete_follow_up_and_batch() {
     let cluster = Cluster::start();
     let rounds = if long_run() { 5 } else { 2 };
     let mut kills = 0;
-    under_load(&cluster, "kill", |ctx| {
+    let figures = under_load(&cluster, "kill", |ctx| {
         for round in 0..rounds {
             for phase in PHASES {
                 let slot = ctx
@@ -188,6 +188,11 @@ fn worker_processes_sigkilled_mid_claim_complete_follow_up_and_batch() {
         );
     });
     assert_eq!(kills, rounds * PHASES.len() + WORKERS / 2);
+    // The kills landed between a claim's commit and its completion's.
+    assert!(
+        figures.after_expiry > 0,
+        "no task was completed after its holder was killed: {figures:?}"
+    );
 }
 
 /// Terminates every backend of the workers and producers, `rounds` times

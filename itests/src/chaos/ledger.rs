@@ -19,6 +19,10 @@ pub struct LedgerFigures {
     pub produced: i64,
     pub completed: i64,
     pub follow_ups: i64,
+    /// Completions at a later attempt than the first (a holder was killed
+    /// or lost its connection, its lease expired and the task was claimed
+    /// again).
+    pub after_expiry: i64,
 }
 
 /// Waits until no task of the run's queues is left (the killed workers'
@@ -136,6 +140,7 @@ pub fn check_ledger(su: &mut Client, names: &Names, acked: &[i64]) -> LedgerFigu
             su,
             format!("SELECT count(*) FROM {l} WHERE queue = '{follow}'"),
         ),
+        after_expiry: count(su, format!("SELECT count(*) FROM {l} WHERE attempt > 1")),
     }
 }
 

@@ -64,7 +64,7 @@ impl Names {
         let mut su = cluster.connect();
         su.batch_execute(&format!(
             "CREATE TABLE {l} (queue text NOT NULL, task_id bigint NOT NULL, parent bigint,
-                               how text NOT NULL, worker text NOT NULL,
+                               how text NOT NULL, worker text NOT NULL, attempt int NOT NULL,
                                done_at timestamptz NOT NULL DEFAULT clock_timestamp());
              CREATE INDEX ON {l} (done_at);
              CREATE TABLE {p} (task_id bigint NOT NULL);",

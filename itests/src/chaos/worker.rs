@@ -65,6 +65,8 @@ struct Held {
     id: i64,
     token: i64,
     parent: Option<i64>,
+    /// The claim's attempt: above 1 once a lease expired (a killed holder).
+    attempt: i32,
 }
 
 /// The worker process's `main`.
@@ -123,7 +125,7 @@ fn claim(
 ) -> Result<Vec<Held>, postgres::Error> {
     say("P claim");
     let rows = c.query(
-        "SELECT task_id::int8, fencing_token::int8, payload \
+        "SELECT task_id::int8, fencing_token::int8, payload, attempts::int4 \
          FROM aedb_queue.queue_claim($1::text, $2::text, $3::text::interval, $4::int4)",
         &[&queue, &cfg.name, &LEASE, &max],
     )?;
@@ -135,6 +137,7 @@ fn claim(
             parent: r
                 .get::<_, Option<Value>>(2)
                 .and_then(|p| p.get("parent").and_then(Value::as_i64)),
+            attempt: r.get(3),
         })
         .collect())
 }
@@ -171,10 +174,18 @@ fn single(c: &mut Client, cfg: &ChildConfig, follow_up: bool) -> Result<bool, po
     let how = if follow_up { "follow_up" } else { "complete" };
     tx.execute(
         &format!(
-            "INSERT INTO {} (queue, task_id, parent, how, worker) VALUES ($1, $2, $3, $4, $5)",
+            "INSERT INTO {} (queue, task_id, parent, how, worker, attempt) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
             cfg.ledger
         ),
-        &[&cfg.main_queue, &t.id, &t.parent, &how, &cfg.name],
+        &[
+            &cfg.main_queue,
+            &t.id,
+            &t.parent,
+            &how,
+            &cfg.name,
+            &t.attempt,
+        ],
     )?;
     // The handler's own work: the transaction stays open a moment, so a
     // kill right after the call lands inside it.
@@ -194,18 +205,20 @@ fn batch(c: &mut Client, cfg: &ChildConfig, queue: &str) -> Result<bool, postgre
     let ids: Vec<i64> = held.iter().map(|t| t.id).collect();
     let tokens: Vec<i64> = held.iter().map(|t| t.token).collect();
     let parents: Vec<Option<i64>> = held.iter().map(|t| t.parent).collect();
+    let attempts: Vec<i32> = held.iter().map(|t| t.attempt).collect();
     let mut tx = c.transaction()?;
     say("P batch");
     tx.execute(
         &format!(
-            "INSERT INTO {} (queue, task_id, parent, how, worker) \
-             SELECT $1, b.task_id, x.parent, 'batch', $5 \
+            "INSERT INTO {} (queue, task_id, parent, how, worker, attempt) \
+             SELECT $1, b.task_id, x.parent, 'batch', $5, x.attempt \
              FROM aedb_queue.queue_complete_batch($1::text, $2::int8[], $3::int8[]) AS b \
-             JOIN unnest($2::int8[], $4::int8[]) AS x(id, parent) ON x.id = b.task_id \
+             JOIN unnest($2::int8[], $4::int8[], $6::int4[]) AS x(id, parent, attempt) \
+               ON x.id = b.task_id \
              WHERE b.outcome = 'applied'",
             cfg.ledger
         ),
-        &[&queue, &ids, &tokens, &parents, &cfg.name],
+        &[&queue, &ids, &tokens, &parents, &cfg.name, &attempts],
     )?;
     thread::sleep(Duration::from_micros(500));
     tx.commit()?;
