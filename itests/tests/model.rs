@@ -4,7 +4,7 @@
 //! back), each call's reply and then every task row compared with what
 //! the model says. proptest shrinks a failing case to a minimal sequence.
 //!
-//! `AEDB_MODEL_CASES` (default 64) sets how many cases run; each case has
+//! `AEDB_MODEL_CASES` (default 100) sets how many cases run; each case has
 //! its own queue on the binary's shared cluster. docs/model.md has more.
 
 use aedb_queue_core::model::*;
@@ -17,7 +17,7 @@ use proptest::prelude::*;
 use proptest::test_runner::Config as RunConfig;
 use std::sync::{Mutex, OnceLock};
 
-const DEFAULT_CASES: u32 = 64;
+const DEFAULT_CASES: u32 = 100;
 const LONGEST_CASE: usize = 40;
 
 // ---------------------------------------------------------------------------
@@ -26,6 +26,11 @@ const LONGEST_CASE: usize = 40;
 
 fn task_ref() -> impl Strategy<Value = TaskRef> {
     prop_oneof![19 => any::<u8>().prop_map(TaskRef::Known), 1 => Just(TaskRef::Unknown)]
+}
+
+/// What a worker names: mostly a task in flight.
+fn held_ref() -> impl Strategy<Value = TaskRef> {
+    prop_oneof![3 => any::<u8>().prop_map(TaskRef::InFlight), 1 => task_ref()]
 }
 
 fn token_ref() -> impl Strategy<Value = TokenRef> {
@@ -97,24 +102,28 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(by, args, commit)| Op::Enqueue { by, args, commit }),
         20 => (session(Right::Work), 0u8..3, 1i32..4)
             .prop_map(|(by, owner, max)| Op::Claim { by, owner, max }),
-        16 => (session(Right::Work), task_ref(), token_ref(), proptest::option::of(0u8..9),
+        16 => (session(Right::Work), held_ref(), token_ref(), proptest::option::of(0u8..9),
                follow_up(), prop::bool::weighted(0.3))
             .prop_map(|(by, task, token, result, follow_up, strict)| Op::Complete {
                 by, task, token, result, follow_up, strict
             }),
-        9 => (session(Right::Work), task_ref(), token_ref(), fail_how)
+        6 => (session(Right::Work), held_ref(), token_ref(), prop::bool::weighted(0.3), 0u8..3, 1i32..3)
+            .prop_map(|(by, task, token, strict, owner, max)| Op::CompleteAndClaim {
+                by, task, token, strict, owner, max
+            }),
+        9 => (session(Right::Work), held_ref(), token_ref(), fail_how)
             .prop_map(|(by, task, token, how)| Op::Fail { by, task, token, how }),
-        5 => (session(Right::Work), task_ref(), token_ref(), 0u8..9)
+        5 => (session(Right::Work), held_ref(), token_ref(), 0u8..9)
             .prop_map(|(by, task, token, progress)| Op::Heartbeat { by, task, token, progress }),
-        5 => (session(Right::Work), task_ref(), token_ref(), delay)
+        5 => (session(Right::Work), held_ref(), token_ref(), delay)
             .prop_map(|(by, task, token, delay)| Op::Release { by, task, token, delay }),
         4 => (session(Right::Administer), task_ref())
             .prop_map(|(by, task)| Op::Cancel { by, task }),
         4 => (session(Right::Administer), proptest::option::of(task_ref()))
             .prop_map(|(by, task)| Op::RetryDead { by, task }),
-        2 => session(Right::Administer).prop_map(|by| Op::Pause { by }),
-        2 => session(Right::Administer).prop_map(|by| Op::Resume { by }),
-        4 => task_ref().prop_map(|task| Op::ExpireLease { task }),
+        1 => session(Right::Administer).prop_map(|by| Op::Pause { by }),
+        3 => session(Right::Administer).prop_map(|by| Op::Resume { by }),
+        4 => held_ref().prop_map(|task| Op::ExpireLease { task }),
     ]
 }
 
@@ -303,6 +312,39 @@ impl Run<'_> {
                     ],
                 )
             }
+            Op::CompleteAndClaim {
+                by,
+                task,
+                token,
+                strict,
+                owner,
+                max,
+            } => {
+                let (id, token) = self.held(*task, *token);
+                let r = self.s.of(*by).query(
+                    "SELECT settled::text, task_id::int8, attempts::int4, fencing_token::int8, \
+                            priority::int8, progress \
+                     FROM aedb_queue.queue_complete_and_claim($1::text, $2::text, $3::int8, $4::int8, \
+                          strict => $5::bool, lease => '1 hour', max => $6::int4)",
+                    &[&q, &format!("owner-{owner}"), &id, &token, strict, max],
+                );
+                match r {
+                    Err(e) => failed(&e),
+                    Ok(rows) => Reply::SettledAndClaimed(
+                        outcome(rows[0].get(0)),
+                        rows.iter()
+                            .filter(|r| r.get::<_, Option<i64>>(1).is_some())
+                            .map(|r| Claimed {
+                                task: self.handle(r.get(1)),
+                                attempts: r.get(2),
+                                fencing_token: r.get(3),
+                                priority: r.get(4),
+                                progress: number(r.get(5), "p"),
+                            })
+                            .collect(),
+                    ),
+                }
+            }
             Op::Fail {
                 by,
                 task,
@@ -482,11 +524,7 @@ impl Run<'_> {
 
     fn outcome(&mut self, by: Session, sql: &str, params: Params) -> Reply {
         match self.s.of(by).query_one(sql, &refs(&params)) {
-            Ok(r) => Reply::Outcome(match r.get::<_, &str>(0) {
-                "applied" => Outcome::Applied,
-                "lease_lost" => Outcome::LeaseLost,
-                other => panic!("outcome {other:?}"),
-            }),
+            Ok(r) => Reply::Outcome(outcome(r.get(0))),
             Err(e) => failed(&e),
         }
     }
@@ -568,6 +606,15 @@ impl Run<'_> {
     }
 }
 
+/// `aedb_queue.outcome` as text.
+fn outcome(text: &str) -> Outcome {
+    match text {
+        "applied" => Outcome::Applied,
+        "lease_lost" => Outcome::LeaseLost,
+        other => panic!("outcome {other:?}"),
+    }
+}
+
 /// A number under `key` of a small JSON object (`{"p": 3}`).
 fn number(v: Option<Value>, key: &str) -> Option<u8> {
     v.map(|v| v[key].as_u64().expect("a small number") as u8)
@@ -589,6 +636,44 @@ struct Seen {
     result: Option<Value>,
 }
 
+/// With `AEDB_MODEL_STATS=1`: how often each op met each reply and each
+/// state was seen, summed over the cases so far and printed after each, to
+/// check that the generator reaches the paths that matter.
+struct Tally(std::collections::BTreeMap<String, u64>);
+
+impl Tally {
+    fn on() -> bool {
+        std::env::var_os("AEDB_MODEL_STATS").is_some()
+    }
+
+    fn count(&mut self, op: &Op, reply: &Reply, rows: &[Seen]) {
+        let kind = |d: String| d.split([' ', '(', '{']).next().unwrap_or("").to_string();
+        let reply = match reply {
+            Reply::Claimed(c) => format!("Claimed {}", c.len().min(2)),
+            Reply::SettledAndClaimed(o, c) => format!("{o:?}, claimed {}", c.len().min(2)),
+            Reply::Enqueued { deduplicated, .. } => format!("Enqueued dedup={deduplicated}"),
+            other => format!("{other:?}"),
+        };
+        *self
+            .0
+            .entry(format!("{} -> {reply}", kind(format!("{op:?}"))))
+            .or_default() += 1;
+        for r in rows {
+            *self.0.entry(format!("state {}", r.state)).or_default() += 1;
+        }
+    }
+
+    fn print(&self) {
+        let lines: Vec<String> = self.0.iter().map(|(k, n)| format!("{n:>7} {k}")).collect();
+        eprintln!("--- model tally ---\n{}", lines.join("\n"));
+    }
+}
+
+fn tally() -> &'static Mutex<Tally> {
+    static TALLY: OnceLock<Mutex<Tally>> = OnceLock::new();
+    TALLY.get_or_init(|| Mutex::new(Tally(Default::default())))
+}
+
 fn run_case(config: Config, ops: &[Op]) -> Result<(), TestCaseError> {
     let mut guard = sessions().lock().unwrap_or_else(|e| e.into_inner());
     let mut run = Run::start(&mut guard, config);
@@ -599,6 +684,9 @@ fn run_case(config: Config, ops: &[Op]) -> Result<(), TestCaseError> {
         prop_assert_eq!(&got, &want, "op {} ({:?}) returned", step, op);
         let seen = run.rows();
         run.learn_new_ids(&seen);
+        if Tally::on() {
+            tally().lock().unwrap().count(op, &want, &seen);
+        }
         prop_assert_eq!(
             seen,
             run.expected(),
@@ -606,6 +694,9 @@ fn run_case(config: Config, ops: &[Op]) -> Result<(), TestCaseError> {
             step,
             op
         );
+    }
+    if Tally::on() {
+        tally().lock().unwrap().print();
     }
     Ok(())
 }

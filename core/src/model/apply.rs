@@ -23,6 +23,14 @@ impl Model {
                 follow_up,
                 strict,
             } => self.complete(*by, *task, *token, *result, follow_up.as_ref(), *strict),
+            Op::CompleteAndClaim {
+                by,
+                task,
+                token,
+                strict,
+                owner,
+                max,
+            } => self.complete_and_claim(*by, (*task, *token), *strict, *owner, *max),
             Op::Fail {
                 by,
                 task,
@@ -254,6 +262,28 @@ impl Model {
             );
         }
         Reply::Outcome(Outcome::Applied)
+    }
+
+    /// One statement: a lost lease still claims, unless strict (40002,
+    /// nothing settled or claimed).
+    fn complete_and_claim(
+        &mut self,
+        by: Session,
+        (task, token): (TaskRef, TokenRef),
+        strict: bool,
+        owner: u8,
+        max: i32,
+    ) -> Reply {
+        let settled = match self.complete(by, task, token, None, None, strict) {
+            Reply::Outcome(o) => o,
+            refused => return refused,
+        };
+        // The completion's changes are settled before the claim reads.
+        self.settle_slots();
+        match self.claim(by, owner, max) {
+            Reply::Claimed(rows) => Reply::SettledAndClaimed(settled, rows),
+            other => other,
+        }
     }
 
     fn fenced_out(strict: bool) -> Reply {

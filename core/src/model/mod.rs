@@ -71,8 +71,16 @@ impl Model {
 
     /// The task a reference names, if any.
     pub fn resolve(&self, task: TaskRef) -> Option<Handle> {
+        let in_flight: Vec<Handle> = (0..self.tasks.len())
+            .filter(|&h| self.tasks[h].state == State::InFlight)
+            .collect();
         match task {
-            TaskRef::Known(n) if !self.tasks.is_empty() => Some(n as usize % self.tasks.len()),
+            TaskRef::InFlight(n) if !in_flight.is_empty() => {
+                Some(in_flight[n as usize % in_flight.len()])
+            }
+            TaskRef::Known(n) | TaskRef::InFlight(n) if !self.tasks.is_empty() => {
+                Some(n as usize % self.tasks.len())
+            }
             _ => None,
         }
     }

@@ -55,11 +55,14 @@ pub enum Delay {
     Far,
 }
 
-/// A task named by a call: the `n % created`-th task of the case, or an id
-/// that no task has (also what `Known` means before any task exists).
+/// A task named by a call: the `n % created`-th task of the case; the
+/// `n % in_flight`-th task in flight (as `Known` when none is), which is
+/// what workers mostly name; or an id that no task has (also what `Known`
+/// means before any task exists).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TaskRef {
     Known(u8),
+    InFlight(u8),
     Unknown,
 }
 
@@ -133,6 +136,16 @@ pub enum Op {
         follow_up: Option<FollowUp>,
         strict: bool,
     },
+    /// `queue_complete_and_claim(owner_id => 'owner-<owner>', held, strict,
+    /// lease => '1 hour', max)`: the completion, then a claim.
+    CompleteAndClaim {
+        by: Session,
+        task: TaskRef,
+        token: TokenRef,
+        strict: bool,
+        owner: u8,
+        max: i32,
+    },
     Fail {
         by: Session,
         task: TaskRef,
@@ -182,6 +195,7 @@ impl Op {
             Op::Enqueue { by, .. }
             | Op::Claim { by, .. }
             | Op::Complete { by, .. }
+            | Op::CompleteAndClaim { by, .. }
             | Op::Fail { by, .. }
             | Op::Heartbeat { by, .. }
             | Op::Release { by, .. }

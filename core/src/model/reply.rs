@@ -32,6 +32,8 @@ pub enum Reply {
         deduplicated_to: Option<Handle>,
     },
     Claimed(Vec<Claimed>),
+    /// A settle-and-claim call: the settlement's outcome, then the claim's rows.
+    SettledAndClaimed(Outcome, Vec<Claimed>),
     Outcome(Outcome),
     Bool(bool),
     Count(i64),
