@@ -31,6 +31,11 @@ class App:
     ``conninfo`` is a libpq connection string or URI for a role that is a
     member of ``aedb_queue_worker`` (and of ``aedb_queue_producer`` for
     handlers that return follow-ups).
+
+    Behind a pooler in transaction mode (PgBouncer's ``pool_mode =
+    transaction``) pass ``transaction_pooler=True``: no statement is prepared
+    server-side; LISTEN then needs ``listen_conninfo``, a direct connection
+    (or ``listen=False``). See docs/pgbouncer.md.
     """
 
     def __init__(
@@ -41,6 +46,8 @@ class App:
         shutdown_timeout: float = 30.0,
         listen: bool = True,
         application_name: str = "aedb_queue worker",
+        transaction_pooler: bool = False,
+        listen_conninfo: str | None = None,
     ) -> None:
         if not isinstance(conninfo, str):
             raise TypeError(f"conninfo: expected a str, got {type(conninfo).__name__}")
@@ -49,6 +56,13 @@ class App:
         self.shutdown_timeout = _args.seconds(shutdown_timeout, "shutdown_timeout", positive=False)
         self.listen = bool(listen)
         self.application_name = application_name
+        self.transaction_pooler = bool(transaction_pooler)
+        if listen_conninfo is not None and not isinstance(listen_conninfo, str):
+            raise TypeError(f"listen_conninfo: expected a str, got {type(listen_conninfo).__name__}")
+        if self.transaction_pooler and self.listen and listen_conninfo is None:
+            raise ValueError("listen_conninfo: behind a transaction pooler LISTEN needs a direct "
+                             "connection (or listen=False)")
+        self.listen_conninfo = listen_conninfo
         self.tasks: dict[str, TaskSpec] = {}
         self._runtime: Runtime | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -133,6 +147,7 @@ class App:
         runtime = Runtime(
             self.conninfo, specs, owner_id=self.owner_id, shutdown_timeout=timeout,
             listen=self.listen, application_name=self.application_name,
+            transaction_pooler=self.transaction_pooler, listen_conninfo=self.listen_conninfo,
         )
         loop = asyncio.get_running_loop()
         with self._lock:

@@ -46,10 +46,15 @@ class Backoff:
         self._next = self.initial
 
 
-def connect_kwargs(conninfo: str, application_name: str) -> dict[str, Any]:
-    """Defaults for our connections that the caller's conninfo may override."""
+def connect_kwargs(conninfo: str, application_name: str, transaction_pooler: bool = False) -> dict[str, Any]:
+    """Defaults for our connections that the caller's conninfo may override.
+
+    Behind a pooler in transaction mode nothing is prepared server-side
+    (psycopg prepares a statement run 5 times on a connection, and the next
+    transaction may run on a server connection that never saw it).
+    """
     given = conninfo_to_dict(conninfo)
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = {"prepare_threshold": None} if transaction_pooler else {}
     if "application_name" not in given:
         extra["application_name"] = application_name
     if "connect_timeout" not in given:
@@ -64,9 +69,9 @@ class PoolClosed(RuntimeError):
 class Pool:
     """At most ``size`` autocommit AsyncConnections, made on demand, dropped when broken."""
 
-    def __init__(self, conninfo: str, size: int, application_name: str) -> None:
+    def __init__(self, conninfo: str, size: int, application_name: str, transaction_pooler: bool = False) -> None:
         self._conninfo = conninfo
-        self._kwargs = connect_kwargs(conninfo, application_name)
+        self._kwargs = connect_kwargs(conninfo, application_name, transaction_pooler)
         self._size = size
         self._idle: list[psycopg.AsyncConnection] = []
         self._count = 0

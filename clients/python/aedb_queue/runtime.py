@@ -45,15 +45,20 @@ class Runtime:
         shutdown_timeout: float,
         listen: bool,
         application_name: str,
+        transaction_pooler: bool = False,
+        listen_conninfo: str | None = None,
     ) -> None:
         self.conninfo = conninfo
+        self.transaction_pooler = transaction_pooler
+        self.listen_conninfo = listen_conninfo or conninfo
         self.owner_id = owner_id
         self.shutdown_timeout = shutdown_timeout
         self.application_name = application_name
         self._listen_enabled = listen
         specs = list(specs)
         slots = sum(s.concurrency for s in specs)
-        self.pool = Pool(conninfo, size=slots + 4, application_name=application_name)
+        self.pool = Pool(conninfo, size=slots + 4, application_name=application_name,
+                         transaction_pooler=transaction_pooler)
         self.threads = Threads(on_exit=drop_thread_connection)
         self.runners = {s.queue: QueueRunner(self, s) for s in specs}
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -232,11 +237,11 @@ class Runtime:
     async def _listen(self) -> None:
         """LISTEN on a dedicated connection; reconnect with backoff when it is lost."""
         backoff = Backoff()
-        kwargs = connect_kwargs(self.conninfo, self.application_name + " listener")
+        kwargs = connect_kwargs(self.listen_conninfo, self.application_name + " listener")
         while not self.stopping:
             conn = None
             try:
-                conn = await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True, **kwargs)
+                conn = await psycopg.AsyncConnection.connect(self.listen_conninfo, autocommit=True, **kwargs)
                 await conn.execute(sql.LISTEN)
                 log.debug("listening on channel %r", sql.CHANNEL)
                 backoff.reset()

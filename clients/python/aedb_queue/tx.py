@@ -180,7 +180,8 @@ def _thread_connection(rt: "Runtime") -> psycopg.Connection:
     if conn is not None and not (conn.closed or conn.broken):
         return conn
     conn = psycopg.Connection.connect(
-        rt.conninfo, autocommit=True, **connect_kwargs(rt.conninfo, rt.application_name)
+        rt.conninfo, autocommit=True,
+        **connect_kwargs(rt.conninfo, rt.application_name, rt.transaction_pooler)
     )
     _local.conn = conn
     return conn
