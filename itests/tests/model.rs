@@ -531,17 +531,27 @@ impl Run<'_> {
 
     /// Every task row of the queue, as the worker reads them.
     fn rows(&mut self) -> Vec<Seen> {
-        let rows = self
-            .s
-            .worker
-            .query(
-                "SELECT task_id::int8, state::text, priority::int8, attempts::int4, max_attempts::int4, \
-                        owner_id::text, fencing_token::int8, payload, progress, last_error::text, \
-                        idempotency_key::text, result \
-                 FROM aedb_queue.queue_list($1::text, NULL, 1000) ORDER BY task_id",
-                &[&self.queue],
-            )
-            .expect("queue_list");
+        self.read("queue_list($1::text, NULL, 1000)", &[&self.queue.clone()])
+    }
+
+    /// Each task of the case one at a time (`queue_get`): a row for each
+    /// task the listing has, none for the others.
+    fn rows_one_by_one(&mut self) -> Vec<Seen> {
+        let queue = self.queue.clone();
+        let ids = self.ids.clone();
+        ids.iter()
+            .flat_map(|id| self.read("queue_get($1::text, $2::int8)", &[&queue, id]))
+            .collect()
+    }
+
+    fn read(&mut self, call: &str, params: &[&(dyn ToSql + Sync)]) -> Vec<Seen> {
+        let sql = format!(
+            "SELECT task_id::int8, state::text, priority::int8, attempts::int4, max_attempts::int4, \
+                    owner_id::text, fencing_token::int8, payload, progress, last_error::text, \
+                    idempotency_key::text, result \
+             FROM aedb_queue.{call} ORDER BY task_id"
+        );
+        let rows = self.s.worker.query(sql.as_str(), params).expect(call);
         rows.iter()
             .map(|r| Seen {
                 task_id: r.get(0),
@@ -695,6 +705,9 @@ fn run_case(config: Config, ops: &[Op]) -> Result<(), TestCaseError> {
             op
         );
     }
+    let mut by_get = run.rows_one_by_one();
+    by_get.sort_by_key(|r| r.task_id);
+    prop_assert_eq!(by_get, run.expected(), "queue_get of every task at the end");
     if Tally::on() {
         tally().lock().unwrap().print();
     }
