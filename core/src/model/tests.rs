@@ -194,3 +194,48 @@ fn a_refused_call_changes_nothing() {
     );
     assert_eq!(m.created(), 0);
 }
+
+#[test]
+fn a_rolled_back_child_leaves_its_parent_unmarked() {
+    // Found by the property test: the model kept the parent's
+    // has_dependents mark of a child enqueue that rolled back.
+    let mut m = Model::new(config());
+    enqueue(&mut m, args());
+    claim(&mut m, 1);
+    let r = m.apply(&Op::Enqueue {
+        by: Session::Producer,
+        args: EnqueueArgs {
+            wait_for: vec![TaskRef::Known(0)],
+            ..args()
+        },
+        commit: false,
+    });
+    assert_eq!(
+        r,
+        Reply::RolledBack {
+            deduplicated_to: None
+        }
+    );
+    complete(&mut m, 0, TokenRef::Current, false);
+    assert_eq!(m.task(0).state, State::Gone, "no dependents: not kept");
+}
+
+#[test]
+fn complete_and_claim_claims_after_a_lost_lease_unless_strict() {
+    let mut m = Model::new(config());
+    enqueue(&mut m, args());
+    let op = |strict| Op::CompleteAndClaim {
+        by: Session::Worker,
+        task: TaskRef::Unknown,
+        token: TokenRef::Current,
+        strict,
+        owner: 1,
+        max: 1,
+    };
+    assert_eq!(m.apply(&op(true)), Reply::Error(LEASE_LOST));
+    assert_eq!(m.task(0).state, State::Ready);
+    match m.apply(&op(false)) {
+        Reply::SettledAndClaimed(Outcome::LeaseLost, claimed) => assert_eq!(claimed[0].task, 0),
+        other => panic!("{other:?}"),
+    }
+}
