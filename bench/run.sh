@@ -2,6 +2,10 @@
 # The benchmark, in one command (as root on Debian 12):
 #   bash bench/run.sh            full run (about 35 minutes), all systems
 #   bash bench/run.sh --quick    iteration run (under 3 minutes), aedb_queue and baseline, each with its one-transaction loop
+#   bash bench/run.sh --only soak [--minutes 30 | --trial]
+#                                the soak (issue 15), alone: steady load with
+#                                retries, timers, dead letters and reaping for
+#                                30 minutes (--trial: 4), results in bench/results/soak/
 # Extra arguments go to the harness (e.g. --systems aedb_queue,pgq --reps 1).
 # Results: bench/results/latest.md and bench/results/throughput.png.
 set -euo pipefail
@@ -19,6 +23,10 @@ done
 if ((${#missing[@]})); then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+# The soak needs only the extension and the cluster: none of the peers.
+soak_only=
+[[ " $* " == *" --only soak "* ]] && soak_only=1
+if [ -z "$soak_only" ]; then
 (cd bench/peers/node && { [ -d node_modules ] || npm ci --no-audit --no-fund; })
 # pgmq is SQL-only: the harness installs it into each fresh database with the
 # installer of the pgmq crate (scripts embedded in the crate, no network at
@@ -47,6 +55,7 @@ client_venv="$bench_tools/client-venv"
 [ -x "$client_venv/bin/python" ] || python3 -m venv "$client_venv"
 "$client_venv/bin/pip" install -q --disable-pip-version-check ./clients/python
 export AEDB_CLIENT_PYTHON="$client_venv/bin/python"
+fi
 # pgbench for the floor comes from the PostgreSQL the cluster runs from.
 export AEDB_PG_BIN="$PG_BIN"
 
@@ -55,7 +64,9 @@ bash scripts/install.sh --release >/dev/null
 # The library preloaded (reaper off): its shared-memory counters are on, as
 # in production, and the dashboard section compares them on and off.
 AEDB_PRELOAD=aedb_queue AEDB_CLUSTER_DIR=${AEDB_BENCH_DIR:-/var/tmp/aedb_queue_bench} AEDB_PORT=${AEDB_BENCH_PORT:-54340} bash scripts/cluster.sh start
-log "building aedb-queue (release: the dashboard scenario serves its pages)"
-cargo build --release -q -p aedb_queue_cli
+if [ -z "$soak_only" ]; then
+    log "building aedb-queue (release: the dashboard scenario serves its pages)"
+    cargo build --release -q -p aedb_queue_cli
+fi
 log "benchmark"
 cargo run --release -q -p aedb_queue_bench -- --port "${AEDB_BENCH_PORT:-54340}" "$@"

@@ -12,6 +12,7 @@ mod floor;
 mod node;
 mod report;
 mod scenarios;
+mod soak;
 mod systems;
 
 use std::fmt::Write as _;
@@ -70,8 +71,8 @@ struct Args {
     #[arg(long, default_value_t = 54329)]
     port: u16,
     /// Run only these scenarios (floor, enqueue, drain, keys, fair, runtimes, steady,
-    /// clutter, long_tx, churn, dashboard), for investigating one; the default runs them
-    /// all but dashboard, which runs only when named, alone.
+    /// clutter, long_tx, churn, dashboard, soak), for investigating one; the default runs them
+    /// all but dashboard and soak, which run only when named, alone.
     #[arg(long, value_delimiter = ',')]
     only: Option<Vec<String>>,
     /// The dashboard scenario's `aedb-queue` binary (default: the
@@ -87,6 +88,22 @@ struct Args {
     /// Tasks per run of the counters' on/off loop in the dashboard scenario.
     #[arg(long, default_value_t = 20_000)]
     counter_jobs: i32,
+    /// Soak (`--only soak`, alone): its length in minutes.
+    #[arg(long, default_value_t = 30.0)]
+    minutes: f64,
+    /// Soak: a 4-minute trial (unless --minutes says otherwise) written to
+    /// results/soak/trial/ instead of results/soak/.
+    #[arg(long)]
+    trial: bool,
+    /// Soak: offered tasks/s (default: half the calibrated drain rate, at most 800).
+    #[arg(long)]
+    soak_rate: Option<u64>,
+    /// Soak: worker connections.
+    #[arg(long, default_value_t = 4)]
+    soak_workers: usize,
+    /// Soak: seconds between samples.
+    #[arg(long, default_value_t = 10)]
+    sample_seconds: u64,
     /// Where latest.md and throughput.png go.
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/results"))]
     out: PathBuf,
@@ -918,6 +935,29 @@ async fn main() -> Result<()> {
         port: args.port,
         user: "postgres".into(),
     };
+    // The soak (issue 15) runs only when named (`--only soak`), alone, and
+    // writes results/soak/ (results/soak/trial/ with --trial).
+    if args
+        .only
+        .as_ref()
+        .is_some_and(|o| o.iter().any(|s| s == "soak"))
+    {
+        let minutes_given = std::env::args().any(|a| a.starts_with("--minutes"));
+        let trial_dir = if args.trial { "soak/trial" } else { "soak" };
+        return soak::run(soak::Options {
+            cluster,
+            minutes: if args.trial && !minutes_given {
+                4.0
+            } else {
+                args.minutes
+            },
+            sample_seconds: args.sample_seconds,
+            workers: args.soak_workers,
+            rate: args.soak_rate,
+            out: args.out.join(trial_dir),
+        })
+        .await;
+    }
     // The dashboard scenario (issue 14) runs only when named (`--only
     // dashboard`), on its own, and writes its own latest.md.
     if args
