@@ -63,10 +63,12 @@ fn enqueue_args() -> impl Strategy<Value = EnqueueArgs> {
         small_key(),
         prop_oneof![3 => Just(Vec::new()), 1 => proptest::collection::vec(task_ref(), 1..3)],
         any::<bool>(),
-        small_key(),
+        (small_key(), small_key()),
     )
         .prop_map(
-            |(priority, delay, max_attempts, idempotency_key, wait_for, run, concurrency_key)| {
+            |(priority, delay, max_attempts, idempotency_key, wait_for, run, (ck, ok))| {
+                // Where a child joins its ordering key's line is left out.
+                let ordering_key = ok.filter(|_| wait_for.is_empty());
                 EnqueueArgs {
                     priority,
                     delay,
@@ -74,7 +76,8 @@ fn enqueue_args() -> impl Strategy<Value = EnqueueArgs> {
                     idempotency_key,
                     wait_for,
                     run_on_parent_failure: run,
-                    concurrency_key,
+                    concurrency_key: ck,
+                    ordering_key,
                 }
             },
         )
@@ -483,11 +486,12 @@ impl Run<'_> {
             Box::new(wait_for),
             Box::new(policy.to_string()),
             Box::new(args.concurrency_key.map(|k| format!("ck-{k}"))),
+            Box::new(args.ordering_key.map(|k| format!("ok-{k}"))),
         ];
         let sql = "SELECT task_id::int8, deduplicated FROM aedb_queue.queue_enqueue($1::text, $2::jsonb, \
                    delay => $3::text::interval, priority => $4::int8, max_attempts => $5::int4, \
                    backoff_base => '1 hour', idempotency_key => $6::text, wait_for => $7::int8[], \
-                   on_parent_failure => $8::text, concurrency_key => $9::text)";
+                   on_parent_failure => $8::text, concurrency_key => $9::text, ordering_key => $10::text)";
         let mut tx = self.s.of(by).transaction().expect("BEGIN");
         let row = match tx.query_one(sql, &refs(&params)) {
             Ok(row) => row,

@@ -55,7 +55,7 @@ impl Model {
             Op::Resume { by } => self.set_paused(*by, false),
             Op::ExpireLease { task } => self.expire_lease(*task),
         };
-        self.settle_slots();
+        self.settle();
         reply
     }
 
@@ -69,7 +69,7 @@ impl Model {
             args.delay,
             args.max_attempts,
             args.idempotency_key,
-            args.concurrency_key,
+            (args.concurrency_key, args.ordering_key),
             (&args.wait_for, args.run_on_parent_failure),
         );
         match (created, commit) {
@@ -91,7 +91,7 @@ impl Model {
         delay: Delay,
         max_attempts: Option<i32>,
         idempotency_key: Option<u8>,
-        concurrency_key: Option<u8>,
+        (concurrency_key, ordering_key): (Option<u8>, Option<u8>),
         (wait_for, run_on_parent_failure): (&[TaskRef], bool),
     ) -> Result<(Handle, bool), QueueError> {
         let resolved = resolve_enqueue(
@@ -99,6 +99,9 @@ impl Model {
                 priority,
                 max_attempts,
                 backoff_base_micros: Some(CASE_BACKOFF_BASE_MICROS),
+                idempotency_key: idempotency_key.map(|k| format!("key-{k}")),
+                concurrency_key: concurrency_key.map(|k| format!("ck-{k}")),
+                ordering_key: ordering_key.map(|k| format!("ok-{k}")),
                 ..Default::default()
             },
             RetryDefaults::default(),
@@ -129,6 +132,7 @@ impl Model {
             last_error: None,
             idempotency_key,
             concurrency_key,
+            ordering_key,
             result: None,
             waiting_on: 0,
             run_on_parent_failure,
@@ -170,7 +174,7 @@ impl Model {
         // The claim's inline reap comes first, slots and children settled,
         // so what it frees may be served by the same call.
         self.reclaim_expired();
-        self.settle_slots();
+        self.settle();
         let mut claimed = Vec::new();
         for h in self
             .service_order(State::Ready)
@@ -257,7 +261,7 @@ impl Model {
                 Delay::Now,
                 None,
                 f.idempotency_key,
-                f.concurrency_key,
+                (f.concurrency_key, None),
                 (none, false),
             );
         }
@@ -279,7 +283,7 @@ impl Model {
             refused => return refused,
         };
         // The completion's changes are settled before the claim reads.
-        self.settle_slots();
+        self.settle();
         match self.claim(by, owner, max) {
             Reply::Claimed(rows) => Reply::SettledAndClaimed(settled, rows),
             other => other,

@@ -138,14 +138,21 @@ impl Model {
     /// parent done): ready, or blocked behind its concurrency key; a far
     /// `not_before` keeps it scheduled.
     fn make_due(&mut self, h: Handle) {
-        let t = &mut self.tasks[h];
-        t.state = if t.due_later {
+        self.tasks[h].state = if self.in_line_ahead(h) {
+            State::Blocked
+        } else if self.tasks[h].due_later {
             State::Scheduled
-        } else if t.concurrency_key.is_some() {
+        } else if self.tasks[h].concurrency_key.is_some() {
             State::Blocked
         } else {
             State::Ready
         };
+    }
+
+    /// Hands on what the op freed: concurrency slots and ordering lines.
+    fn settle(&mut self) {
+        self.settle_lines();
+        self.settle_slots();
     }
 
     /// Concurrency keys: a keyed task holds a slot while ready or in
@@ -154,6 +161,9 @@ impl Model {
     fn settle_slots(&mut self) {
         for h in self.service_order(State::Blocked) {
             let key = self.tasks[h].concurrency_key;
+            if key.is_none() {
+                continue;
+            }
             let taken = self
                 .tasks
                 .iter()
@@ -165,6 +175,33 @@ impl Model {
                 self.tasks[h].state = State::Ready;
             }
         }
+    }
+
+    /// Ordering keys (their `ordering_on_dead` left at `block`): a key's
+    /// tasks in the task table form a line by id; only its head may be
+    /// scheduled, ready, in flight or dead (a dead head stops the line),
+    /// the rest wait blocked. A head that left hands the line on.
+    fn settle_lines(&mut self) {
+        let mut seen = std::collections::BTreeSet::new();
+        for h in 0..self.tasks.len() {
+            let t = &self.tasks[h];
+            let Some(key) = t.ordering_key else { continue };
+            if !t.state.is_live() || t.state == State::Waiting || !seen.insert(key) {
+                continue;
+            }
+            if t.state == State::Blocked {
+                self.make_due(h);
+            }
+        }
+    }
+
+    /// Whether a task of this ordering key is in line ahead of `h`.
+    fn in_line_ahead(&self, h: Handle) -> bool {
+        let key = self.tasks[h].ordering_key;
+        key.is_some()
+            && self.tasks[..h]
+                .iter()
+                .any(|t| t.ordering_key == key && t.state.is_live() && t.state != State::Waiting)
     }
 
     /// The rights check every call makes first.

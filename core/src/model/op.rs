@@ -103,6 +103,8 @@ pub struct EnqueueArgs {
     pub run_on_parent_failure: bool,
     /// `ck-<n>`.
     pub concurrency_key: Option<u8>,
+    /// `ok-<n>` (with a concurrency key too: refused, 22023).
+    pub ordering_key: Option<u8>,
 }
 
 /// One follow-up of a completion, into the same queue.

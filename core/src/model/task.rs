@@ -67,6 +67,7 @@ pub struct Task {
     pub last_error: Option<LastError>,
     pub idempotency_key: Option<u8>,
     pub concurrency_key: Option<u8>,
+    pub ordering_key: Option<u8>,
     pub result: Option<u8>,
     /// Parents not yet completed (while `Waiting`).
     pub waiting_on: usize,

@@ -18,6 +18,7 @@ fn args() -> EnqueueArgs {
         wait_for: Vec::new(),
         run_on_parent_failure: false,
         concurrency_key: None,
+        ordering_key: None,
     }
 }
 
@@ -238,4 +239,39 @@ fn complete_and_claim_claims_after_a_lost_lease_unless_strict() {
         Reply::SettledAndClaimed(Outcome::LeaseLost, claimed) => assert_eq!(claimed[0].task, 0),
         other => panic!("{other:?}"),
     }
+}
+
+#[test]
+fn an_ordering_keys_line_runs_one_at_a_time_in_id_order() {
+    let mut m = Model::new(config());
+    let ordered = |priority| EnqueueArgs {
+        ordering_key: Some(0),
+        priority,
+        ..args()
+    };
+    enqueue(&mut m, ordered(0));
+    enqueue(&mut m, ordered(2));
+    assert_eq!(m.task(1).state, State::Blocked);
+    assert_eq!(claim(&mut m, 5).len(), 1, "only the head");
+    m.apply(&Op::Fail {
+        by: Session::Worker,
+        task: TaskRef::Known(0),
+        token: TokenRef::Current,
+        how: FailHow::DeadLetter,
+    });
+    assert_eq!(
+        m.task(1).state,
+        State::Blocked,
+        "a dead head stops the line"
+    );
+    m.apply(&Op::Cancel {
+        by: Session::Admin,
+        task: TaskRef::Known(0),
+    });
+    assert_eq!(m.task(1).state, State::Ready);
+    let both = EnqueueArgs {
+        concurrency_key: Some(0),
+        ..ordered(0)
+    };
+    assert_eq!(enqueue(&mut m, both), Reply::Error(INVALID_PARAMETER));
 }
