@@ -2,6 +2,19 @@
 //! caller named, for the statement that deletes the tasks still in flight
 //! under one of them.
 
+/// The least fencing token a claim on WAL timeline `timeline` hands out:
+/// `(timeline - 1) * 2^32`, so 0 on a cluster never promoted. A standby
+/// promoted after asynchronous replication lost the primary's last
+/// claims starts a new timeline; without a floor its claims would count
+/// on from the tokens it replicated and hand the lost claims' tokens out
+/// again, and a worker still holding one would settle another worker's
+/// lease. A claim takes `max(token + 1, floor)`: each timeline's tokens lie
+/// above every earlier timeline's (for fewer than 2^32 claims of one task
+/// on one timeline; past timeline 2^31 the floor stays at `i64::MAX`).
+pub fn token_floor(timeline: u32) -> i64 {
+    (i64::from(timeline.max(1)) - 1).saturating_mul(1 << 32)
+}
+
 /// The pairs, sorted, so a task is checked with a binary search: one probe
 /// per task the statement finds, instead of SQL hashing every pair.
 #[derive(Debug, Clone, Default)]
@@ -55,6 +68,22 @@ pub fn report_once(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_timeline_s_tokens_lie_above_the_earlier_ones() {
+        assert_eq!(token_floor(1), 0, "a cluster never promoted keeps its tokens");
+        assert_eq!(token_floor(0), 0, "no timeline (in recovery) is no floor");
+        assert_eq!(token_floor(2), 1 << 32);
+        // A task claimed 5 times on timeline 1 (tokens 1..=5), its last two
+        // claims lost with the old primary: the standby had token 3.
+        let claim = |token: i64, timeline| (token + 1).max(token_floor(timeline));
+        let on_new = claim(3, 2);
+        assert!(on_new > 5, "a lost claim's token is not handed out again");
+        assert_eq!(claim(on_new, 2), on_new + 1, "then one by one");
+        assert!(claim(token_floor(3) - 1, 3) > claim(on_new, 2));
+        assert_eq!(token_floor(1 << 31), ((1i64 << 31) - 1) << 32);
+        assert_eq!(token_floor(u32::MAX), i64::MAX, "saturates, never wraps");
+    }
 
     #[test]
     fn a_task_matches_only_under_the_token_it_was_named_with() {

@@ -136,20 +136,30 @@ static REAP: Versioned = Versioned {
 /// the lock, other workers claimed the task and handed it back), the write
 /// does not see it: the task stays ready, untouched, for the next claim
 /// (which, resumed past it, reaches it at the next rescan from the head).
-/// `$now` names the clock parameter (the statement's last); `$rank` the
-/// task's rank in service order after priority (see `CLAIM`).
+/// `$now` names the clock parameter (the statement's last); `$floor` the
+/// least token this timeline hands out (`fence::token_floor`, given by
+/// `token_floor()`); `$rank` the task's rank in service order after
+/// priority (see `CLAIM`).
 macro_rules! claim_picked {
-    ($pick:expr, $now:literal, $rank:literal) => {
+    ($pick:expr, $floor:literal, $now:literal, $rank:literal) => {
         concat!(
             "UPDATE aedb_queue.task
-             SET state = 'in_flight', attempts = attempts + 1, fencing_token = fencing_token + 1,
-                 owner_id = $3, lease_deadline = ", $now, " + $4,
-                 updated_at = ", $now, "
+             SET state = 'in_flight', attempts = attempts + 1,
+                 fencing_token = greatest(fencing_token + 1, ",
+            $floor,
+            "),
+                 owner_id = $3, lease_deadline = ",
+            $now,
+            " + $4,
+                 updated_at = ",
+            $now,
+            "
              WHERE ctid = ANY(ARRAY(",
             $pick,
             "))
              RETURNING task_id, payload, attempts, fencing_token, lease_deadline, priority,
-                       created_at, progress, ", $rank
+                       created_at, progress, ",
+            $rank
         )
     };
 }
@@ -203,25 +213,31 @@ static CLAIM: Versioned = Versioned {
         sql: claim_picked!(
             ready_head!("priority DESC, -coalesce(fair_vt, task_id) DESC"),
             "$5",
+            "$6",
             "coalesce(fair_vt, task_id)"
         ),
-        args: &[TEXT, INT4, TEXT, INTERVAL],
+        args: &[TEXT, INT4, TEXT, INTERVAL, INT8],
         clock: true,
     },
     older: &[
         (
             SchemaLevel::V060,
             Statement {
-                sql: claim_picked!(ready_head!("priority DESC, -task_id DESC"), "$5", "task_id"),
-                args: &[TEXT, INT4, TEXT, INTERVAL],
+                sql: claim_picked!(
+                    ready_head!("priority DESC, -task_id DESC"),
+                    "$5",
+                    "$6",
+                    "task_id"
+                ),
+                args: &[TEXT, INT4, TEXT, INTERVAL, INT8],
                 clock: true,
             },
         ),
         (
             SchemaLevel::V020,
             Statement {
-                sql: claim_picked!(ready_head!("priority DESC, task_id"), "$5", "task_id"),
-                args: &[TEXT, INT4, TEXT, INTERVAL],
+                sql: claim_picked!(ready_head!("priority DESC, task_id"), "$5", "$6", "task_id"),
+                args: &[TEXT, INT4, TEXT, INTERVAL, INT8],
                 clock: true,
             },
         ),
@@ -241,9 +257,10 @@ static CLAIM_AFTER: Versioned = Versioned {
                 "(priority, -coalesce(fair_vt, task_id)) < ($5, -$6)"
             ),
             "$7",
+            "$8",
             "coalesce(fair_vt, task_id)"
         ),
-        args: &[TEXT, INT4, TEXT, INTERVAL, INT8, INT8],
+        args: &[TEXT, INT4, TEXT, INTERVAL, INT8, INT8, INT8],
         clock: true,
     },
     older: &[(
@@ -255,9 +272,10 @@ static CLAIM_AFTER: Versioned = Versioned {
                     "(priority, -task_id) < ($5, -$6)"
                 ),
                 "$7",
+                "$8",
                 "task_id"
             ),
-            args: &[TEXT, INT4, TEXT, INTERVAL, INT8, INT8],
+            args: &[TEXT, INT4, TEXT, INTERVAL, INT8, INT8, INT8],
             clock: true,
         },
     )],
@@ -807,7 +825,13 @@ fn claim_fair(
             let mut hints = Hints::new(Instant::now());
             reap_if_due(client, queue, limit, &mut hints)?;
         }
-        let args = [queue.into(), max.into(), owner_id.into(), lease.into()];
+        let args = [
+            queue.into(),
+            max.into(),
+            owner_id.into(),
+            lease.into(),
+            token_floor().into(),
+        ];
         let mut tasks = claimed_tasks(execute(client, CLAIM.get(), &args)?)?;
         tasks.sort_unstable_by_key(ClaimedTask::service_order);
         Ok(tasks)
@@ -833,6 +857,7 @@ fn claim_in(
             lease.into(),
             priority.into(),
             task_id.into(),
+            token_floor().into(),
         ];
         tasks = claimed_tasks(execute(client, CLAIM_AFTER.get(), &args)?)?;
         if tasks.len() < max as usize {
@@ -841,10 +866,32 @@ fn claim_in(
     }
     let missing = max - tasks.len() as i32;
     if missing > 0 {
-        let args = [queue.into(), missing.into(), owner_id.into(), lease.into()];
+        let args = [
+            queue.into(),
+            missing.into(),
+            owner_id.into(),
+            lease.into(),
+            token_floor().into(),
+        ];
         tasks.extend(claimed_tasks(execute(client, CLAIM.get(), &args)?)?);
     }
     Ok(tasks)
+}
+
+/// The least fencing token a claim hands out on the timeline this server
+/// writes WAL on: a standby promoted after losing the old primary's last
+/// claims never hands their tokens out again (`fence::token_floor`).
+fn token_floor() -> i64 {
+    // SAFETY: both read shared state without side effects; the timeline is
+    // fixed once recovery is over (a claim in recovery fails on its UPDATE).
+    let timeline = unsafe {
+        if pgrx::pg_sys::RecoveryInProgress() {
+            0
+        } else {
+            pgrx::pg_sys::GetWALInsertionTimeLine()
+        }
+    };
+    aedb_queue_core::fence::token_floor(timeline)
 }
 
 /// Whether the oldest snapshot lags far enough for dead index entries to
