@@ -15,7 +15,9 @@ fuzz_target!(|bytes: &[u8]| {
         return;
     }
     for (i, item) in items.iter().enumerate() {
-        let Value::Object(object) = item else { continue };
+        let Value::Object(object) = item else {
+            continue;
+        };
         let texts: Vec<(&str, &Value, String, Option<Vec<String>>)> = object
             .iter()
             .map(|(k, v)| {
