@@ -114,6 +114,9 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(by, task, token, strict, owner, max)| Op::CompleteAndClaim {
                 by, task, token, strict, owner, max
             }),
+        5 => (session(Right::Work), proptest::collection::vec((held_ref(), token_ref()), 1..5),
+              prop::bool::weighted(0.3))
+            .prop_map(|(by, entries, strict)| Op::CompleteBatch { by, entries, strict }),
         9 => (session(Right::Work), held_ref(), token_ref(), fail_how)
             .prop_map(|(by, task, token, how)| Op::Fail { by, task, token, how }),
         5 => (session(Right::Work), held_ref(), token_ref(), 0u8..9)
@@ -346,6 +349,23 @@ impl Run<'_> {
                             })
                             .collect(),
                     ),
+                }
+            }
+            Op::CompleteBatch {
+                by,
+                entries,
+                strict,
+            } => {
+                let (ids, tokens): (Vec<i64>, Vec<i64>) =
+                    entries.iter().map(|&(t, k)| self.held(t, k)).unzip();
+                let r = self.s.of(*by).query(
+                    "SELECT outcome::text FROM aedb_queue.queue_complete_batch($1::text, $2::int8[], \
+                     $3::int8[], strict => $4::bool) WITH ORDINALITY AS b(task_id, outcome, n) ORDER BY n",
+                    &[&q, &ids, &tokens, strict],
+                );
+                match r {
+                    Err(e) => failed(&e),
+                    Ok(rows) => Reply::Outcomes(rows.iter().map(|r| outcome(r.get(0))).collect()),
                 }
             }
             Op::Fail {
@@ -665,6 +685,11 @@ impl Tally {
         let reply = match reply {
             Reply::Claimed(c) => format!("Claimed {}", c.len().min(2)),
             Reply::SettledAndClaimed(o, c) => format!("{o:?}, claimed {}", c.len().min(2)),
+            Reply::Outcomes(o) => format!(
+                "{} applied of {}",
+                o.iter().filter(|o| **o == Outcome::Applied).count().min(2),
+                o.len().min(3)
+            ),
             Reply::Enqueued { deduplicated, .. } => format!("Enqueued dedup={deduplicated}"),
             other => format!("{other:?}"),
         };

@@ -31,6 +31,11 @@ impl Model {
                 owner,
                 max,
             } => self.complete_and_claim(*by, (*task, *token), *strict, *owner, *max),
+            Op::CompleteBatch {
+                by,
+                entries,
+                strict,
+            } => self.complete_batch(*by, entries, *strict),
             Op::Fail {
                 by,
                 task,
@@ -246,12 +251,7 @@ impl Model {
         let Some(h) = self.held(task, token) else {
             return Self::fenced_out(strict);
         };
-        let keep = self.config.keep_completed || self.tasks[h].has_dependents;
-        let t = &mut self.tasks[h];
-        t.state = if keep { State::Completed } else { State::Gone };
-        t.result = result;
-        t.lease_expired = false;
-        self.parent_completed(h);
+        self.completed(h, result);
         if let Some(f) = follow_up {
             let none: &[TaskRef] = &[];
             // A valid spec into this queue: it cannot fail.
@@ -266,6 +266,17 @@ impl Model {
             );
         }
         Reply::Outcome(Outcome::Applied)
+    }
+
+    /// A held task completes: kept (its queue keeps completed tasks, or it
+    /// has dependents) or gone; its waiting children have one parent fewer.
+    fn completed(&mut self, h: Handle, result: Option<u8>) {
+        let keep = self.config.keep_completed || self.tasks[h].has_dependents;
+        let t = &mut self.tasks[h];
+        t.state = if keep { State::Completed } else { State::Gone };
+        t.result = result;
+        t.lease_expired = false;
+        self.parent_completed(h);
     }
 
     /// One statement: a lost lease still claims, unless strict (40002,
@@ -288,6 +299,46 @@ impl Model {
             Reply::Claimed(rows) => Reply::SettledAndClaimed(settled, rows),
             other => other,
         }
+    }
+
+    /// Each entry as a completion of its own, in order: a task named twice
+    /// is settled once (by then it is no longer in flight); with strict,
+    /// any entry fenced out refuses the whole batch.
+    fn complete_batch(
+        &mut self,
+        by: Session,
+        entries: &[(TaskRef, TokenRef)],
+        strict: bool,
+    ) -> Reply {
+        if let Some(refused) = Self::refused(by, Right::Work) {
+            return refused;
+        }
+        // Tasks and tokens are named as the call was made, before any
+        // entry settles.
+        let named: Vec<(Option<Handle>, i64)> = entries
+            .iter()
+            .map(|&(task, token)| {
+                let h = self.resolve(task);
+                (h, self.token(h, token))
+            })
+            .collect();
+        let mut outcomes = Vec::new();
+        for (task, token) in named {
+            let held = task.filter(|&h| {
+                self.tasks[h].state == State::InFlight && self.tasks[h].fencing_token == token
+            });
+            outcomes.push(match held {
+                Some(h) => {
+                    self.completed(h, None);
+                    Outcome::Applied
+                }
+                None => Outcome::LeaseLost,
+            });
+        }
+        if strict && outcomes.contains(&Outcome::LeaseLost) {
+            return Reply::Error(LEASE_LOST);
+        }
+        Reply::Outcomes(outcomes)
     }
 
     fn fenced_out(strict: bool) -> Reply {

@@ -148,6 +148,12 @@ pub enum Op {
         owner: u8,
         max: i32,
     },
+    /// `queue_complete_batch(task_ids, fencing_tokens, strict)`.
+    CompleteBatch {
+        by: Session,
+        entries: Vec<(TaskRef, TokenRef)>,
+        strict: bool,
+    },
     Fail {
         by: Session,
         task: TaskRef,
@@ -198,6 +204,7 @@ impl Op {
             | Op::Claim { by, .. }
             | Op::Complete { by, .. }
             | Op::CompleteAndClaim { by, .. }
+            | Op::CompleteBatch { by, .. }
             | Op::Fail { by, .. }
             | Op::Heartbeat { by, .. }
             | Op::Release { by, .. }

@@ -35,6 +35,8 @@ pub enum Reply {
     /// A settle-and-claim call: the settlement's outcome, then the claim's rows.
     SettledAndClaimed(Outcome, Vec<Claimed>),
     Outcome(Outcome),
+    /// `queue_complete_batch`: one outcome per entry, in order.
+    Outcomes(Vec<Outcome>),
     Bool(bool),
     Count(i64),
     /// The superuser's lease change, which returns nothing.

@@ -275,3 +275,24 @@ fn an_ordering_keys_line_runs_one_at_a_time_in_id_order() {
     };
     assert_eq!(enqueue(&mut m, both), Reply::Error(INVALID_PARAMETER));
 }
+
+#[test]
+fn a_batch_settles_a_task_named_twice_once() {
+    let mut m = Model::new(config());
+    enqueue(&mut m, args());
+    claim(&mut m, 1);
+    let batch = |strict| Op::CompleteBatch {
+        by: Session::Worker,
+        entries: vec![
+            (TaskRef::InFlight(0), TokenRef::Current),
+            (TaskRef::InFlight(0), TokenRef::Current),
+        ],
+        strict,
+    };
+    assert_eq!(m.apply(&batch(true)), Reply::Error(LEASE_LOST));
+    assert_eq!(m.task(0).state, State::InFlight, "strict: nothing applied");
+    assert_eq!(
+        m.apply(&batch(false)),
+        Reply::Outcomes(vec![Outcome::Applied, Outcome::LeaseLost])
+    );
+}
