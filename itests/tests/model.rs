@@ -117,6 +117,11 @@ fn op() -> impl Strategy<Value = Op> {
         5 => (session(Right::Work), proptest::collection::vec((held_ref(), token_ref()), 1..5),
               prop::bool::weighted(0.3))
             .prop_map(|(by, entries, strict)| Op::CompleteBatch { by, entries, strict }),
+        4 => (session(Right::Work), held_ref(), token_ref(), fail_how.clone(), prop::bool::weighted(0.3),
+              0u8..3, 1i32..3)
+            .prop_map(|(by, task, token, how, strict, owner, max)| Op::FailAndClaim {
+                by, task, token, how, strict, owner, max
+            }),
         9 => (session(Right::Work), held_ref(), token_ref(), fail_how)
             .prop_map(|(by, task, token, how)| Op::Fail { by, task, token, how }),
         5 => (session(Right::Work), held_ref(), token_ref(), 0u8..9)
@@ -334,22 +339,29 @@ impl Run<'_> {
                           strict => $5::bool, lease => '1 hour', max => $6::int4)",
                     &[&q, &format!("owner-{owner}"), &id, &token, strict, max],
                 );
-                match r {
-                    Err(e) => failed(&e),
-                    Ok(rows) => Reply::SettledAndClaimed(
-                        outcome(rows[0].get(0)),
-                        rows.iter()
-                            .filter(|r| r.get::<_, Option<i64>>(1).is_some())
-                            .map(|r| Claimed {
-                                task: self.handle(r.get(1)),
-                                attempts: r.get(2),
-                                fencing_token: r.get(3),
-                                priority: r.get(4),
-                                progress: number(r.get(5), "p"),
-                            })
-                            .collect(),
-                    ),
-                }
+                self.settled_and_claimed(r)
+            }
+            Op::FailAndClaim {
+                by,
+                task,
+                token,
+                how,
+                strict,
+                owner,
+                max,
+            } => {
+                let (id, token) = self.held(*task, *token);
+                let (retry_in, dead_letter) = fail_args(*how);
+                let error = format!("error at op {}", self.step);
+                let r = self.s.of(*by).query(
+                    "SELECT settled::text, task_id::int8, attempts::int4, fencing_token::int8, \
+                            priority::int8, progress \
+                     FROM aedb_queue.queue_fail_and_claim($1::text, $2::text, $3::int8, $4::int8, $5::text, \
+                          retry_in => $6::text::interval, dead_letter => $7::bool, strict => $8::bool, \
+                          lease => '1 hour', max => $9::int4)",
+                    &[&q, &format!("owner-{owner}"), &id, &token, &error, &retry_in, &dead_letter, strict, max],
+                );
+                self.settled_and_claimed(r)
             }
             Op::CompleteBatch {
                 by,
@@ -375,12 +387,7 @@ impl Run<'_> {
                 how,
             } => {
                 let (id, token) = self.held(*task, *token);
-                let (retry_in, dead_letter) = match how {
-                    FailHow::Backoff => (None, false),
-                    FailHow::RetryNow => (Some("0"), false),
-                    FailHow::RetryFar => (Some("1 hour"), false),
-                    FailHow::DeadLetter => (None, true),
-                };
+                let (retry_in, dead_letter) = fail_args(*how);
                 self.outcome(
                     *by,
                     "SELECT aedb_queue.queue_fail($1::text, $2::int8, $3::int8, $4::text, \
@@ -534,6 +541,27 @@ impl Run<'_> {
         }
     }
 
+    /// The rows of a settle-and-claim call: the settlement on each, the
+    /// claimed tasks on those with a task.
+    fn settled_and_claimed(&self, r: Result<Vec<postgres::Row>, postgres::Error>) -> Reply {
+        match r {
+            Err(e) => failed(&e),
+            Ok(rows) => Reply::SettledAndClaimed(
+                outcome(rows[0].get(0)),
+                rows.iter()
+                    .filter(|r| r.get::<_, Option<i64>>(1).is_some())
+                    .map(|r| Claimed {
+                        task: self.handle(r.get(1)),
+                        attempts: r.get(2),
+                        fencing_token: r.get(3),
+                        priority: r.get(4),
+                        progress: number(r.get(5), "p"),
+                    })
+                    .collect(),
+            ),
+        }
+    }
+
     fn follow_up_spec(&self, f: &FollowUp) -> Value {
         let mut spec = json!({ "queue": self.queue, "payload": { "op": self.step }, "priority": f.priority,
                                "backoff_base": "1 hour" });
@@ -637,6 +665,16 @@ impl Run<'_> {
                 aedb_queue_core::dependency::dead_parent_error(self.ids[*parent], why)
             }
         }
+    }
+}
+
+/// `queue_fail`'s `retry_in` and `dead_letter` for a way of failing.
+fn fail_args(how: FailHow) -> (Option<&'static str>, bool) {
+    match how {
+        FailHow::Backoff => (None, false),
+        FailHow::RetryNow => (Some("0"), false),
+        FailHow::RetryFar => (Some("1 hour"), false),
+        FailHow::DeadLetter => (None, true),
     }
 }
 

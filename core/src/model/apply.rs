@@ -36,6 +36,15 @@ impl Model {
                 entries,
                 strict,
             } => self.complete_batch(*by, entries, *strict),
+            Op::FailAndClaim {
+                by,
+                task,
+                token,
+                how,
+                strict,
+                owner,
+                max,
+            } => self.fail_and_claim(*by, (*task, *token, *how), *strict, *owner, *max),
             Op::Fail {
                 by,
                 task,
@@ -294,6 +303,33 @@ impl Model {
             refused => return refused,
         };
         // The completion's changes are settled before the claim reads.
+        self.settle();
+        match self.claim(by, owner, max) {
+            Reply::Claimed(rows) => Reply::SettledAndClaimed(settled, rows),
+            other => other,
+        }
+    }
+
+    /// As complete-and-claim, settling with a failure: a task retried at
+    /// once may be claimed again by the same call.
+    fn fail_and_claim(
+        &mut self,
+        by: Session,
+        (task, token, how): (TaskRef, TokenRef, FailHow),
+        strict: bool,
+        owner: u8,
+        max: i32,
+    ) -> Reply {
+        if let Some(refused) = Self::refused(by, Right::Work) {
+            return refused;
+        }
+        if strict && self.held(task, token).is_none() {
+            return Reply::Error(LEASE_LOST);
+        }
+        let settled = match self.fail(by, task, token, how) {
+            Reply::Outcome(o) => o,
+            refused => return refused,
+        };
         self.settle();
         match self.claim(by, owner, max) {
             Reply::Claimed(rows) => Reply::SettledAndClaimed(settled, rows),

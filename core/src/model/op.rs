@@ -148,6 +148,17 @@ pub enum Op {
         owner: u8,
         max: i32,
     },
+    /// `queue_fail_and_claim(..., error, retry_in / dead_letter, strict,
+    /// lease => '1 hour', max)`: the failure, then a claim.
+    FailAndClaim {
+        by: Session,
+        task: TaskRef,
+        token: TokenRef,
+        how: FailHow,
+        strict: bool,
+        owner: u8,
+        max: i32,
+    },
     /// `queue_complete_batch(task_ids, fencing_tokens, strict)`.
     CompleteBatch {
         by: Session,
@@ -205,6 +216,7 @@ impl Op {
             | Op::Complete { by, .. }
             | Op::CompleteAndClaim { by, .. }
             | Op::CompleteBatch { by, .. }
+            | Op::FailAndClaim { by, .. }
             | Op::Fail { by, .. }
             | Op::Heartbeat { by, .. }
             | Op::Release { by, .. }
