@@ -18,6 +18,10 @@ use postgres::Client;
 pub const PRE_WINDOW: f64 = 2.0;
 pub const WINDOW: f64 = 0.5;
 pub const BACK_AT: f64 = 0.8;
+/// The share of the rate before the fault at which the workers count as
+/// working again: what the tests assert (the machine they share can halve
+/// the rate by itself, so 80 % is reported, not asserted).
+pub const RESUMED_AT: f64 = 0.25;
 
 /// The server's clock now, in seconds since the epoch.
 pub fn server_epoch(c: &mut Client) -> f64 {
@@ -34,6 +38,8 @@ pub struct Recovery {
     /// Seconds from the reference to the first window back at the rate;
     /// `None`: not within the bound.
     pub back_after: Option<f64>,
+    /// As `back_after`, at [`RESUMED_AT`] of the rate.
+    pub resumed_after: Option<f64>,
     /// The longest time without any completion around the fault.
     pub longest_gap: f64,
     /// Completions per second in 0.5 s steps from 1 s before the fault to
@@ -51,14 +57,20 @@ impl Recovery {
 
     pub fn describe(&self) -> String {
         format!(
-            "{:.0}/s before, back (>= {:.0}%) after {}, longest gap {:.2} s",
+            "{:.0}/s before, back (>= {:.0}%) after {}, working (>= {:.0}%) after {}, \
+             longest gap {:.2} s",
             self.pre_rate,
             BACK_AT * 100.0,
-            self.back_after
-                .map_or("never".to_string(), |s| format!("{s:.2} s")),
+            seconds_or_never(self.back_after),
+            RESUMED_AT * 100.0,
+            seconds_or_never(self.resumed_after),
             self.longest_gap
         )
     }
+}
+
+fn seconds_or_never(s: Option<f64>) -> String {
+    s.map_or("not within the bound".to_string(), |s| format!("{s:.2} s"))
 }
 
 /// Commit times of the ledger's rows from `since` on, sorted.
@@ -83,11 +95,11 @@ fn rate_in(times: &[f64], from: f64, to: f64) -> f64 {
 }
 
 /// The first window start at or after `reference` (in 50 ms steps, up to
-/// `until - WINDOW`) whose rate is back at [`BACK_AT`] of `pre_rate`.
-fn first_back(times: &[f64], pre_rate: f64, reference: f64, until: f64) -> Option<f64> {
+/// `until - WINDOW`) whose rate is back at `share` of `pre_rate`.
+fn first_back(times: &[f64], pre_rate: f64, share: f64, reference: f64, until: f64) -> Option<f64> {
     let mut t = reference;
     while t + WINDOW <= until {
-        if rate_in(times, t, t + WINDOW) >= BACK_AT * pre_rate {
+        if rate_in(times, t, t + WINDOW) >= share * pre_rate {
             return Some(t - reference);
         }
         t += 0.05;
@@ -119,7 +131,7 @@ pub fn measure(
         let times = completion_times(su, ledger, fault_at - PRE_WINDOW);
         let now = server_epoch(su);
         let pre_rate = rate_in(&times, fault_at - PRE_WINDOW, fault_at);
-        let back = first_back(&times, pre_rate, reference, now);
+        let back = first_back(&times, pre_rate, BACK_AT, reference, now);
         let done = back.is_some() || now >= reference + bound;
         if done {
             let end = back.map_or(now, |b| reference + b + WINDOW);
@@ -138,6 +150,7 @@ pub fn measure(
             return Recovery {
                 pre_rate,
                 back_after: back,
+                resumed_after: first_back(&times, pre_rate, RESUMED_AT, reference, now),
                 longest_gap: longest_gap(&times, before, end),
                 timeline,
             };
@@ -231,11 +244,14 @@ mod tests {
         times.extend((0..300).map(|i| 11.0 + i as f64 * 0.01));
         let pre = rate_in(&times, 8.0, 10.0);
         assert!((pre - 100.0).abs() < 1.0);
-        let back = first_back(&times, pre, 10.0, 14.0).unwrap();
+        let back = first_back(&times, pre, BACK_AT, 10.0, 14.0).unwrap();
         // The first window holding 80% starts at 10.9 (0.4 s of it at 100/s).
         assert!((back - 0.9).abs() < 0.06, "{back}");
         assert!((longest_gap(&times, 9.99, 12.0) - 1.01).abs() < 0.001);
-        assert_eq!(first_back(&times[..1000], pre, 10.0, 14.0), None);
+        assert_eq!(first_back(&times[..1000], pre, BACK_AT, 10.0, 14.0), None);
+        // A quarter of the rate: 0.125 s of the window at 100/s.
+        let resumed = first_back(&times, pre, RESUMED_AT, 10.0, 14.0).unwrap();
+        assert!((resumed - 0.625).abs() < 0.06, "{resumed}");
     }
 
     #[test]
