@@ -33,5 +33,5 @@ pub fn is_connection_fault(e: &postgres::Error) -> bool {
 
 /// Long variants (more kills, more workers, longer storms): `AEDB_CHAOS_LONG=1`.
 pub fn long_run() -> bool {
-    std::env::var("AEDB_CHAOS_LONG").map_or(false, |v| v == "1")
+    std::env::var("AEDB_CHAOS_LONG").is_ok_and(|v| v == "1")
 }

@@ -174,7 +174,7 @@ impl Producers {
             thread::sleep(Duration::from_millis(10));
             return Ok(());
         }
-        let ids = if round % 4 == 0 {
+        let ids = if round.is_multiple_of(4) {
             self.enqueue_one(c)?
         } else {
             self.batches_in_flight.fetch_add(1, Ordering::SeqCst);

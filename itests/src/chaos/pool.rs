@@ -126,7 +126,7 @@ impl WorkerPool {
                 Err(RecvTimeoutError::Disconnected) => unreachable!("the pool holds a sender"),
             };
             let current = self.slots[seen.slot].generation == seen.generation;
-            if current && phase.map_or(true, |p| p == seen.phase) {
+            if current && phase.is_none_or(|p| p == seen.phase) {
                 self.kill_and_respawn(seen.slot);
                 return Some(seen.slot);
             }

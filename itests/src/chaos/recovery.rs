@@ -139,8 +139,7 @@ pub fn measure(
             let before = times
                 .iter()
                 .copied()
-                .filter(|t| *t < fault_at)
-                .last()
+                .rfind(|t| *t < fault_at)
                 .unwrap_or(fault_at);
             let timeline = (0..40)
                 .map(|i| fault_at - 1.0 + 0.5 * i as f64)
