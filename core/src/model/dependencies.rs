@@ -60,8 +60,10 @@ impl Model {
 
     /// A parent left without completing (`why`: "was dead-lettered", "was
     /// cancelled"): its links go; each waiting child runs anyway or is
-    /// dead-lettered naming it, and that child's own children in turn.
+    /// dead-lettered naming it, and then those children's own children in
+    /// turn (a child of both is dead-lettered by the parent that failed).
     pub(super) fn parent_failed(&mut self, parent: Handle, why: &'static str) {
+        let mut dead = Vec::new();
         for child in std::mem::take(&mut self.tasks[parent].children) {
             if self.tasks[child].state != State::Waiting {
                 continue;
@@ -73,8 +75,11 @@ impl Model {
                 c.state = State::Dead;
                 c.waiting_on = 0;
                 c.last_error = Some(LastError::Parent { parent, why });
-                self.parent_failed(child, "was dead-lettered");
+                dead.push(child);
             }
+        }
+        for child in dead {
+            self.parent_failed(child, "was dead-lettered");
         }
     }
 

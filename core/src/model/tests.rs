@@ -296,3 +296,27 @@ fn a_batch_settles_a_task_named_twice_once() {
         Reply::Outcomes(vec![Outcome::Applied, Outcome::LeaseLost])
     );
 }
+
+#[test]
+fn a_child_of_a_failed_parent_and_of_its_child_names_the_parent() {
+    // Found by the property test (shrunk to 6 ops): the model dead-lettered
+    // depth first, so the grandchild named the child.
+    let mut m = Model::new(config());
+    enqueue(&mut m, args());
+    let waits = |on: Vec<u8>| EnqueueArgs {
+        wait_for: on.into_iter().map(TaskRef::Known).collect(),
+        ..args()
+    };
+    enqueue(&mut m, waits(vec![0]));
+    enqueue(&mut m, waits(vec![0, 1]));
+    m.apply(&Op::Cancel {
+        by: Session::Admin,
+        task: TaskRef::Known(0),
+    });
+    let cancelled = Some(LastError::Parent {
+        parent: 0,
+        why: "was cancelled",
+    });
+    assert_eq!(m.task(1).last_error, cancelled);
+    assert_eq!(m.task(2).last_error, cancelled);
+}
