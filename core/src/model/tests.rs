@@ -320,3 +320,33 @@ fn a_child_of_a_failed_parent_and_of_its_child_names_the_parent() {
     assert_eq!(m.task(1).last_error, cancelled);
     assert_eq!(m.task(2).last_error, cancelled);
 }
+
+#[test]
+fn a_kept_completed_task_reads_with_its_result_and_no_error() {
+    let mut m = Model::new(Config {
+        keep_completed: true,
+        ..config()
+    });
+    enqueue(&mut m, args());
+    claim(&mut m, 1);
+    m.apply(&Op::Fail {
+        by: Session::Worker,
+        task: TaskRef::Known(0),
+        token: TokenRef::Current,
+        how: FailHow::RetryNow,
+    });
+    claim(&mut m, 1);
+    m.apply(&Op::Complete {
+        by: Session::Worker,
+        task: TaskRef::Known(0),
+        token: TokenRef::Current,
+        result: Some(7),
+        follow_up: None,
+        strict: false,
+    });
+    let row = &m.rows()[0];
+    assert_eq!(
+        (row.state, row.result, &row.last_error),
+        ("completed", Some(7), &None)
+    );
+}
