@@ -10,6 +10,7 @@ mod fire;
 mod inspect;
 mod overview;
 mod reap;
+pub use reap::take_retention_behind;
 mod schedule;
 mod settle;
 mod settle_and_claim;

@@ -14,6 +14,19 @@ use crate::srf::TableIterator;
 use crate::store::{self, Reaped};
 use crate::subtransaction::in_subtransaction;
 
+thread_local! {
+    /// Set when a pass deleted as many kept tasks or keys as its budget
+    /// allowed in some queue: more are due. Read (and cleared) by the
+    /// background reaper in this backend, which then passes again at once,
+    /// as it does for timers and leases (queue_reap's columns don't say).
+    static RETENTION_BEHIND: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether a pass since the last call left due retention work behind.
+pub fn take_retention_behind() -> bool {
+    RETENTION_BEHIND.with(|behind| behind.replace(false))
+}
+
 /// Reaps one queue: up to `promote` due timers and `reclaim` expired
 /// leases, then expires kept completed tasks and idempotency keys.
 fn reap_queue(queue: &str, promote: i32, reclaim: i32) -> Result<Reaped> {
@@ -30,9 +43,12 @@ fn reap_queue(queue: &str, promote: i32, reclaim: i32) -> Result<Reaped> {
     let keep = settings
         .keep_completed
         .unwrap_or(crate::duration::interval(0));
-    store::expire_completed(queue, keep, limit)?;
+    let mut expired = store::expire_completed(queue, keep, limit)?;
     if let Some(keep) = settings.keep_idempotency_keys {
-        store::expire_keys(queue, keep, limit)?;
+        expired = expired.max(store::expire_keys(queue, keep, limit)?);
+    }
+    if expired >= limit as i64 {
+        RETENTION_BEHIND.with(|behind| behind.set(true));
     }
     Ok(reaped)
 }

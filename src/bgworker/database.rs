@@ -84,8 +84,10 @@ fn pass() -> Pass {
          FROM aedb_queue.queue_reap(NULL, $1::integer) r",
         &[(MAX_PER_PASS as i64).into()],
     );
+    // Taken whatever the pass returned, so a failed pass leaves no flag.
+    let retention_behind = crate::api::take_retention_behind();
     Pass::Reaped {
-        more: budget_used.ok().flatten() == Some(true),
+        more: budget_used.ok().flatten() == Some(true) || retention_behind,
         next_fire: next_fire(),
     }
 }
