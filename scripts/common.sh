@@ -9,7 +9,9 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 log() { printf '\n== %s\n' "$*"; }
 
 # Runs a command as the postgres OS user (Postgres refuses to run as root).
-as_postgres() { runuser -u postgres -- "$@"; }
+# Without RUST_BACKTRACE: a server that inherits it puts a Rust backtrace in
+# the DETAIL of errors raised inside the extension (docs/chaos.md).
+as_postgres() { runuser -u postgres -- env -u RUST_BACKTRACE -u RUST_LIB_BACKTRACE "$@"; }
 
 # A directory the postgres user owns, created if missing.
 postgres_dir() { mkdir -p "$1" && chown postgres:postgres "$1"; }

@@ -374,6 +374,10 @@ fn run_as_postgres(cmd: &mut Command, what: &str) -> Result<(), String> {
         c.args(cmd.get_args());
         c
     };
+    // A server that inherits RUST_BACKTRACE puts a Rust backtrace in the
+    // DETAIL of every error raised inside the extension's SPI calls, at
+    // ~0.2 s each (docs/chaos.md): the tests' servers run as production's.
+    full.env_remove("RUST_BACKTRACE").env_remove("RUST_LIB_BACKTRACE");
     // Stdin from /dev/null and captured output: the postmaster (started by
     // pg_ctl with -l) must not hold on to the test runner's pipes.
     let out = full
