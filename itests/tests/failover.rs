@@ -54,7 +54,9 @@ struct Run {
     killed_at: f64,
     promoted_at: f64,
     pre_fault_rate: f64,
-    recovery: Option<f64>,
+    /// Seconds from the promotion to 80 % of the reachable rate, and that
+    /// rate (`Acks::reachable_rate`).
+    recovery: Option<(f64, f64)>,
     /// Tasks in flight on the new primary right after the promotion:
     /// (task id, token, lease deadline).
     in_flight: Vec<(i64, i64, SystemTime)>,
@@ -226,6 +228,7 @@ fn run_failover(mode: Replication, stall: Option<Duration>, scenario: &mut dyn S
     let mut in_flight = Vec::new();
     let mut killed_before = SystemTime::UNIX_EPOCH;
     let mut promoted_server = SystemTime::UNIX_EPOCH;
+    let mut recovery = None;
     thread::scope(|s| {
         // Stops the load however this closure ends: a panic here must not
         // leave the scope waiting for threads that never stop.
@@ -262,7 +265,7 @@ fn run_failover(mode: Replication, stall: Option<Duration>, scenario: &mut dyn S
         in_flight = tasks_in_flight(&standby.cluster, killed_before);
         scenario.after_promotion(&standby.cluster);
         marks = (fault_at, killed_at, promoted_at);
-        wait_for_recovery(&acks, fault_at, promoted_at);
+        recovery = wait_for_recovery(&acks, fault_at, promoted_at);
         stop_producers.store(true, Ordering::SeqCst);
         let drained = wait_empty(
             &mut standby.cluster.connect(),
@@ -274,7 +277,6 @@ fn run_failover(mode: Replication, stall: Option<Duration>, scenario: &mut dyn S
     });
     let (fault_at, killed_at, promoted_at) = marks;
     let pre_fault_rate = acks.rate(fault_at - 2.0, fault_at);
-    let recovery = acks.recovered_after(promoted_at, acks.now(), pre_fault_rate, 0.8);
     let mut su = standby.cluster.connect();
     assert!(
         wait_empty(&mut su, "zombie", Duration::from_secs(1)),
@@ -353,16 +355,20 @@ fn crash_with_sender_stopped(primary: &Cluster, sender: i32) {
 
 /// Lets the load run until the workers have been back at 80 % of the
 /// pre-fault rate for a moment, or `AFTER_PROMOTION_MAX` passed.
-fn wait_for_recovery(acks: &Acks, fault_at: f64, promoted_at: f64) {
-    let rate = acks.rate(fault_at - 2.0, fault_at);
+/// Returns the recovery time and the rate it was measured against.
+fn wait_for_recovery(acks: &Acks, fault_at: f64, promoted_at: f64) -> Option<(f64, f64)> {
+    // At least 2 s of load on the new primary, for its enqueue rate.
+    thread::sleep(Duration::from_secs(2));
     while acks.now() < promoted_at + AFTER_PROMOTION_MAX {
+        let rate = acks.reachable_rate(fault_at, promoted_at);
         if let Some(r) = acks.recovered_after(promoted_at, acks.now(), rate, 0.8) {
             if acks.now() > promoted_at + r + 1.5 {
-                return;
+                return Some((r, rate));
             }
         }
         thread::sleep(Duration::from_millis(100));
     }
+    None
 }
 
 /// The tasks in flight on the new primary under a claim made on the old
@@ -712,7 +718,9 @@ fn print_run(label: &str, run: &Run) -> Window {
         run.acks
             .first_completion_after(run.promoted_at)
             .map_or("never".to_string(), |r| format!("{r:.3} s")),
-        run.recovery.map_or("not within the run".to_string(), |r| format!("{r:.2} s after promotion")),
+        run.recovery.map_or("not within the run".to_string(), |(r, rate)| format!(
+            "{r:.2} s after promotion (of {rate:.0}/s: the pre-fault rate, or the producers' after the promotion if lower)"
+        )),
     );
     Window {
         lost_enqueues: lost.len(),

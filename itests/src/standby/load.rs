@@ -108,6 +108,29 @@ impl Acks {
         n as f64 / (to - from)
     }
 
+    /// Acknowledged enqueues per second in `[from, to)`.
+    pub fn enqueue_rate(&self, from: f64, to: f64) -> f64 {
+        let n = self
+            .enqueued
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|a| a.at >= from && a.at < to)
+            .count();
+        n as f64 / (to - from)
+    }
+
+    /// The completion rate workers can be back at after a fault, in
+    /// completions per second: their rate in the 2 s before `fault_at`,
+    /// unless the producers enqueue less than that since `promoted_at`
+    /// (before the fault the workers may have been eating a backlog, after
+    /// it they may be waiting for the producers).
+    pub fn reachable_rate(&self, fault_at: f64, promoted_at: f64) -> f64 {
+        let before = self.rate(fault_at - 2.0, fault_at);
+        let demand = self.enqueue_rate(promoted_at, self.now());
+        before.min(demand)
+    }
+
     /// Seconds from `since` to the start of the first 1 s window (moved
     /// in 50 ms steps, starting at `since`) in which completions reached
     /// `share` of `rate` (completions per second); `None` if no window
