@@ -191,12 +191,22 @@ pub fn failover_dsn(primary: &Cluster, standby: &Standby, user: &str) -> String 
 
 /// Sends `signal` (`STOP`, `CONT`, `KILL`) to a server process.
 pub fn signal_process(pid: i32, signal: &str) {
-    let status = Command::new("kill")
+    assert!(
+        try_signal_process(pid, signal),
+        "kill -{signal} {pid} failed"
+    );
+}
+
+/// As [`signal_process`]; false when it could not be sent (the process is
+/// gone).
+pub fn try_signal_process(pid: i32, signal: &str) -> bool {
+    Command::new("kill")
         .arg(format!("-{signal}"))
         .arg(pid.to_string())
+        .stderr(std::process::Stdio::null())
         .status()
-        .expect("run kill");
-    assert!(status.success(), "kill -{signal} {pid} failed");
+        .expect("run kill")
+        .success()
 }
 
 /// `pg_basebackup -R` of `primary` into a fresh directory: a `Cluster`
