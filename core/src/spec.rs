@@ -15,7 +15,7 @@ pub const MAX_FOLLOW_UPS: usize = 1_000;
 /// limit (`aedb_queue.max_payload_bytes`) is larger (SQLSTATE 54000 above).
 pub const MAX_FOLLOW_UPS_BYTES: usize = 16 * 1024 * 1024;
 
-const KNOWN_KEYS: &[&str] = &[
+pub const KNOWN_KEYS: &[&str] = &[
     "queue",
     "payload",
     "delay",

@@ -151,21 +151,8 @@ impl Value {
     }
 }
 
-const KEYS: &[&str] = &[
-    "queue",
-    "payload",
-    "delay",
-    "priority",
-    "max_attempts",
-    "backoff_base",
-    "backoff_max",
-    "idempotency_key",
-    "wait_for",
-    "on_parent_failure",
-    "concurrency_key",
-    "ordering_key",
-    "fairness_key",
-];
+/// The keys a follow-up spec may hold, as the parser knows them.
+const KEYS: &[&str] = aedb_queue_core::spec::KNOWN_KEYS;
 
 fn number_text() -> impl Strategy<Value = String> {
     prop_oneof![
