@@ -21,3 +21,7 @@ for f in sql/archive/aedb_queue--*.sql; do
     install -m 644 "$f" "$extdir/"
 done
 echo "installed frozen install scripts: $(cd sql/archive && echo aedb_queue--*.sql) -> $extdir"
+
+# The router (router/, docs/scale-out.md): SQL only, installed beside it.
+install -m 644 router/aedb_queue_router.control router/sql/aedb_queue_router--*.sql "$extdir/"
+echo "installed the router: aedb_queue_router.control $(cd router/sql && echo aedb_queue_router--*.sql) -> $extdir"

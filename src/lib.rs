@@ -62,6 +62,8 @@ mod tests_settle_and_claim;
 ::pgrx::pg_module_magic!();
 
 extension_sql_file!("../sql/schema.sql", name = "schema", bootstrap);
+// Shard numbers for the router (docs/scale-out.md): SQL over the task id sequence.
+extension_sql_file!("../sql/shard.sql", name = "shard", requires = ["schema"]);
 extension_sql_file!("../sql/security.sql", name = "security", finalize);
 
 #[pg_guard]
