@@ -5,12 +5,13 @@
 # Python package's tests run in a virtualenv), chromium, nodejs and npm (the
 # dashboard's browser tests, clients/cli/browser: playwright-core from npm
 # drives Debian's headless chromium), pgbouncer (the connection-pooler tests,
-# itests/tests/pgbouncer.rs), cargo-pgrx 0.18.1.
+# itests/tests/pgbouncer.rs), PL/Proxy (the router over several shards,
+# router/ and docs/scale-out.md), cargo-pgrx 0.18.1.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
 packages=(postgresql-15 postgresql-server-dev-15 postgresql-15-cron libclang-dev clang sudo pkg-config python3-venv
-          chromium nodejs npm pgbouncer)
+          chromium nodejs npm pgbouncer postgresql-15-plproxy)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' && continue

@@ -22,6 +22,8 @@ cargo pgrx test pg$PG_MAJOR --runas postgres --pgdata "$WORK/pg_test/data"
 log "3/9 pg_regress (the SQL surface as examples; installs the extension into PostgreSQL $PG_MAJOR)"
 bash scripts/install.sh
 bash scripts/regress.sh
+# The same examples of the worker surface through the router over three shards, and the router's own.
+bash scripts/router_regress.sh
 
 log "4/9 isolation specs (pg_isolation_regress: fixed interleavings of concurrent sessions)"
 bash scripts/isolation.sh
