@@ -12,7 +12,9 @@ END $$;
 CREATE DATABASE aedb_shard_check;
 \c aedb_shard_check
 CREATE EXTENSION aedb_queue;
+SET client_min_messages = warning;  -- (a member already when the cluster is reused)
 GRANT aedb_queue_admin TO shard_admin;
+RESET client_min_messages;
 
 -- An unsharded node is shard 0; its ids start at 1.
 SELECT aedb_queue.queue_shard();
