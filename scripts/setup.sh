@@ -42,14 +42,15 @@ if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
 fi
 
 # The fixed ports of our clusters (demo 54329, regress 54331, upgrade test
-# 54332, bench 54340, browser tests 54346-54347) lie in Linux's ephemeral
+# 54332, bench 54340, browser tests 54346-54347, shards and router 54350-54353,
+# the router's regress 54370-54373, its bench 54380-54383) lie in Linux's ephemeral
 # port range, so a client socket (thousands in a test run) can hold one just
 # when a cluster starts. Reserve them; best effort, as a container may not
 # allow it.
 reserved=/proc/sys/net/ipv4/ip_local_reserved_ports
-if [ -w "$reserved" ] && ! grep -q '54329-54349' "$reserved"; then
+if [ -w "$reserved" ] && ! grep -q '54329-54389' "$reserved"; then
     current=$(cat "$reserved")
-    echo "${current:+$current,}54329-54349" >"$reserved" 2>/dev/null || true
+    echo "${current:+$current,}54329-54389" >"$reserved" 2>/dev/null || true
 fi
 
 if ! cargo pgrx --version 2>/dev/null | grep -q "$PGRX_VERSION"; then
