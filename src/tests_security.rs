@@ -576,7 +576,7 @@ mod tests {
              queue_enqueue queue_enqueue_batch queue_errors queue_fail queue_fail_and_claim queue_find queue_get queue_grant \
              queue_heartbeat queue_list queue_overview queue_parents queue_pause queue_purge queue_reap queue_release queue_resume \
              queue_retry_dead queue_revoke queue_schedule_delete queue_schedule_list \
-             queue_schedule_pause queue_schedule_resume queue_schedule_upsert queue_unconfine \
+             queue_schedule_pause queue_schedule_resume queue_schedule_upsert queue_shard queue_shard_assign queue_unconfine \
              schedule_reaper unschedule_reaper"
         );
     }
