@@ -92,12 +92,19 @@ LANGUAGE sql STABLE AS $$
 $$;
 
 -- The shards in this session's turn order for `kind` (claim, enqueue):
--- starting after the last shard that served, so sessions spread their
--- calls over the shards and none is drained first.
+-- starting after the last shard that served, so a session spreads its
+-- calls over the shards. A new session starts at the shard its backend's
+-- pid picks, so sessions that make one call each (short-lived producers)
+-- spread too, and workers started together do not all drain one shard
+-- first.
 CREATE FUNCTION aedb_queue_shard.rotation(kind text) RETURNS SETOF integer
 LANGUAGE sql STABLE AS $$
-    SELECT s.shard FROM aedb_queue_shard.shard s
-    ORDER BY s.shard <= coalesce(nullif(pg_catalog.current_setting('aedb_queue_router.last_' || kind, true), '')::integer, 0),
+    SELECT s.shard
+    FROM (SELECT x.shard, row_number() OVER (ORDER BY x.shard) - 1 AS i, count(*) OVER () AS n
+          FROM aedb_queue_shard.shard x) s,
+         LATERAL (SELECT nullif(pg_catalog.current_setting('aedb_queue_router.last_' || kind, true), '')::integer AS last) l
+    ORDER BY CASE WHEN l.last IS NULL THEN (s.i + s.n - pg_catalog.pg_backend_pid() % s.n) % s.n
+                  ELSE (s.shard <= l.last)::integer END,
              s.shard
 $$;
 

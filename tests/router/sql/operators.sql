@@ -7,13 +7,15 @@ SELECT * FROM aedb_queue.queue_resume('ops');
 SELECT shard, max_attempts, default_lease, paused, error_code
 FROM aedb_queue.queue_configure('ops', max_attempts => 1, default_lease => '2 minutes');
 
--- Dead letters and purges, per shard.
+-- Dead letters and purges, per shard (dead_letter => true: the tasks were
+-- enqueued before max_attempts changed and keep the attempts they had, so
+-- a plain failure would schedule a retry that a slow run sees come due).
 SELECT count(*) AS failed FROM aedb_queue.queue_claim('ops', 'w', max => 10) c,
-    LATERAL aedb_queue.queue_fail('ops', c.task_id, c.fencing_token, 'no');
+    LATERAL aedb_queue.queue_fail('ops', c.task_id, c.fencing_token, 'no', dead_letter => true);
 SELECT count(*) AS failed FROM aedb_queue.queue_claim('ops', 'w', max => 10) c,
-    LATERAL aedb_queue.queue_fail('ops', c.task_id, c.fencing_token, 'no');
+    LATERAL aedb_queue.queue_fail('ops', c.task_id, c.fencing_token, 'no', dead_letter => true);
 SELECT count(*) AS failed FROM aedb_queue.queue_claim('ops', 'w', max => 10) c,
-    LATERAL aedb_queue.queue_fail('ops', c.task_id, c.fencing_token, 'no');
+    LATERAL aedb_queue.queue_fail('ops', c.task_id, c.fencing_token, 'no', dead_letter => true);
 SELECT sum(dead) AS dead FROM aedb_queue.queue_overview() WHERE queue = 'ops';
 SELECT sum(result) AS retried, count(*) FILTER (WHERE error IS NULL) AS shards_answered
 FROM aedb_queue.queue_retry_dead('ops');

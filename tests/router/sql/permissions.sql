@@ -23,7 +23,9 @@ SELECT * FROM aedb_queue.queue_pause('b_mail');
 -- ... a task of b's named under a's queue: no such task there...
 SELECT aedb_queue.queue_complete('a_mail', :b_task, 1) AS completed;
 -- ... the shard functions behind the router, called directly...
+SET client_min_messages = warning; -- PL/Proxy's NOTICE when it drops an idle connection
 SELECT * FROM aedb_queue_shard.queue_claim(1, 'b_mail', 'a-worker', NULL, 1);
+RESET client_min_messages;
 -- ... another role taken with SET ROLE (the shards would see only that
 -- role, not the confined login behind it)...
 SET ROLE app_shared;

@@ -1,9 +1,10 @@
 -- Task ids say which shard holds them: shard n's ids start at n * 2^48 + 1.
 SELECT shard, available, reports_shard FROM aedb_queue.queue_router_shards();
 
--- Tasks without a routing key are spread: each enqueue of a session goes to
--- the next shard.
-SELECT task_id >> 48 AS shard
+-- Tasks without a routing key are spread: a session's first goes to the
+-- shard its backend's pid picks (so sessions that make one call each spread
+-- too), each next one to the next shard.
+SELECT n, task_id >> 48 = (pg_backend_pid() + n - 1) % 3 + 1 AS in_turn
 FROM generate_series(1, 4) n, aedb_queue.queue_enqueue('spread', jsonb_build_object('n', n));
 
 -- A key always lands on the same shard (rendezvous hashing over the shards):
