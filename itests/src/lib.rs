@@ -30,8 +30,9 @@
 pub mod chaos;
 mod fault_drain;
 pub use fault_drain::*;
-pub mod standby;
 pub mod pgbouncer;
+pub mod shards;
+pub mod standby;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -133,6 +134,14 @@ impl Cluster {
     /// As [`Cluster::start`], with `conf` appended to postgresql.conf (such
     /// as `shared_preload_libraries` for the background-worker reaper).
     pub fn start_with(conf: &str) -> Cluster {
+        let cluster = Cluster::start_empty(conf);
+        cluster.create_database();
+        cluster
+    }
+
+    /// initdb + start only: no test database, no extension, no roles (the
+    /// router's cluster, [`shards`], holds none of `aedb_queue`).
+    pub(crate) fn start_empty(conf: &str) -> Cluster {
         let root = make_root_dir();
         let data = root.join("data");
         let log = root.join("server.log");
@@ -167,7 +176,6 @@ impl Cluster {
             match cluster.pg_ctl_start() {
                 Ok(()) => {
                     register_for_cleanup(&cluster);
-                    cluster.create_database();
                     return cluster;
                 }
                 Err(e) => {
@@ -377,7 +385,8 @@ fn run_as_postgres(cmd: &mut Command, what: &str) -> Result<(), String> {
     // A server that inherits RUST_BACKTRACE puts a Rust backtrace in the
     // DETAIL of every error raised inside the extension's SPI calls, at
     // ~0.2 s each (docs/chaos.md): the tests' servers run as production's.
-    full.env_remove("RUST_BACKTRACE").env_remove("RUST_LIB_BACKTRACE");
+    full.env_remove("RUST_BACKTRACE")
+        .env_remove("RUST_LIB_BACKTRACE");
     // Stdin from /dev/null and captured output: the postmaster (started by
     // pg_ctl with -l) must not hold on to the test runner's pipes.
     let out = full
