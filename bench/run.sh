@@ -6,6 +6,15 @@
 #                                the soak (issue 15), alone: steady load with
 #                                retries, timers, dead letters and reaping for
 #                                30 minutes (--trial: 4), results in bench/results/soak/
+#   bash bench/run.sh --only router
+#                                the router (issue 16), alone, about 4 minutes: its own
+#                                3 shard clusters and router (scripts/shards.sh, ports
+#                                54380-54383: AEDB_BENCH_SHARDS_PORT, AEDB_BENCH_SHARDS_DIR),
+#                                per-call overhead and drains of 1 and 3 shards,
+#                                results in bench/results/router/; the clusters are
+#                                stopped at the end
+# AEDB_BENCH_NO_INSTALL=1: the extension and the router are installed already
+# (scripts/install.sh), use them as they are.
 # Extra arguments go to the harness (e.g. --systems aedb_queue,pgq --reps 1).
 # Results: bench/results/latest.md and bench/results/throughput.png.
 set -euo pipefail
@@ -23,9 +32,10 @@ done
 if ((${#missing[@]})); then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
-# The soak needs only the extension and the cluster: none of the peers.
-soak_only=
+# The soak and the router need only the extension and their clusters: none of the peers.
+soak_only= router_only=
 [[ " $* " == *" --only soak "* ]] && soak_only=1
+[[ " $* " == *" --only router "* ]] && router_only=1 && soak_only=1
 if [ -z "$soak_only" ]; then
 (cd bench/peers/node && { [ -d node_modules ] || npm ci --no-audit --no-fund; })
 # pgmq is SQL-only: the harness installs it into each fresh database with the
@@ -59,8 +69,20 @@ fi
 # pgbench for the floor comes from the PostgreSQL the cluster runs from.
 export AEDB_PG_BIN="$PG_BIN"
 
-log "building and installing aedb_queue (release)"
-bash scripts/install.sh --release >/dev/null
+if [ -z "${AEDB_BENCH_NO_INSTALL:-}" ]; then
+    log "building and installing aedb_queue (release)"
+    bash scripts/install.sh --release >/dev/null
+fi
+if [ -n "$router_only" ]; then
+    export AEDB_SHARDS_DIR=${AEDB_BENCH_SHARDS_DIR:-/var/tmp/aedb_queue_bench_shards}
+    export AEDB_SHARDS_PORT=${AEDB_BENCH_SHARDS_PORT:-54380}
+    log "shards and router: $AEDB_SHARDS_DIR, ports $AEDB_SHARDS_PORT-$((AEDB_SHARDS_PORT + 3))"
+    bash scripts/shards.sh start --shards 3 --fresh
+    trap 'bash scripts/shards.sh stop >/dev/null 2>&1 || true' EXIT
+    log "benchmark: the router"
+    cargo run --release -q -p aedb_queue_bench -- --port "$AEDB_SHARDS_PORT" --shards-dir "$AEDB_SHARDS_DIR" "$@"
+    exit
+fi
 # The library preloaded (reaper off): its shared-memory counters are on, as
 # in production, and the dashboard section compares them on and off.
 AEDB_PRELOAD=aedb_queue AEDB_CLUSTER_DIR=${AEDB_BENCH_DIR:-/var/tmp/aedb_queue_bench} AEDB_PORT=${AEDB_BENCH_PORT:-54340} bash scripts/cluster.sh start

@@ -11,6 +11,7 @@ mod db;
 mod floor;
 mod node;
 mod report;
+mod router;
 mod scenarios;
 mod soak;
 mod systems;
@@ -71,8 +72,8 @@ struct Args {
     #[arg(long, default_value_t = 54329)]
     port: u16,
     /// Run only these scenarios (floor, enqueue, drain, keys, fair, runtimes, steady,
-    /// clutter, long_tx, churn, dashboard, soak), for investigating one; the default runs them
-    /// all but dashboard and soak, which run only when named, alone.
+    /// clutter, long_tx, churn, dashboard, soak, router), for investigating one; the default
+    /// runs them all but dashboard, soak and router, which run only when named, alone.
     #[arg(long, value_delimiter = ',')]
     only: Option<Vec<String>>,
     /// The dashboard scenario's `aedb-queue` binary (default: the
@@ -104,6 +105,25 @@ struct Args {
     /// Soak: seconds between samples.
     #[arg(long, default_value_t = 10)]
     sample_seconds: u64,
+    /// Router (`--only router`, alone; --port is the router's): the
+    /// clusters' directory of scripts/shards.sh (AEDB_SHARDS_DIR).
+    #[arg(long, default_value = "/var/tmp/aedb_queue_bench_shards")]
+    shards_dir: PathBuf,
+    /// Router: calls of each kind by each path in the per-call comparison.
+    #[arg(long, default_value_t = 600)]
+    router_calls: usize,
+    /// Router: the interleaved rounds those calls are made in.
+    #[arg(long, default_value_t = 12)]
+    router_rounds: usize,
+    /// Router: tasks per drain.
+    #[arg(long, default_value_t = 15_000)]
+    router_tasks: usize,
+    /// Router: worker connections of the drains.
+    #[arg(long, default_value_t = 8)]
+    router_workers: usize,
+    /// Router: repetitions of each drain.
+    #[arg(long, default_value_t = 3)]
+    router_reps: usize,
     /// Where latest.md and throughput.png go.
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/results"))]
     out: PathBuf,
@@ -955,6 +975,27 @@ async fn main() -> Result<()> {
             workers: args.soak_workers,
             rate: args.soak_rate,
             out: args.out.join(trial_dir),
+        })
+        .await;
+    }
+    // The router (issue 16) runs only when named (`--only router`), alone,
+    // against the shards and router bench/run.sh starts, and writes
+    // results/router/.
+    if args
+        .only
+        .as_ref()
+        .is_some_and(|o| o.iter().any(|s| s == "router"))
+    {
+        return router::run(router::Options {
+            host: cluster.host.clone(),
+            port: cluster.port,
+            shards_dir: args.shards_dir.clone(),
+            calls: args.router_calls,
+            rounds: args.router_rounds.max(1),
+            tasks: args.router_tasks,
+            workers: args.router_workers,
+            reps: args.router_reps.max(1),
+            out: args.out.clone(),
         })
         .await;
     }
