@@ -92,6 +92,26 @@ fn follow_up() -> impl Strategy<Value = Option<FollowUp>> {
     ]
 }
 
+/// `queue_enqueue_batch` takes no idempotency key: one set of options
+/// (the single enqueue's otherwise) for all its entries.
+fn batch_args() -> impl Strategy<Value = EnqueueArgs> {
+    enqueue_args().prop_map(|args| EnqueueArgs {
+        idempotency_key: None,
+        ..args
+    })
+}
+
+fn purge_state() -> impl Strategy<Value = PurgeState> {
+    let known: Vec<PurgeState> = PurgeState::ALL
+        .into_iter()
+        .filter(|s| *s != PurgeState::Unknown)
+        .collect();
+    prop_oneof![
+        14 => proptest::sample::select(known),
+        1 => Just(PurgeState::Unknown)
+    ]
+}
+
 fn op() -> impl Strategy<Value = Op> {
     let fail_how = prop_oneof![
         Just(FailHow::Backoff),
@@ -103,6 +123,8 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         30 => (session(Right::Produce), enqueue_args(), prop::bool::weighted(0.9))
             .prop_map(|(by, args, commit)| Op::Enqueue { by, args, commit }),
+        8 => (session(Right::Produce), batch_args(), 1u8..5, prop::bool::weighted(0.9))
+            .prop_map(|(by, args, entries, commit)| Op::EnqueueBatch { by, args, entries, commit }),
         20 => (session(Right::Work), 0u8..3, 1i32..4)
             .prop_map(|(by, owner, max)| Op::Claim { by, owner, max }),
         16 => (session(Right::Work), held_ref(), token_ref(), proptest::option::of(0u8..9),
@@ -132,6 +154,8 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(by, task)| Op::Cancel { by, task }),
         4 => (session(Right::Administer), proptest::option::of(task_ref()))
             .prop_map(|(by, task)| Op::RetryDead { by, task }),
+        3 => (session(Right::Administer), purge_state(), prop::bool::weighted(0.8))
+            .prop_map(|(by, state, force)| Op::Purge { by, state, force }),
         1 => session(Right::Administer).prop_map(|by| Op::Pause { by }),
         3 => session(Right::Administer).prop_map(|by| Op::Resume { by }),
         4 => held_ref().prop_map(|task| Op::ExpireLease { task }),
@@ -277,6 +301,12 @@ impl Run<'_> {
         let q = self.queue.clone();
         match op {
             Op::Enqueue { by, args, commit } => self.enqueue(*by, args, *commit),
+            Op::EnqueueBatch {
+                by,
+                args,
+                entries,
+                commit,
+            } => self.enqueue_batch(*by, args, *entries, *commit),
             Op::Claim { by, owner, max } => {
                 let r = self.s.of(*by).query(
                     "SELECT task_id::int8, attempts::int4, fencing_token::int8, priority::int8, progress \
@@ -461,6 +491,15 @@ impl Run<'_> {
                     Err(e) => failed(&e),
                 }
             }
+            Op::Purge { by, state, force } => {
+                match self.s.of(*by).query_one(
+                    "SELECT aedb_queue.queue_purge($1::text, $2::text, force => $3::bool)::int8",
+                    &[&q, &state.as_str(), force],
+                ) {
+                    Ok(r) => Reply::Count(r.get(0)),
+                    Err(e) => failed(&e),
+                }
+            }
             Op::Pause { by } | Op::Resume { by } => {
                 let f = if matches!(op, Op::Pause { .. }) {
                     "queue_pause"
@@ -539,6 +578,73 @@ impl Run<'_> {
             task: self.handle(id),
             deduplicated,
         }
+    }
+
+    /// `queue_enqueue_batch` with the batch's options, in a transaction of
+    /// its own: the ids in payload order (WITH ORDINALITY), mapped to
+    /// handles when committed (new ids, in the order returned: a batch
+    /// whose ids did not rise in payload order shows in the rows, whose
+    /// payloads name their entry).
+    fn enqueue_batch(
+        &mut self,
+        by: Session,
+        args: &EnqueueArgs,
+        entries: u8,
+        commit: bool,
+    ) -> Reply {
+        let wait_for: Option<Vec<i64>> = (!args.wait_for.is_empty())
+            .then(|| args.wait_for.iter().map(|&t| self.id(t)).collect());
+        let policy = if args.run_on_parent_failure {
+            "run"
+        } else {
+            "dead_letter"
+        };
+        let delay = if args.delay == Delay::Far {
+            "1 day"
+        } else {
+            "0"
+        };
+        let payloads: Vec<Value> = (0..entries)
+            .map(|i| json!({ "op": self.step, "entry": i }))
+            .collect();
+        let params: Params = vec![
+            Box::new(self.queue.clone()),
+            Box::new(payloads),
+            Box::new(delay.to_string()),
+            Box::new(args.priority),
+            Box::new(args.max_attempts),
+            Box::new(wait_for),
+            Box::new(policy.to_string()),
+            Box::new(args.concurrency_key.map(|k| format!("ck-{k}"))),
+            Box::new(args.ordering_key.map(|k| format!("ok-{k}"))),
+        ];
+        let sql = "SELECT b.task_id::int8 FROM aedb_queue.queue_enqueue_batch($1::text, $2::jsonb[], \
+                   delay => $3::text::interval, priority => $4::int8, max_attempts => $5::int4, \
+                   backoff_base => '1 hour', wait_for => $6::int8[], on_parent_failure => $7::text, \
+                   concurrency_key => $8::text, ordering_key => $9::text) \
+                   WITH ORDINALITY AS b(task_id, n) ORDER BY b.n";
+        let mut tx = self.s.of(by).transaction().expect("BEGIN");
+        let rows = match tx.query(sql, &refs(&params)) {
+            Ok(rows) => rows,
+            Err(e) => return failed(&e),
+        };
+        let ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+        let known = ids.iter().any(|id| self.ids.contains(id));
+        if !commit {
+            tx.rollback().expect("ROLLBACK");
+            if !known {
+                return Reply::RolledBackBatch(ids.len());
+            }
+            // An id some task of the case has: shown as such.
+            return Reply::EnqueuedBatch(ids.iter().map(|&id| self.handle(id)).collect());
+        }
+        tx.commit().expect("COMMIT");
+        for &id in &ids {
+            if !self.ids.contains(&id) {
+                self.ids.push(id);
+            }
+        }
+        Reply::EnqueuedBatch(ids.iter().map(|&id| self.handle(id)).collect())
     }
 
     /// The rows of a settle-and-claim call: the settlement on each, the
@@ -645,7 +751,10 @@ impl Run<'_> {
                 max_attempts: r.max_attempts,
                 owner_id: r.owner.map(|o| format!("owner-{o}")),
                 fencing_token: r.fencing_token,
-                payload: Some(json!({ "op": r.payload_op })),
+                payload: Some(match r.payload_entry {
+                    None => json!({ "op": r.payload_op }),
+                    Some(entry) => json!({ "op": r.payload_op, "entry": entry }),
+                }),
                 progress: r.progress.map(|p| json!({ "p": p })),
                 last_error: r.last_error.map(|e| self.error_text(&e)),
                 idempotency_key: r.idempotency_key.map(|k| format!("key-{k}")),
@@ -729,6 +838,8 @@ impl Tally {
                 o.len().min(3)
             ),
             Reply::Enqueued { deduplicated, .. } => format!("Enqueued dedup={deduplicated}"),
+            Reply::EnqueuedBatch(t) => format!("EnqueuedBatch of {}", t.len()),
+            Reply::Count(n) => format!("Count {}", n.min(&3)),
             other => format!("{other:?}"),
         };
         *self
@@ -737,6 +848,15 @@ impl Tally {
             .or_default() += 1;
         for r in rows {
             *self.0.entry(format!("state {}", r.state)).or_default() += 1;
+            // Children dead-lettered by a parent: how its parent left.
+            if let Some(why) = r
+                .last_error
+                .as_deref()
+                .and_then(|e| e.strip_prefix("parent task "))
+            {
+                let why = why.split_once(' ').map_or(why, |(_, w)| w);
+                *self.0.entry(format!("row: parent {why}")).or_default() += 1;
+            }
         }
     }
 

@@ -4,7 +4,7 @@ use super::*;
 use crate::backoff::DEFAULT_BACKOFF_BASE_MICROS;
 use crate::dependency::Start;
 use crate::transition::{on_failure, FailOutcome, FailRequest, RetryPolicy};
-use crate::validate::{resolve_enqueue, EnqueueOptions, RetryDefaults};
+use crate::validate::{self, resolve_enqueue, EnqueueOptions, RetryDefaults};
 use crate::QueueError;
 
 /// The backoff base every enqueue of a case passes: longer than any case.
@@ -14,6 +14,12 @@ impl Model {
     pub(super) fn apply_op(&mut self, op: &Op) -> Reply {
         let reply = match op {
             Op::Enqueue { by, args, commit } => self.enqueue(*by, args, *commit),
+            Op::EnqueueBatch {
+                by,
+                args,
+                entries,
+                commit,
+            } => self.enqueue_batch(*by, args, *entries, *commit),
             Op::Claim { by, owner, max } => self.claim(*by, *owner, *max),
             Op::Complete {
                 by,
@@ -65,6 +71,7 @@ impl Model {
             } => self.release(*by, *task, *token, *delay),
             Op::Cancel { by, task } => self.cancel(*by, *task),
             Op::RetryDead { by, task } => self.retry_dead(*by, *task),
+            Op::Purge { by, state, force } => self.purge(*by, *state, *force),
             Op::Pause { by } => self.set_paused(*by, true),
             Op::Resume { by } => self.set_paused(*by, false),
             Op::ExpireLease { task } => self.expire_lease(*task),
@@ -77,6 +84,7 @@ impl Model {
         if let Some(refused) = Self::refused(by, Right::Produce) {
             return refused;
         }
+        let parents = self.resolve_all(&args.wait_for);
         let created = self.create(
             by,
             args.priority,
@@ -84,7 +92,8 @@ impl Model {
             args.max_attempts,
             args.idempotency_key,
             (args.concurrency_key, args.ordering_key),
-            (&args.wait_for, args.run_on_parent_failure),
+            (&parents, args.run_on_parent_failure),
+            None,
         );
         match (created, commit) {
             (Err(e), _) => Reply::Error(e.sqlstate()),
@@ -96,7 +105,53 @@ impl Model {
         }
     }
 
-    /// An enqueue: the task a key matched (and true), or a new one.
+    /// The tasks `wait_for` names, as the call names them.
+    fn resolve_all(&self, wait_for: &[TaskRef]) -> Vec<Option<Handle>> {
+        wait_for.iter().map(|&t| self.resolve(t)).collect()
+    }
+
+    /// `queue_enqueue_batch`: the rights, then every entry as an enqueue of
+    /// its own with the batch's options, in payload order (so an ordering
+    /// key's line takes them in that order, and a concurrency key's free
+    /// slots go to the first), the parents named once for all; one entry
+    /// refused refuses the call. No idempotency key: nothing deduplicates.
+    fn enqueue_batch(
+        &mut self,
+        by: Session,
+        args: &EnqueueArgs,
+        entries: u8,
+        commit: bool,
+    ) -> Reply {
+        if let Some(refused) = Self::refused(by, Right::Produce) {
+            return refused;
+        }
+        let parents = self.resolve_all(&args.wait_for);
+        let mut tasks = Vec::new();
+        for entry in 0..entries {
+            match self.create(
+                by,
+                args.priority,
+                args.delay,
+                args.max_attempts,
+                None,
+                (args.concurrency_key, args.ordering_key),
+                (&parents, args.run_on_parent_failure),
+                Some(entry),
+            ) {
+                Ok((task, _)) => tasks.push(task),
+                Err(e) => return Reply::Error(e.sqlstate()),
+            }
+        }
+        if commit {
+            Reply::EnqueuedBatch(tasks)
+        } else {
+            // Model::apply undoes the rest with the transaction.
+            Reply::RolledBackBatch(tasks.len())
+        }
+    }
+
+    /// An enqueue: the task a key matched (and true), or a new one
+    /// (`entry`: its place in a batch).
     #[allow(clippy::too_many_arguments)]
     fn create(
         &mut self,
@@ -106,7 +161,8 @@ impl Model {
         max_attempts: Option<i32>,
         idempotency_key: Option<u8>,
         (concurrency_key, ordering_key): (Option<u8>, Option<u8>),
-        (wait_for, run_on_parent_failure): (&[TaskRef], bool),
+        (wait_for, run_on_parent_failure): (&[Option<Handle>], bool),
+        entry: Option<u8>,
     ) -> Result<(Handle, bool), QueueError> {
         let resolved = resolve_enqueue(
             EnqueueOptions {
@@ -142,6 +198,7 @@ impl Model {
             fencing_token: 0,
             lease_expired: false,
             payload_op: self.ops,
+            payload_entry: entry,
             progress: None,
             last_error: None,
             idempotency_key,
@@ -262,7 +319,6 @@ impl Model {
         };
         self.completed(h, result);
         if let Some(f) = follow_up {
-            let none: &[TaskRef] = &[];
             // A valid spec into this queue: it cannot fail.
             let _ = self.create(
                 by,
@@ -271,7 +327,8 @@ impl Model {
                 None,
                 f.idempotency_key,
                 (f.concurrency_key, None),
-                (none, false),
+                (&[], false),
+                None,
             );
         }
         Reply::Outcome(Outcome::Applied)
@@ -486,6 +543,46 @@ impl Model {
             self.make_due(h);
         }
         Reply::Count(dead.len() as i64)
+    }
+
+    /// `queue_purge`: admins only; a state `queue_list` knows (the core's
+    /// `validate::listed_state`), `in_flight` only with `force` (22023);
+    /// every task of the queue in that state deleted (`completed`: the kept
+    /// completed tasks), their idempotency keys kept; children waiting for
+    /// a purged live task follow their policy (`was purged`), and the slots and
+    /// line heads the purged tasks held are handed on (by `settle`).
+    fn purge(&mut self, by: Session, state: PurgeState, force: bool) -> Reply {
+        if let Some(refused) = Self::refused(by, Right::Administer) {
+            return refused;
+        }
+        if let Err(e) = validate::listed_state(state.as_str()) {
+            return Reply::Error(e.sqlstate());
+        }
+        let state = match state {
+            PurgeState::Waiting => State::Waiting,
+            PurgeState::Scheduled => State::Scheduled,
+            PurgeState::Blocked => State::Blocked,
+            PurgeState::Ready => State::Ready,
+            PurgeState::InFlight if force => State::InFlight,
+            PurgeState::InFlight => return Reply::Error(INVALID_PARAMETER),
+            PurgeState::Dead => State::Dead,
+            PurgeState::Completed => State::Completed,
+            PurgeState::Unknown => unreachable!("refused by listed_state"),
+        };
+        let purged: Vec<Handle> = (0..self.tasks.len())
+            .filter(|&h| self.tasks[h].state == state)
+            .collect();
+        for &h in &purged {
+            let t = &mut self.tasks[h];
+            t.state = State::Gone;
+            t.lease_expired = false;
+            t.owner = None;
+        }
+        // A kept completed task already counted as done for its children.
+        if state != State::Completed {
+            self.parents_failed(purged.clone(), "was purged");
+        }
+        Reply::Count(purged.len() as i64)
     }
 
     fn set_paused(&mut self, by: Session, paused: bool) -> Reply {

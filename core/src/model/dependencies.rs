@@ -2,7 +2,7 @@
 //! `dependency::start`), and what a parent's completion or failure does to
 //! the children still waiting for it.
 
-use super::{Handle, LastError, Model, State, TaskRef};
+use super::{Handle, LastError, Model, State};
 use crate::dependency::{self, OnParentFailure, Parent, Start};
 use crate::QueueError;
 
@@ -11,15 +11,17 @@ const NO_TASK: i64 = -1;
 
 impl Model {
     /// How a child of `parents` starts: the core's rule over where each
-    /// parent stands (duplicates count once).
+    /// parent stands (duplicates count once). The parents are resolved by
+    /// the caller, as the call named them (a batch names them once for all
+    /// its entries, before the first is made).
     pub(super) fn child_start(
         &self,
-        parents: &[TaskRef],
+        parents: &[Option<Handle>],
         run_on_parent_failure: bool,
     ) -> Result<(Start, Vec<Handle>), QueueError> {
         let mut ids: Vec<i64> = parents
             .iter()
-            .map(|&p| self.resolve(p).map_or(NO_TASK, |h| h as i64))
+            .map(|&p| p.map_or(NO_TASK, |h| h as i64))
             .collect();
         ids.sort_unstable();
         ids.dedup();
@@ -59,27 +61,47 @@ impl Model {
     }
 
     /// A parent left without completing (`why`: "was dead-lettered", "was
-    /// cancelled"): its links go; each waiting child runs anyway or is
-    /// dead-lettered naming it, and then those children's own children in
-    /// turn (a child of both is dead-lettered by the parent that failed).
+    /// cancelled"): see [`Model::parents_failed`].
     pub(super) fn parent_failed(&mut self, parent: Handle, why: &'static str) {
-        let mut dead = Vec::new();
-        for child in std::mem::take(&mut self.tasks[parent].children) {
-            if self.tasks[child].state != State::Waiting {
-                continue;
+        self.parents_failed(vec![parent], why);
+    }
+
+    /// Parents that left at once without completing (a purge's, "was
+    /// purged"): their links go; each waiting child of theirs runs anyway
+    /// (one parent fewer for each of them) or is dead-lettered naming one
+    /// of them (the first by id: the contract names no other), and then
+    /// the children dead-lettered so, all at once, in turn ("was
+    /// dead-lettered"). So every direct child of a parent that failed
+    /// names a parent that failed, not a sibling dead-lettered with it.
+    pub(super) fn parents_failed(&mut self, mut parents: Vec<Handle>, mut why: &'static str) {
+        parents.sort_unstable();
+        while !parents.is_empty() {
+            // child -> the parents of this round it waited for, by id.
+            let mut hit: std::collections::BTreeMap<Handle, Vec<Handle>> = Default::default();
+            for &p in &parents {
+                for child in std::mem::take(&mut self.tasks[p].children) {
+                    hit.entry(child).or_default().push(p);
+                }
             }
-            if self.tasks[child].run_on_parent_failure {
-                self.one_parent_fewer(child);
-            } else {
-                let c = &mut self.tasks[child];
-                c.state = State::Dead;
-                c.waiting_on = 0;
-                c.last_error = Some(LastError::Parent { parent, why });
-                dead.push(child);
+            let mut dead = Vec::new();
+            for (child, by) in hit {
+                if self.tasks[child].state != State::Waiting {
+                    continue;
+                }
+                if self.tasks[child].run_on_parent_failure {
+                    for _ in &by {
+                        self.one_parent_fewer(child);
+                    }
+                } else {
+                    let c = &mut self.tasks[child];
+                    c.state = State::Dead;
+                    c.waiting_on = 0;
+                    c.last_error = Some(LastError::Parent { parent: by[0], why });
+                    dead.push(child);
+                }
             }
-        }
-        for child in dead {
-            self.parent_failed(child, "was dead-lettered");
+            parents = dead;
+            why = "was dead-lettered";
         }
     }
 

@@ -116,7 +116,10 @@ impl Model {
         let before = self.clone();
         let reply = self.apply_op(op);
         self.ops += 1;
-        if matches!(reply, Reply::Error(_) | Reply::RolledBack { .. }) {
+        if matches!(
+            reply,
+            Reply::Error(_) | Reply::RolledBack { .. } | Reply::RolledBackBatch(_)
+        ) {
             *self = Model {
                 ops: self.ops,
                 ..before

@@ -107,6 +107,47 @@ pub struct EnqueueArgs {
     pub ordering_key: Option<u8>,
 }
 
+/// The state `queue_purge` names (`completed`: the kept completed tasks),
+/// or one it does not know (22023).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PurgeState {
+    Waiting,
+    Scheduled,
+    Blocked,
+    Ready,
+    InFlight,
+    Dead,
+    Completed,
+    Unknown,
+}
+
+impl PurgeState {
+    pub const ALL: [PurgeState; 8] = [
+        PurgeState::Waiting,
+        PurgeState::Scheduled,
+        PurgeState::Blocked,
+        PurgeState::Ready,
+        PurgeState::InFlight,
+        PurgeState::Dead,
+        PurgeState::Completed,
+        PurgeState::Unknown,
+    ];
+
+    /// The `state` argument.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PurgeState::Waiting => "waiting",
+            PurgeState::Scheduled => "scheduled",
+            PurgeState::Blocked => "blocked",
+            PurgeState::Ready => "ready",
+            PurgeState::InFlight => "in_flight",
+            PurgeState::Dead => "dead",
+            PurgeState::Completed => "completed",
+            PurgeState::Unknown => "running",
+        }
+    }
+}
+
 /// One follow-up of a completion, into the same queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FollowUp {
@@ -121,6 +162,16 @@ pub enum Op {
     Enqueue {
         by: Session,
         args: EnqueueArgs,
+        commit: bool,
+    },
+    /// `queue_enqueue_batch` of `entries` payloads (`{"op": n, "entry": i}`)
+    /// with one set of options for all of them (the call takes no
+    /// idempotency key: `args.idempotency_key` is None), committed or
+    /// rolled back after the call returned.
+    EnqueueBatch {
+        by: Session,
+        args: EnqueueArgs,
+        entries: u8,
         commit: bool,
     },
     /// `queue_claim(owner_id => 'owner-<owner>', lease => '1 hour', max)`.
@@ -194,6 +245,12 @@ pub enum Op {
         by: Session,
         task: Option<TaskRef>,
     },
+    /// `queue_purge(queue, state, force)`.
+    Purge {
+        by: Session,
+        state: PurgeState,
+        force: bool,
+    },
     Pause {
         by: Session,
     },
@@ -212,6 +269,7 @@ impl Op {
     pub fn session(&self) -> Option<Session> {
         match self {
             Op::Enqueue { by, .. }
+            | Op::EnqueueBatch { by, .. }
             | Op::Claim { by, .. }
             | Op::Complete { by, .. }
             | Op::CompleteAndClaim { by, .. }
@@ -222,6 +280,7 @@ impl Op {
             | Op::Release { by, .. }
             | Op::Cancel { by, .. }
             | Op::RetryDead { by, .. }
+            | Op::Purge { by, .. }
             | Op::Pause { by }
             | Op::Resume { by } => Some(*by),
             Op::ExpireLease { .. } => None,

@@ -31,6 +31,11 @@ pub enum Reply {
     RolledBack {
         deduplicated_to: Option<Handle>,
     },
+    /// A committed `queue_enqueue_batch`: its tasks, in payload order.
+    EnqueuedBatch(Vec<Handle>),
+    /// A batch rolled back after it returned this many ids, none of which
+    /// a task keeps.
+    RolledBackBatch(usize),
     Claimed(Vec<Claimed>),
     /// A settle-and-claim call: the settlement's outcome, then the claim's rows.
     SettledAndClaimed(Outcome, Vec<Claimed>),

@@ -45,7 +45,7 @@ pub enum LastError {
     /// A reclaimed lease: requeued, or dead with its attempts exhausted.
     LeaseExpired { exhausted: bool },
     /// A parent left without completing (`is dead`, `was dead-lettered`,
-    /// `was cancelled`): the text is `dependency::dead_parent_error`'s.
+    /// `was cancelled`, `was purged`): the text is `dependency::dead_parent_error`'s.
     Parent { parent: Handle, why: &'static str },
 }
 
@@ -63,6 +63,8 @@ pub struct Task {
     pub lease_expired: bool,
     /// The op (its index in the case) that enqueued it: `{"op": n}`.
     pub payload_op: usize,
+    /// Its place in a batch: `{"op": n, "entry": i}`.
+    pub payload_entry: Option<u8>,
     pub progress: Option<u8>,
     pub last_error: Option<LastError>,
     pub idempotency_key: Option<u8>,
@@ -92,6 +94,7 @@ pub struct Row {
     pub owner: Option<u8>,
     pub fencing_token: i64,
     pub payload_op: usize,
+    pub payload_entry: Option<u8>,
     pub progress: Option<u8>,
     pub last_error: Option<LastError>,
     pub idempotency_key: Option<u8>,
@@ -109,6 +112,7 @@ impl Task {
             owner: self.owner,
             fencing_token: self.fencing_token,
             payload_op: self.payload_op,
+            payload_entry: self.payload_entry,
             progress: self.progress,
             // The archive of completed tasks keeps no error (the errors
             // of a live task are queue_errors' business).

@@ -350,3 +350,279 @@ fn a_kept_completed_task_reads_with_its_result_and_no_error() {
         ("completed", Some(7), &None)
     );
 }
+
+fn batch(m: &mut Model, args: EnqueueArgs, entries: u8, commit: bool) -> Reply {
+    m.apply(&Op::EnqueueBatch {
+        by: Session::Producer,
+        args,
+        entries,
+        commit,
+    })
+}
+
+fn purge(m: &mut Model, by: Session, state: PurgeState, force: bool) -> Reply {
+    m.apply(&Op::Purge { by, state, force })
+}
+
+#[test]
+fn a_batch_returns_its_tasks_in_payload_order_and_a_line_takes_them_so() {
+    let mut m = Model::new(config());
+    enqueue(&mut m, args());
+    let ordered = EnqueueArgs {
+        ordering_key: Some(0),
+        priority: 2,
+        ..args()
+    };
+    assert_eq!(
+        batch(&mut m, ordered, 3, true),
+        Reply::EnqueuedBatch(vec![1, 2, 3])
+    );
+    let entries: Vec<_> = m.rows().iter().map(|r| r.payload_entry).collect();
+    assert_eq!(entries, [None, Some(0), Some(1), Some(2)]);
+    let states: Vec<_> = m.rows().iter().map(|r| r.state).collect();
+    assert_eq!(states, ["ready", "ready", "blocked", "blocked"]);
+    // Priority orders the heads, never the line.
+    let got: Vec<Handle> = claim(&mut m, 5).iter().map(|c| c.task).collect();
+    assert_eq!(got, [1, 0]);
+}
+
+#[test]
+fn a_batch_of_a_concurrency_key_fills_the_free_slots_first() {
+    let mut m = Model::new(Config {
+        concurrency_limit: 2,
+        ..config()
+    });
+    let keyed = EnqueueArgs {
+        concurrency_key: Some(1),
+        ..args()
+    };
+    enqueue(&mut m, keyed.clone());
+    batch(&mut m, keyed, 3, true);
+    let states: Vec<_> = m.rows().iter().map(|r| r.state).collect();
+    assert_eq!(states, ["ready", "ready", "blocked", "blocked"]);
+}
+
+#[test]
+fn a_batch_waits_for_its_parents_named_once_and_dies_with_a_dead_one() {
+    let mut m = Model::new(config());
+    enqueue(&mut m, args());
+    // Known(1) names task 0 (1 % 1) as the call is made; named again once
+    // the batch's first task exists, it would name that one (1 % 2).
+    let children = EnqueueArgs {
+        wait_for: vec![TaskRef::Known(1)],
+        ..args()
+    };
+    assert_eq!(
+        batch(&mut m, children.clone(), 2, true),
+        Reply::EnqueuedBatch(vec![1, 2])
+    );
+    assert_eq!(m.task(1).state, State::Waiting);
+    assert_eq!(m.task(0).children, [1, 2]);
+    claim(&mut m, 1);
+    m.apply(&Op::Fail {
+        by: Session::Worker,
+        task: TaskRef::Known(0),
+        token: TokenRef::Current,
+        how: FailHow::DeadLetter,
+    });
+    // Task 0 dead: a new batch waiting for it is enqueued dead.
+    let of_dead = EnqueueArgs {
+        wait_for: vec![TaskRef::Known(0)],
+        ..args()
+    };
+    assert_eq!(
+        batch(&mut m, of_dead, 2, true),
+        Reply::EnqueuedBatch(vec![3, 4])
+    );
+    let dead = Some(LastError::Parent {
+        parent: 0,
+        why: "is dead",
+    });
+    assert_eq!(
+        (m.task(4).state, &m.task(4).last_error),
+        (State::Dead, &dead)
+    );
+    // A missing parent refuses the whole batch.
+    let missing = EnqueueArgs {
+        wait_for: vec![TaskRef::Unknown],
+        ..args()
+    };
+    assert_eq!(
+        batch(&mut m, missing, 3, true),
+        Reply::Error(INVALID_PARAMETER)
+    );
+    assert_eq!(m.created(), 5);
+}
+
+#[test]
+fn a_batch_rolled_back_or_refused_leaves_nothing() {
+    let mut m = Model::new(config());
+    enqueue(&mut m, args());
+    assert_eq!(batch(&mut m, args(), 4, false), Reply::RolledBackBatch(4));
+    let both = EnqueueArgs {
+        concurrency_key: Some(0),
+        ordering_key: Some(0),
+        ..args()
+    };
+    assert_eq!(
+        batch(&mut m, both, 2, true),
+        Reply::Error(INVALID_PARAMETER)
+    );
+    let r = m.apply(&Op::EnqueueBatch {
+        by: Session::Worker,
+        args: args(),
+        entries: 1,
+        commit: true,
+    });
+    assert_eq!(r, Reply::Error(INSUFFICIENT_PRIVILEGE));
+    assert_eq!(m.created(), 1);
+}
+
+#[test]
+fn a_purge_needs_an_admin_a_known_state_and_force_for_in_flight() {
+    let mut m = Model::new(config());
+    enqueue(&mut m, args());
+    claim(&mut m, 1);
+    for by in [Session::Producer, Session::Worker, Session::Service] {
+        assert_eq!(
+            purge(&mut m, by, PurgeState::InFlight, true),
+            Reply::Error(INSUFFICIENT_PRIVILEGE)
+        );
+    }
+    assert_eq!(
+        purge(&mut m, Session::Admin, PurgeState::InFlight, false),
+        Reply::Error(INVALID_PARAMETER)
+    );
+    assert_eq!(
+        purge(&mut m, Session::Admin, PurgeState::Unknown, true),
+        Reply::Error(INVALID_PARAMETER)
+    );
+    assert_eq!(m.task(0).state, State::InFlight);
+    assert_eq!(
+        purge(&mut m, Session::Admin, PurgeState::InFlight, true),
+        Reply::Count(1)
+    );
+    // Its holder is fenced out.
+    assert_eq!(
+        complete(&mut m, 0, TokenRef::Current, false),
+        Reply::Outcome(Outcome::LeaseLost)
+    );
+}
+
+#[test]
+fn a_purge_hands_on_slots_and_lines_and_keeps_keys() {
+    let mut m = Model::new(config());
+    let keyed = EnqueueArgs {
+        concurrency_key: Some(0),
+        idempotency_key: Some(2),
+        ..args()
+    };
+    enqueue(&mut m, keyed);
+    enqueue(
+        &mut m,
+        EnqueueArgs {
+            concurrency_key: Some(0),
+            ..args()
+        },
+    );
+    let ordered = EnqueueArgs {
+        ordering_key: Some(0),
+        ..args()
+    };
+    batch(&mut m, ordered, 2, true);
+    assert_eq!(m.task(1).state, State::Blocked);
+    assert_eq!(m.task(3).state, State::Blocked);
+    // The ready slot holder and line head go: the blocked ones get on.
+    assert_eq!(
+        purge(&mut m, Session::Admin, PurgeState::Ready, false),
+        Reply::Count(2)
+    );
+    assert_eq!(m.task(1).state, State::Ready);
+    assert_eq!(m.task(3).state, State::Ready);
+    assert_eq!(
+        enqueue(
+            &mut m,
+            EnqueueArgs {
+                idempotency_key: Some(2),
+                ..args()
+            }
+        ),
+        Reply::Enqueued {
+            task: 0,
+            deduplicated: true
+        }
+    );
+    assert_eq!(
+        purge(&mut m, Session::Admin, PurgeState::Blocked, false),
+        Reply::Count(0)
+    );
+}
+
+#[test]
+fn a_purged_parent_dead_letters_children_breadth_first_or_lets_them_run() {
+    let mut m = Model::new(config());
+    enqueue(&mut m, args()); // 0
+    enqueue(&mut m, args()); // 1
+    let waits = |on: Vec<u8>, run| EnqueueArgs {
+        wait_for: on.into_iter().map(TaskRef::Known).collect(),
+        run_on_parent_failure: run,
+        ..args()
+    };
+    enqueue(&mut m, waits(vec![0], false)); // 2
+    enqueue(&mut m, waits(vec![2, 1], false)); // 3
+    enqueue(&mut m, waits(vec![0, 1], true)); // 4
+    assert_eq!(
+        purge(&mut m, Session::Admin, PurgeState::Ready, false),
+        Reply::Count(2)
+    );
+    let purged = |parent| {
+        Some(LastError::Parent {
+            parent,
+            why: "was purged",
+        })
+    };
+    assert_eq!(m.task(2).last_error, purged(0));
+    // 3 waited for a purged task too: it names it, not its sibling 2.
+    assert_eq!(m.task(3).last_error, purged(1));
+    assert_eq!(m.task(4).state, State::Ready, "'run': both parents count");
+}
+
+#[test]
+fn a_purged_child_of_a_purged_parent_is_not_dead_lettered_and_counts_once() {
+    let mut m = Model::new(config());
+    enqueue(&mut m, args()); // 0
+    let waits = |on| EnqueueArgs {
+        wait_for: vec![TaskRef::Known(on)],
+        ..args()
+    };
+    enqueue(&mut m, waits(0)); // 1
+    enqueue(&mut m, waits(1)); // 2
+    assert_eq!(
+        purge(&mut m, Session::Admin, PurgeState::Waiting, false),
+        Reply::Count(2)
+    );
+    assert_eq!(m.rows().len(), 1);
+}
+
+#[test]
+fn purging_kept_completed_tasks_leaves_their_children_waiting() {
+    let mut m = Model::new(config());
+    enqueue(&mut m, args()); // 0
+    enqueue(&mut m, args()); // 1
+    enqueue(
+        &mut m,
+        EnqueueArgs {
+            wait_for: vec![TaskRef::Known(0), TaskRef::Known(1)],
+            ..args()
+        },
+    ); // 2
+    claim(&mut m, 1);
+    complete(&mut m, 0, TokenRef::Current, false);
+    assert_eq!(m.task(0).state, State::Completed, "kept for its child");
+    assert_eq!(
+        purge(&mut m, Session::Admin, PurgeState::Completed, false),
+        Reply::Count(1)
+    );
+    assert_eq!(m.task(2).state, State::Waiting);
+    assert_eq!(m.task(2).waiting_on, 1);
+}
