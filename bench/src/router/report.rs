@@ -273,9 +273,9 @@ pub fn write(
     let _ = writeln!(
         md,
         "# The router: overhead per call and scale-out (issue 16)\n\n\
-         Run {started}, `bash bench/run.sh {cmd}`. Machine: {cores} cores, shared with other work \
-         (another helper's integration tests ran at the same time: load average {lb} before, {la} \
-         after), so latencies and jobs/s are noisy; the paired ratios (same client, rounds interleaved) \
+         Run {started}, `bash bench/run.sh {cmd}`. Machine: {cores} cores, which the 3 shards, the \
+         router, the client and anything else running share (load average {lb} before, {la} \
+         after, the run's own load included), so latencies and jobs/s are noisy; the paired ratios (same client, rounds interleaved) \
          and the CPU per call and per job (the processes' own CPU time) are the steadier figures.\n\n\
          Set-up: `scripts/shards.sh start --shards {SHARDS} --fresh` with `AEDB_SHARDS_DIR={dir}` and \
          `AEDB_SHARDS_PORT={port}`: {SHARDS} shard clusters (ports {p1}-{pn}, database \
