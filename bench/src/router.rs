@@ -6,7 +6,7 @@
 //!    the router against the same call made directly on one shard by the
 //!    same client, in interleaved rounds; latency medians and p99, the CPU
 //!    of the router backend and of the shard backends per call (from
-//!    /proc/<pid>/schedstat, so waiting for the other helpers' processes
+//!    /proc/<pid>/schedstat, so waiting for the other processes
 //!    on the shared cores does not count), and the remote calls the router
 //!    makes per call, counted by PostgreSQL's function statistics.
 //! 2. Drain: 8 workers looping on queue_complete_and_claim through a router

@@ -164,8 +164,8 @@ fn drains_md(md: &mut String, drains: &[Drain], opts: &Options) {
          (utime + stime) of each cluster's postmaster and its children, before the workers connect \
          and after their backends (and those PL/Proxy opened) have exited, so backends that exited \
          count through the postmaster's cutime and cstime; 10 ms ticks. Client: this bench process. \
-         Others: every CPU's busy time over the drain (`/proc/stat`) less all of these, i.e. the \
-         other helpers' work on the same two cores.\n\n",
+         Others: every CPU's busy time over the drain (`/proc/stat`) less all of these, i.e. \
+         other processes' work on the same cores.\n\n",
     );
     md.push_str("| configuration | router | shard 1 | shard 2 | shard 3 | shards | client | ours in all | others, s over the drain |\n|---|---|---|---|---|---|---|---|---|\n");
     for config in Config::ALL {
