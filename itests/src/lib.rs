@@ -954,23 +954,70 @@ pub fn try_complete_and_claim(
             (&strict, Type::BOOL),
         ],
     )?;
-    assert!(!rows.is_empty(), "queue_complete_and_claim returned no row");
+    Ok(settled_and_claimed(&rows, "queue_complete_and_claim"))
+}
+
+/// The rows of a settle-and-claim call (`settled`, then the claimed task's
+/// columns, NULL when nothing was claimed): the held task's outcome and the
+/// tasks claimed.
+pub fn settled_and_claimed(rows: &[postgres::Row], call: &str) -> (Outcome, Vec<Claimed>) {
+    assert!(!rows.is_empty(), "{call} returned no row");
     let settled = Outcome::parse(rows[0].get(0));
     let claimed = rows
         .iter()
         .filter(|r| r.get::<_, Option<i64>>(1).is_some())
-        .map(|r| Claimed {
-            task_id: r.get(1),
-            payload: r.get(2),
-            attempts: r.get(3),
-            fencing_token: r.get(4),
-            lease_deadline: r.get(5),
-            priority: r.get(6),
-            enqueued_at: r.get(7),
-            progress: r.get(8),
-        })
+        .map(|r| claimed_at(r, 1))
         .collect();
-    Ok((settled, claimed))
+    (settled, claimed)
+}
+
+/// A claimed task from a row whose task columns start at `at`.
+pub fn claimed_at(r: &postgres::Row, at: usize) -> Claimed {
+    Claimed {
+        task_id: r.get(at),
+        payload: r.get(at + 1),
+        attempts: r.get(at + 2),
+        fencing_token: r.get(at + 3),
+        lease_deadline: r.get(at + 4),
+        priority: r.get(at + 5),
+        enqueued_at: r.get(at + 6),
+        progress: r.get(at + 7),
+    }
+}
+
+/// Enqueues `count` tasks on `c` (autocommit), payload `{"n": first + i}`:
+/// one per call, or with `batched` in `queue_enqueue_batch` calls of 1 to 50
+/// (the bulk writer racing the workers' claims). Returns (id, n) pairs.
+pub fn produce_on(
+    c: &mut Client,
+    queue: &str,
+    first: usize,
+    count: usize,
+    batched: bool,
+) -> Vec<(i64, usize)> {
+    use rand::Rng;
+    if !batched {
+        return (first..first + count)
+            .map(|n| (enqueue(c, queue, &json!({ "n": n })).task_id, n))
+            .collect();
+    }
+    let mut rng = rand::thread_rng();
+    let mut produced = Vec::with_capacity(count);
+    let mut next = first;
+    while next < first + count {
+        let size = rng.gen_range(1..=50).min(first + count - next);
+        let payloads: Vec<Value> = (next..next + size).map(|n| json!({ "n": n })).collect();
+        let ids = enqueue_batch(c, queue, &payloads);
+        assert_eq!(
+            ids.len(),
+            size,
+            "queue_enqueue_batch returned {} ids for {size} payloads",
+            ids.len()
+        );
+        produced.extend(ids.into_iter().zip(next..next + size));
+        next += size;
+    }
+    produced
 }
 
 /// Optional arguments of `queue_fail`.

@@ -95,9 +95,7 @@ fn work(
     }
 }
 
-/// Enqueues `count` tasks (autocommit), payload `{"n": first+i}`: one by one,
-/// or with `batched` in `queue_enqueue_batch` calls of 1 to 50 (the bulk
-/// writer racing the workers' claims).
+/// Enqueues `count` tasks on the cluster as the producer ([`produce_on`]).
 fn produce(
     cluster: &Cluster,
     queue: &str,
@@ -105,29 +103,13 @@ fn produce(
     count: usize,
     batched: bool,
 ) -> Vec<(i64, usize)> {
-    let mut c = cluster.connect_as(PRODUCER);
-    if !batched {
-        return (first..first + count)
-            .map(|n| (enqueue(&mut c, queue, &json!({ "n": n })).task_id, n))
-            .collect();
-    }
-    let mut rng = rand::thread_rng();
-    let mut produced = Vec::with_capacity(count);
-    let mut next = first;
-    while next < first + count {
-        let size = rng.gen_range(1..=50).min(first + count - next);
-        let payloads: Vec<Value> = (next..next + size).map(|n| json!({ "n": n })).collect();
-        let ids = enqueue_batch(&mut c, queue, &payloads);
-        assert_eq!(
-            ids.len(),
-            size,
-            "queue_enqueue_batch returned {} ids for {size} payloads",
-            ids.len()
-        );
-        produced.extend(ids.into_iter().zip(next..next + size));
-        next += size;
-    }
-    produced
+    produce_on(
+        &mut cluster.connect_as(PRODUCER),
+        queue,
+        first,
+        count,
+        batched,
+    )
 }
 
 #[test]

@@ -5,7 +5,7 @@
 
 use postgres::types::Type;
 
-use crate::{Claimed, GenericClient, Outcome, Value};
+use crate::{claimed_at, settled_and_claimed, Claimed, GenericClient, Outcome, Value};
 
 type Result<T> = std::result::Result<T, postgres::Error>;
 
@@ -43,21 +43,7 @@ pub fn try_claim(
             (&max, Type::INT4),
         ],
     )?;
-    Ok(rows.iter().map(|r| claimed(r, 0)).collect())
-}
-
-/// A claimed task from a row whose task columns start at `at`.
-fn claimed(r: &postgres::Row, at: usize) -> Claimed {
-    Claimed {
-        task_id: r.get(at),
-        payload: r.get(at + 1),
-        attempts: r.get(at + 2),
-        fencing_token: r.get(at + 3),
-        lease_deadline: r.get(at + 4),
-        priority: r.get(at + 5),
-        enqueued_at: r.get(at + 6),
-        progress: r.get(at + 7),
-    }
+    Ok(rows.iter().map(|r| claimed_at(r, 0)).collect())
 }
 
 /// `queue_release(queue, task_id, fencing_token)`.
@@ -139,14 +125,7 @@ pub fn try_fail_and_claim(
             (&max, Type::INT4),
         ],
     )?;
-    assert!(!rows.is_empty(), "queue_fail_and_claim returned no row");
-    let settled = Outcome::parse(rows[0].get(0));
-    let got = rows
-        .iter()
-        .filter(|r| r.get::<_, Option<i64>>(1).is_some())
-        .map(|r| claimed(r, 1))
-        .collect();
-    Ok((settled, got))
+    Ok(settled_and_claimed(&rows, "queue_fail_and_claim"))
 }
 
 /// One shard's row of an operator call through the router.

@@ -26,7 +26,7 @@ use rand::Rng;
 use super::calls::try_claim;
 use super::Shards;
 use crate::{
-    describe, enqueue, enqueue_batch, json, sqlstate, try_complete_with, Claimed, Client,
+    describe, enqueue_batch, json, produce_on, sqlstate, try_complete_with, Claimed, Client,
     CompleteOpts, Outcome, Value, PRODUCER, WORKER,
 };
 
@@ -290,8 +290,8 @@ fn work(
     }
 }
 
-/// Enqueues `count` tasks through the router, payload `{"n": first + i}`:
-/// one per call, or in batches of 1 to 50 (each batch goes to one shard).
+/// Enqueues `count` tasks through the router (see [`produce_on`]; each
+/// batch goes to one shard).
 fn produce(
     shards: &Shards,
     queue: &str,
@@ -299,29 +299,7 @@ fn produce(
     count: usize,
     batched: bool,
 ) -> Vec<(i64, usize)> {
-    let mut c = shards.router(PRODUCER);
-    if !batched {
-        return (first..first + count)
-            .map(|n| (enqueue(&mut c, queue, &json!({ "n": n })).task_id, n))
-            .collect();
-    }
-    let mut rng = rand::thread_rng();
-    let mut produced = Vec::with_capacity(count);
-    let mut next = first;
-    while next < first + count {
-        let size = rng.gen_range(1..=50).min(first + count - next);
-        let payloads: Vec<Value> = (next..next + size).map(|n| json!({ "n": n })).collect();
-        let ids = enqueue_batch(&mut c, queue, &payloads);
-        assert_eq!(
-            ids.len(),
-            size,
-            "queue_enqueue_batch returned {} ids for {size}",
-            ids.len()
-        );
-        produced.extend(ids.into_iter().zip(next..next + size));
-        next += size;
-    }
-    produced
+    produce_on(&mut shards.router(PRODUCER), queue, first, count, batched)
 }
 
 /// Waits until no shard holds a task of `queue` (asked of each shard
