@@ -1091,244 +1091,96 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION aedb_queue.queue_pause(queue text)
-RETURNS TABLE(shard integer, result boolean, error_code text, error text) LANGUAGE plpgsql AS $$
+-- An operator call on every shard, one row per shard: its result as text,
+-- or its error (error_code 08006 when it could not be reached). `call` is
+-- one of this file's constant call texts, the PL/Proxy function with $1 for
+-- the shard and $2[i] for the call's i-th argument (cast to its type);
+-- the arguments travel as parameters, never spliced into the text. When
+-- every shard refused with the same SQLSTATE, that error is raised instead.
+CREATE FUNCTION aedb_queue_shard.on_every_shard(call text, args text[])
+RETURNS TABLE(shard integer, result text, error_code text, error text) LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
 DECLARE
     s integer;
+    answer text;
     codes text[] := '{}';
     code text; message text; detail text; hint text;
 BEGIN
     FOR s IN SELECT aedb_queue_shard.shards() LOOP
         BEGIN
-            RETURN QUERY SELECT s, aedb_queue_shard.queue_pause(s, queue), NULL::text, NULL::text;
+            EXECUTE 'SELECT (' || call || ')::text' INTO answer USING s, args;
+            RETURN QUERY SELECT s, answer, NULL::text, NULL::text;
             codes := codes || NULL::text;
         EXCEPTION WHEN OTHERS THEN
             GET STACKED DIAGNOSTICS code = RETURNED_SQLSTATE, message = MESSAGE_TEXT,
                 detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
             codes := codes || aedb_queue_shard.error_code(code, message);
-            RETURN QUERY SELECT s, NULL::boolean, aedb_queue_shard.error_code(code, message),
+            RETURN QUERY SELECT s, NULL::text, aedb_queue_shard.error_code(code, message),
                 aedb_queue_shard.error_text(s, code, message);
         END;
     END LOOP;
     PERFORM aedb_queue_shard.refused_everywhere(codes, s, code, message, detail, hint);
 END
+$$;
+
+CREATE FUNCTION aedb_queue.queue_pause(queue text)
+RETURNS TABLE(shard integer, result boolean, error_code text, error text) LANGUAGE sql AS $$
+    SELECT e.shard, e.result::boolean, e.error_code, e.error
+    FROM aedb_queue_shard.on_every_shard('aedb_queue_shard.queue_pause($1, $2[1])', ARRAY[$1]) e
 $$;
 
 CREATE FUNCTION aedb_queue.queue_resume(queue text)
-RETURNS TABLE(shard integer, result boolean, error_code text, error text) LANGUAGE plpgsql AS $$
-#variable_conflict use_variable
-DECLARE
-    s integer;
-    codes text[] := '{}';
-    code text; message text; detail text; hint text;
-BEGIN
-    FOR s IN SELECT aedb_queue_shard.shards() LOOP
-        BEGIN
-            RETURN QUERY SELECT s, aedb_queue_shard.queue_resume(s, queue), NULL::text, NULL::text;
-            codes := codes || NULL::text;
-        EXCEPTION WHEN OTHERS THEN
-            GET STACKED DIAGNOSTICS code = RETURNED_SQLSTATE, message = MESSAGE_TEXT,
-                detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
-            codes := codes || aedb_queue_shard.error_code(code, message);
-            RETURN QUERY SELECT s, NULL::boolean, aedb_queue_shard.error_code(code, message),
-                aedb_queue_shard.error_text(s, code, message);
-        END;
-    END LOOP;
-    PERFORM aedb_queue_shard.refused_everywhere(codes, s, code, message, detail, hint);
-END
+RETURNS TABLE(shard integer, result boolean, error_code text, error text) LANGUAGE sql AS $$
+    SELECT e.shard, e.result::boolean, e.error_code, e.error
+    FROM aedb_queue_shard.on_every_shard('aedb_queue_shard.queue_resume($1, $2[1])', ARRAY[$1]) e
 $$;
 
 CREATE FUNCTION aedb_queue.queue_configure_key(queue text, concurrency_key text, concurrency_limit integer)
-RETURNS TABLE(shard integer, result boolean, error_code text, error text) LANGUAGE plpgsql AS $$
-#variable_conflict use_variable
-DECLARE
-    s integer;
-    codes text[] := '{}';
-    code text; message text; detail text; hint text;
-BEGIN
-    FOR s IN SELECT aedb_queue_shard.shards() LOOP
-        BEGIN
-            RETURN QUERY SELECT s, aedb_queue_shard.queue_configure_key(s, queue, concurrency_key, concurrency_limit), NULL::text, NULL::text;
-            codes := codes || NULL::text;
-        EXCEPTION WHEN OTHERS THEN
-            GET STACKED DIAGNOSTICS code = RETURNED_SQLSTATE, message = MESSAGE_TEXT,
-                detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
-            codes := codes || aedb_queue_shard.error_code(code, message);
-            RETURN QUERY SELECT s, NULL::boolean, aedb_queue_shard.error_code(code, message),
-                aedb_queue_shard.error_text(s, code, message);
-        END;
-    END LOOP;
-    PERFORM aedb_queue_shard.refused_everywhere(codes, s, code, message, detail, hint);
-END
+RETURNS TABLE(shard integer, result boolean, error_code text, error text) LANGUAGE sql AS $$
+    SELECT e.shard, e.result::boolean, e.error_code, e.error
+    FROM aedb_queue_shard.on_every_shard('aedb_queue_shard.queue_configure_key($1, $2[1], $2[2], $2[3]::integer)', ARRAY[$1, $2, $3::text]) e
 $$;
 
 CREATE FUNCTION aedb_queue.queue_configure_fairness(queue text, fairness_key text, weight integer)
-RETURNS TABLE(shard integer, result boolean, error_code text, error text) LANGUAGE plpgsql AS $$
-#variable_conflict use_variable
-DECLARE
-    s integer;
-    codes text[] := '{}';
-    code text; message text; detail text; hint text;
-BEGIN
-    FOR s IN SELECT aedb_queue_shard.shards() LOOP
-        BEGIN
-            RETURN QUERY SELECT s, aedb_queue_shard.queue_configure_fairness(s, queue, fairness_key, weight), NULL::text, NULL::text;
-            codes := codes || NULL::text;
-        EXCEPTION WHEN OTHERS THEN
-            GET STACKED DIAGNOSTICS code = RETURNED_SQLSTATE, message = MESSAGE_TEXT,
-                detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
-            codes := codes || aedb_queue_shard.error_code(code, message);
-            RETURN QUERY SELECT s, NULL::boolean, aedb_queue_shard.error_code(code, message),
-                aedb_queue_shard.error_text(s, code, message);
-        END;
-    END LOOP;
-    PERFORM aedb_queue_shard.refused_everywhere(codes, s, code, message, detail, hint);
-END
+RETURNS TABLE(shard integer, result boolean, error_code text, error text) LANGUAGE sql AS $$
+    SELECT e.shard, e.result::boolean, e.error_code, e.error
+    FROM aedb_queue_shard.on_every_shard('aedb_queue_shard.queue_configure_fairness($1, $2[1], $2[2], $2[3]::integer)', ARRAY[$1, $2, $3::text]) e
 $$;
 
 CREATE FUNCTION aedb_queue.queue_retry_dead(queue text, task_id bigint DEFAULT NULL, max integer DEFAULT NULL)
-RETURNS TABLE(shard integer, result bigint, error_code text, error text) LANGUAGE plpgsql AS $$
-#variable_conflict use_variable
-DECLARE
-    s integer;
-    codes text[] := '{}';
-    code text; message text; detail text; hint text;
-BEGIN
-    FOR s IN SELECT aedb_queue_shard.shards() LOOP
-        BEGIN
-            RETURN QUERY SELECT s, aedb_queue_shard.queue_retry_dead(s, queue, task_id, max), NULL::text, NULL::text;
-            codes := codes || NULL::text;
-        EXCEPTION WHEN OTHERS THEN
-            GET STACKED DIAGNOSTICS code = RETURNED_SQLSTATE, message = MESSAGE_TEXT,
-                detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
-            codes := codes || aedb_queue_shard.error_code(code, message);
-            RETURN QUERY SELECT s, NULL::bigint, aedb_queue_shard.error_code(code, message),
-                aedb_queue_shard.error_text(s, code, message);
-        END;
-    END LOOP;
-    PERFORM aedb_queue_shard.refused_everywhere(codes, s, code, message, detail, hint);
-END
+RETURNS TABLE(shard integer, result bigint, error_code text, error text) LANGUAGE sql AS $$
+    SELECT e.shard, e.result::bigint, e.error_code, e.error
+    FROM aedb_queue_shard.on_every_shard('aedb_queue_shard.queue_retry_dead($1, $2[1], $2[2]::bigint, $2[3]::integer)', ARRAY[$1, $2::text, $3::text]) e
 $$;
 
 CREATE FUNCTION aedb_queue.queue_purge(queue text, state text, force boolean DEFAULT false)
-RETURNS TABLE(shard integer, result bigint, error_code text, error text) LANGUAGE plpgsql AS $$
-#variable_conflict use_variable
-DECLARE
-    s integer;
-    codes text[] := '{}';
-    code text; message text; detail text; hint text;
-BEGIN
-    FOR s IN SELECT aedb_queue_shard.shards() LOOP
-        BEGIN
-            RETURN QUERY SELECT s, aedb_queue_shard.queue_purge(s, queue, state, force), NULL::text, NULL::text;
-            codes := codes || NULL::text;
-        EXCEPTION WHEN OTHERS THEN
-            GET STACKED DIAGNOSTICS code = RETURNED_SQLSTATE, message = MESSAGE_TEXT,
-                detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
-            codes := codes || aedb_queue_shard.error_code(code, message);
-            RETURN QUERY SELECT s, NULL::bigint, aedb_queue_shard.error_code(code, message),
-                aedb_queue_shard.error_text(s, code, message);
-        END;
-    END LOOP;
-    PERFORM aedb_queue_shard.refused_everywhere(codes, s, code, message, detail, hint);
-END
+RETURNS TABLE(shard integer, result bigint, error_code text, error text) LANGUAGE sql AS $$
+    SELECT e.shard, e.result::bigint, e.error_code, e.error
+    FROM aedb_queue_shard.on_every_shard('aedb_queue_shard.queue_purge($1, $2[1], $2[2], $2[3]::boolean)', ARRAY[$1, $2, $3::text]) e
 $$;
 
 CREATE FUNCTION aedb_queue.queue_grant(queue_pattern text, role text, privilege text)
-RETURNS TABLE(shard integer, result boolean, error_code text, error text) LANGUAGE plpgsql AS $$
-#variable_conflict use_variable
-DECLARE
-    s integer;
-    codes text[] := '{}';
-    code text; message text; detail text; hint text;
-BEGIN
-    FOR s IN SELECT aedb_queue_shard.shards() LOOP
-        BEGIN
-            RETURN QUERY SELECT s, aedb_queue_shard.queue_grant(s, queue_pattern, role, privilege), NULL::text, NULL::text;
-            codes := codes || NULL::text;
-        EXCEPTION WHEN OTHERS THEN
-            GET STACKED DIAGNOSTICS code = RETURNED_SQLSTATE, message = MESSAGE_TEXT,
-                detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
-            codes := codes || aedb_queue_shard.error_code(code, message);
-            RETURN QUERY SELECT s, NULL::boolean, aedb_queue_shard.error_code(code, message),
-                aedb_queue_shard.error_text(s, code, message);
-        END;
-    END LOOP;
-    PERFORM aedb_queue_shard.refused_everywhere(codes, s, code, message, detail, hint);
-END
+RETURNS TABLE(shard integer, result boolean, error_code text, error text) LANGUAGE sql AS $$
+    SELECT e.shard, e.result::boolean, e.error_code, e.error
+    FROM aedb_queue_shard.on_every_shard('aedb_queue_shard.queue_grant($1, $2[1], $2[2], $2[3])', ARRAY[$1, $2, $3]) e
 $$;
 
 CREATE FUNCTION aedb_queue.queue_revoke(queue_pattern text, role text, privilege text)
-RETURNS TABLE(shard integer, result boolean, error_code text, error text) LANGUAGE plpgsql AS $$
-#variable_conflict use_variable
-DECLARE
-    s integer;
-    codes text[] := '{}';
-    code text; message text; detail text; hint text;
-BEGIN
-    FOR s IN SELECT aedb_queue_shard.shards() LOOP
-        BEGIN
-            RETURN QUERY SELECT s, aedb_queue_shard.queue_revoke(s, queue_pattern, role, privilege), NULL::text, NULL::text;
-            codes := codes || NULL::text;
-        EXCEPTION WHEN OTHERS THEN
-            GET STACKED DIAGNOSTICS code = RETURNED_SQLSTATE, message = MESSAGE_TEXT,
-                detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
-            codes := codes || aedb_queue_shard.error_code(code, message);
-            RETURN QUERY SELECT s, NULL::boolean, aedb_queue_shard.error_code(code, message),
-                aedb_queue_shard.error_text(s, code, message);
-        END;
-    END LOOP;
-    PERFORM aedb_queue_shard.refused_everywhere(codes, s, code, message, detail, hint);
-END
+RETURNS TABLE(shard integer, result boolean, error_code text, error text) LANGUAGE sql AS $$
+    SELECT e.shard, e.result::boolean, e.error_code, e.error
+    FROM aedb_queue_shard.on_every_shard('aedb_queue_shard.queue_revoke($1, $2[1], $2[2], $2[3])', ARRAY[$1, $2, $3]) e
 $$;
 
 CREATE FUNCTION aedb_queue.queue_confine(role text)
-RETURNS TABLE(shard integer, result boolean, error_code text, error text) LANGUAGE plpgsql AS $$
-#variable_conflict use_variable
-DECLARE
-    s integer;
-    codes text[] := '{}';
-    code text; message text; detail text; hint text;
-BEGIN
-    FOR s IN SELECT aedb_queue_shard.shards() LOOP
-        BEGIN
-            RETURN QUERY SELECT s, aedb_queue_shard.queue_confine(s, role), NULL::text, NULL::text;
-            codes := codes || NULL::text;
-        EXCEPTION WHEN OTHERS THEN
-            GET STACKED DIAGNOSTICS code = RETURNED_SQLSTATE, message = MESSAGE_TEXT,
-                detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
-            codes := codes || aedb_queue_shard.error_code(code, message);
-            RETURN QUERY SELECT s, NULL::boolean, aedb_queue_shard.error_code(code, message),
-                aedb_queue_shard.error_text(s, code, message);
-        END;
-    END LOOP;
-    PERFORM aedb_queue_shard.refused_everywhere(codes, s, code, message, detail, hint);
-END
+RETURNS TABLE(shard integer, result boolean, error_code text, error text) LANGUAGE sql AS $$
+    SELECT e.shard, e.result::boolean, e.error_code, e.error
+    FROM aedb_queue_shard.on_every_shard('aedb_queue_shard.queue_confine($1, $2[1])', ARRAY[$1]) e
 $$;
 
 CREATE FUNCTION aedb_queue.queue_unconfine(role text)
-RETURNS TABLE(shard integer, result boolean, error_code text, error text) LANGUAGE plpgsql AS $$
-#variable_conflict use_variable
-DECLARE
-    s integer;
-    codes text[] := '{}';
-    code text; message text; detail text; hint text;
-BEGIN
-    FOR s IN SELECT aedb_queue_shard.shards() LOOP
-        BEGIN
-            RETURN QUERY SELECT s, aedb_queue_shard.queue_unconfine(s, role), NULL::text, NULL::text;
-            codes := codes || NULL::text;
-        EXCEPTION WHEN OTHERS THEN
-            GET STACKED DIAGNOSTICS code = RETURNED_SQLSTATE, message = MESSAGE_TEXT,
-                detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
-            codes := codes || aedb_queue_shard.error_code(code, message);
-            RETURN QUERY SELECT s, NULL::boolean, aedb_queue_shard.error_code(code, message),
-                aedb_queue_shard.error_text(s, code, message);
-        END;
-    END LOOP;
-    PERFORM aedb_queue_shard.refused_everywhere(codes, s, code, message, detail, hint);
-END
+RETURNS TABLE(shard integer, result boolean, error_code text, error text) LANGUAGE sql AS $$
+    SELECT e.shard, e.result::boolean, e.error_code, e.error
+    FROM aedb_queue_shard.on_every_shard('aedb_queue_shard.queue_unconfine($1, $2[1])', ARRAY[$1]) e
 $$;
 
 CREATE FUNCTION aedb_queue.queue_reap(queue text DEFAULT NULL, max integer DEFAULT 1000)

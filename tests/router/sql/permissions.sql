@@ -41,3 +41,16 @@ CREATE FUNCTION pg_temp.steal() RETURNS SETOF text AS $$ CONNECT 'host=127.0.0.1
 \c - postgres
 SELECT payload, state, attempts FROM aedb_queue.queue_list('b_mail');
 SELECT queue, paused FROM aedb_queue.queue_overview() WHERE queue LIKE '_\_mail' ORDER BY queue;
+
+-- Revoke, confine and unconfine through the router apply on every shard
+-- too: tenant a loses the right to work its queues everywhere...
+SELECT shard, result FROM aedb_queue.queue_revoke('a_*', 'tenant_a', 'worker');
+SELECT shard, result FROM aedb_queue.queue_confine('app_shared');
+SELECT shard, result FROM aedb_queue.queue_confine('app_shared');
+SELECT shard, result FROM aedb_queue.queue_unconfine('app_shared');
+\c - tenant_a
+\set VERBOSITY terse
+SELECT * FROM aedb_queue.queue_claim('a_mail', 'a-worker');
+\set VERBOSITY default
+-- ... and keeps its producer grant.
+SELECT count(*) AS enqueued FROM aedb_queue.queue_enqueue('a_mail', '{"after": "revoke"}');
