@@ -1097,6 +1097,9 @@ $$;
 -- the shard and $2[i] for the call's i-th argument (cast to its type);
 -- the arguments travel as parameters, never spliced into the text. When
 -- every shard refused with the same SQLSTATE, that error is raised instead.
+-- Like everything here it runs as the caller (not SECURITY DEFINER), so a
+-- caller who passes a call text of its own runs only what it could run
+-- itself.
 CREATE FUNCTION aedb_queue_shard.on_every_shard(call text, args text[])
 RETURNS TABLE(shard integer, result text, error_code text, error text) LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
