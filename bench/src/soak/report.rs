@@ -369,8 +369,12 @@ pub fn write(dir: &Path, run: &Run, samples: &[Sample]) -> Result<()> {
     );
     let _ = writeln!(
         md,
-        "Started {} on a **loaded, shared 2-core machine** (other builds and test runs beside it; 1-minute load average {} at the start, {} at the end), bench cluster as set up by `bench/run.sh` (aedb_queue preloaded, its in-server reaper off), everything under `nice -n 10`. `bash bench/run.sh {}` reproduces it.\n",
-        run.started_at, run.load_before, run.load_after, run.command
+        "Started {} on a shared {}-core machine (1-minute load average {} at the start, {} at the end; whatever else ran beside it shares the cores), bench cluster as set up by `bench/run.sh` (aedb_queue preloaded, its in-server reaper off), everything under `nice -n 10`. `bash bench/run.sh {}` reproduces it.\n",
+        run.started_at,
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+        run.load_before,
+        run.load_after,
+        run.command
     );
     let capacity = match run.capacity {
         Some(c) => format!("half the {c:.0} tasks/s these workers drained in a calibration just before (capped at {} for retention, see below)", super::MAX_DEFAULT_RATE),
