@@ -886,3 +886,131 @@ fn a_down_shard_is_passed_over_left_out_and_reported() {
     let rows = try_operator_rows(&mut admin, "queue_resume($1)", paused).unwrap();
     assert!(rows.iter().all(|r| r.error_code.is_none()), "{rows:?}");
 }
+
+/// Tasks of `queue` ready on `shard`.
+fn ready_on(set: &Shards, shard: i32, queue: &str) -> i64 {
+    set.shard_su(shard)
+        .query_one(
+            "SELECT count(*) FROM aedb_queue.task WHERE queue = $1 AND state = 'ready'",
+            &[&queue],
+        )
+        .unwrap()
+        .get(0)
+}
+
+/// Workers looping on `queue_complete_and_claim` through the router with
+/// `aedb_queue_router.max_stay = 3`: every few jobs a loop claims on
+/// another shard first and completes its held task alone. Every task is
+/// still completed exactly once (each completion acknowledged once, under
+/// the token the loop held, and kept on its shard), the loops did move
+/// between shards while their shard had work, and nothing is left.
+#[test]
+fn settle_and_claim_loops_move_between_shards_and_complete_each_task_once() {
+    let set = Shards::start(SHARDS);
+    let queue = "router_loops";
+    configure(&set, queue);
+    let mut producer = set.router(PRODUCER);
+    let mut enqueued: HashSet<i64> = HashSet::new();
+    for b in 0..15 {
+        let payloads: Vec<Value> = (0..100).map(|i| json!({ "n": b * 100 + i })).collect();
+        enqueued.extend(enqueue_batch(&mut producer, queue, &payloads));
+    }
+    let loops: Vec<(Vec<(i64, i64)>, usize)> = thread::scope(|s| {
+        let workers: Vec<_> = (0..4)
+            .map(|w| {
+                let set = &set;
+                s.spawn(move || {
+                    let mut c = set.router(WORKER);
+                    c.batch_execute("SET aedb_queue_router.max_stay = 3")
+                        .unwrap();
+                    let owner = format!("loop-{w}");
+                    let mut completed = Vec::new();
+                    let mut moves_with_work_left = 0;
+                    let Some(mut held) = claim_one(&mut c, queue, &owner, LONG_LEASE) else {
+                        return (completed, 0);
+                    };
+                    loop {
+                        let (settled, next) = try_complete_and_claim(
+                            &mut c,
+                            queue,
+                            &owner,
+                            (held.task_id, held.fencing_token),
+                            LONG_LEASE,
+                            1,
+                            false,
+                        )
+                        .unwrap_or_else(|e| panic!("complete_and_claim: {}", describe(&e)));
+                        assert_eq!(
+                            settled,
+                            Outcome::Applied,
+                            "task {} held by {owner}",
+                            held.task_id
+                        );
+                        completed.push((held.task_id, held.fencing_token));
+                        let Some(t) = next.into_iter().next() else {
+                            break;
+                        };
+                        let from = shard_of(held.task_id);
+                        if shard_of(t.task_id) != from && ready_on(set, from, queue) > 0 {
+                            moves_with_work_left += 1;
+                        }
+                        held = t;
+                    }
+                    (completed, moves_with_work_left)
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|h| h.join().expect("a loop"))
+            .collect()
+    });
+
+    let mut acknowledged: HashMap<i64, i64> = HashMap::new();
+    for (id, token) in loops.iter().flat_map(|(done, _)| done) {
+        assert!(
+            acknowledged.insert(*id, *token).is_none(),
+            "task {id} completed twice"
+        );
+    }
+    let kept = kept_completions(&set, queue);
+    let missing: Vec<_> = enqueued
+        .iter()
+        .filter(|id| !kept.contains_key(id))
+        .take(5)
+        .collect();
+    assert!(missing.is_empty(), "tasks never completed: {missing:?}");
+    assert_eq!(
+        kept.len(),
+        enqueued.len(),
+        "completed tasks nobody enqueued"
+    );
+    for (id, (shard, token)) in &kept {
+        assert_eq!(
+            *shard,
+            shard_of(*id),
+            "task {id} completed on shard {shard}"
+        );
+        assert_eq!(
+            acknowledged.get(id),
+            Some(token),
+            "task {id}: kept under another token than acknowledged"
+        );
+    }
+    for s in set.numbers() {
+        assert_eq!(
+            set.tasks_on(s, queue),
+            0,
+            "shard {s} still holds tasks of {queue}"
+        );
+    }
+    let moves: usize = loops.iter().map(|(_, m)| m).sum();
+    assert!(
+        moves > 0,
+        "no loop moved to another shard while its own still had ready tasks"
+    );
+    eprintln!(
+        "{} tasks, moves while work was left: {moves}",
+        enqueued.len()
+    );
+}

@@ -750,6 +750,89 @@ CREATE TYPE aedb_queue_shard.settled_row AS (settled aedb_queue.outcome, task_id
     attempts integer, fencing_token bigint, lease_deadline timestamptz, priority bigint, enqueued_at timestamptz,
     progress jsonb);
 
+-- How long a worker loop on queue_complete_and_claim stays on one shard.
+-- The call claims on the held task's shard, so a loop keeps to that shard
+-- while it has work. After aedb_queue_router.max_stay such claims in a row
+-- (default 100) a session's next call first claims on the other shards in
+-- its turn, and only then completes the held task alone, so a shard that
+-- never runs dry cannot keep the others' tasks waiting.
+CREATE FUNCTION aedb_queue_shard.may_stay() RETURNS boolean
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    max_stay text := coalesce(nullif(pg_catalog.current_setting('aedb_queue_router.max_stay', true), ''), '100');
+    stayed text := coalesce(nullif(pg_catalog.current_setting('aedb_queue_router.stayed', true), ''), '0');
+BEGIN
+    IF max_stay !~ '^[0-9]{1,9}$' THEN
+        RAISE EXCEPTION 'invalid value for setting "aedb_queue_router.max_stay": "%"', max_stay
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'Use a whole number of calls, 0 or more.';
+    END IF;
+    RETURN stayed::integer < max_stay::integer;
+END
+$$;
+
+-- Counts one more claim on the held task's shard (again), or starts over.
+CREATE FUNCTION aedb_queue_shard.stayed(again boolean) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_catalog.set_config('aedb_queue_router.stayed',
+        CASE WHEN again
+             THEN (coalesce(nullif(pg_catalog.current_setting('aedb_queue_router.stayed', true), ''), '0')::integer + 1)::text
+             ELSE '0' END,
+        false);
+END
+$$;
+
+-- The first shard other than `held_shard`, in this session's turn, that
+-- hands out tasks, and those tasks (settled left NULL); NULL and no tasks
+-- when none did. Nothing is settled yet, so a shard's own error (a bad
+-- argument, a missing right) ends the call as it would a direct one.
+CREATE FUNCTION aedb_queue_shard.claim_on_another(held_shard integer, queue text, owner_id text, lease interval,
+    max integer, OUT shard integer, OUT tasks aedb_queue_shard.settled_row[])
+LANGUAGE plpgsql AS $$
+#variable_conflict use_variable
+DECLARE
+    s integer;
+    code text; message text; detail text; hint text;
+BEGIN
+    FOR s IN SELECT r FROM aedb_queue_shard.claim_order(queue) r WHERE r <> held_shard LOOP
+        BEGIN
+            SELECT array_agg(ROW(NULL, c.*)::aedb_queue_shard.settled_row) INTO tasks
+              FROM aedb_queue_shard.queue_claim(s, queue, owner_id, lease, max) c;
+        EXCEPTION WHEN OTHERS THEN
+            GET STACKED DIAGNOSTICS code = RETURNED_SQLSTATE, message = MESSAGE_TEXT,
+                detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
+            IF NOT aedb_queue_shard.is_unavailable(code, message) THEN
+                PERFORM aedb_queue_shard.reraise(s, code, message, detail, hint);
+            END IF;
+            tasks := NULL;
+        END;
+        IF cardinality(tasks) > 0 THEN
+            shard := s;
+            RETURN;
+        END IF;
+    END LOOP;
+    tasks := NULL;
+END
+$$;
+
+-- Hands tasks claimed for a call that then failed back to their shard
+-- (queue_release: ready again, the attempt not counted). Best effort: a
+-- task whose release fails is reclaimed when its lease runs out.
+CREATE FUNCTION aedb_queue_shard.hand_back(shard integer, queue text, tasks aedb_queue_shard.settled_row[])
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    t aedb_queue_shard.settled_row;
+BEGIN
+    FOREACH t IN ARRAY coalesce(tasks, '{}') LOOP
+        BEGIN
+            PERFORM aedb_queue_shard.queue_release(shard, queue, t.task_id, t.fencing_token, '0', false);
+        EXCEPTION WHEN OTHERS THEN
+            NULL;
+        END;
+    END LOOP;
+END
+$$;
+
 -- Settle and claim: both on the held task's shard in one statement (one
 -- commit there); when that shard has nothing to hand out, the claim goes on
 -- through the other shards in this session's turn.
@@ -774,6 +857,7 @@ BEGIN
         END;
         IF got > 0 THEN
             PERFORM aedb_queue_shard.served('claim', s);
+            PERFORM aedb_queue_shard.stayed(false);
             RETURN;
         END IF;
     END LOOP;
@@ -791,9 +875,33 @@ LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
 DECLARE
     s integer := aedb_queue_shard.shard_of(held_task_id);
+    looked boolean := NOT aedb_queue_shard.may_stay();
+    other record;
+    outcome aedb_queue.outcome;
     local record;
     code text; message text; detail text; hint text;
 BEGIN
+    -- Stayed max_stay times: claim on another shard first, then complete
+    -- the held task alone (handing the claimed tasks back if that fails).
+    IF looked THEN
+        SELECT * INTO other FROM aedb_queue_shard.claim_on_another(s, queue, owner_id, lease, max);
+        IF other.shard IS NOT NULL THEN
+            BEGIN
+                outcome := aedb_queue_shard.queue_complete(s, queue, held_task_id, held_fencing_token,
+                    result, follow_ups, strict);
+            EXCEPTION WHEN OTHERS THEN
+                GET STACKED DIAGNOSTICS code = RETURNED_SQLSTATE, message = MESSAGE_TEXT,
+                    detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
+                PERFORM aedb_queue_shard.hand_back(other.shard, queue, other.tasks);
+                PERFORM aedb_queue_shard.reraise(s, code, message, detail, hint);
+            END;
+            PERFORM aedb_queue_shard.served('claim', other.shard);
+            PERFORM aedb_queue_shard.stayed(false);
+            RETURN QUERY SELECT outcome, u.task_id, u.payload, u.attempts, u.fencing_token, u.lease_deadline,
+                u.priority, u.enqueued_at, u.progress FROM unnest(other.tasks) u;
+            RETURN;
+        END IF;
+    END IF;
     BEGIN
         SELECT array_agg(c::aedb_queue_shard.settled_row) AS rows, min(c.settled::text)::aedb_queue.outcome AS outcome, count(c.task_id) AS claimed
           INTO local
@@ -805,6 +913,8 @@ BEGIN
         PERFORM aedb_queue_shard.reraise(s, code, message, detail, hint);
     END;
     IF local.claimed > 0 OR max < 1 THEN
+        -- Counted only while staying; after a look at the others it starts over.
+        PERFORM aedb_queue_shard.stayed(local.claimed > 0 AND NOT looked);
         RETURN QUERY SELECT (u).* FROM unnest(local.rows) u;
         RETURN;
     END IF;
