@@ -40,7 +40,7 @@ FROM aedb_queue.queue_complete_and_claim('stay', 'w', :t, :tok) \gset
 -- else changed.
 SELECT count(*) AS on_shard_2 FROM aedb_queue.queue_enqueue('stay', '{"m": 3}', shard_key => :'key2');
 SET aedb_queue_router.stayed = 2;
-\set VERBOSITY terse
+\set VERBOSITY sqlstate
 SELECT * FROM aedb_queue.queue_complete_and_claim('stay', 'w', :t, :tok - 1, strict => true);
 \set VERBOSITY default
 SELECT task_id >> 48 AS shard, state, attempts, fencing_token, payload FROM aedb_queue.queue_list('stay') ORDER BY task_id;
