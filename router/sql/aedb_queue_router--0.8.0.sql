@@ -750,12 +750,13 @@ CREATE TYPE aedb_queue_shard.settled_row AS (settled aedb_queue.outcome, task_id
     attempts integer, fencing_token bigint, lease_deadline timestamptz, priority bigint, enqueued_at timestamptz,
     progress jsonb);
 
--- How long a worker loop on queue_complete_and_claim stays on one shard.
--- The call claims on the held task's shard, so a loop keeps to that shard
--- while it has work. After aedb_queue_router.max_stay such claims in a row
--- (default 100) a session's next call first claims on the other shards in
--- its turn, and only then completes the held task alone, so a shard that
--- never runs dry cannot keep the others' tasks waiting.
+-- How long a worker loop on queue_complete_and_claim or
+-- queue_fail_and_claim stays on one shard. The call claims on the held
+-- task's shard, so a loop keeps to that shard while it has work. After
+-- aedb_queue_router.max_stay such claims in a row (default 100) a session's
+-- next call first claims on the other shards in its turn, and only then
+-- settles the held task alone, so a shard that never runs dry cannot keep
+-- the others' tasks waiting.
 CREATE FUNCTION aedb_queue_shard.may_stay() RETURNS boolean
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
@@ -866,6 +867,44 @@ BEGIN
 END
 $$;
 
+-- The rows of a settle-and-claim whose held task was settled alone after
+-- claim_on_another found tasks on `shard`: the stay starts over.
+CREATE FUNCTION aedb_queue_shard.claimed_first(outcome aedb_queue.outcome, shard integer,
+    tasks aedb_queue_shard.settled_row[])
+RETURNS TABLE(settled aedb_queue.outcome, task_id bigint, payload jsonb, attempts integer, fencing_token bigint,
+              lease_deadline timestamptz, priority bigint, enqueued_at timestamptz, progress jsonb)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_variable
+BEGIN
+    PERFORM aedb_queue_shard.served('claim', shard);
+    PERFORM aedb_queue_shard.stayed(false);
+    RETURN QUERY SELECT outcome, u.task_id, u.payload, u.attempts, u.fencing_token, u.lease_deadline,
+        u.priority, u.enqueued_at, u.progress FROM unnest(tasks) u;
+END
+$$;
+
+-- The rows of a settle-and-claim run on the held task's shard: its claims
+-- (one more stay, unless the call looked at the other shards first), or,
+-- when it claimed nothing, a claim through the other shards.
+CREATE FUNCTION aedb_queue_shard.claimed_on_held(rows_of_shard aedb_queue_shard.settled_row[], looked boolean,
+    held_shard integer, queue text, owner_id text, lease interval, max integer)
+RETURNS TABLE(settled aedb_queue.outcome, task_id bigint, payload jsonb, attempts integer, fencing_token bigint,
+              lease_deadline timestamptz, priority bigint, enqueued_at timestamptz, progress jsonb)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_variable
+DECLARE
+    claimed bigint := (SELECT count(u.task_id) FROM unnest(rows_of_shard) u);
+    outcome aedb_queue.outcome := (SELECT min(u.settled::text) FROM unnest(rows_of_shard) u);
+BEGIN
+    IF claimed > 0 OR max < 1 THEN
+        PERFORM aedb_queue_shard.stayed(claimed > 0 AND NOT looked);
+        RETURN QUERY SELECT (u).* FROM unnest(rows_of_shard) u;
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT * FROM aedb_queue_shard.claim_elsewhere(outcome, held_shard, queue, owner_id, lease, max);
+END
+$$;
+
 CREATE FUNCTION aedb_queue.queue_complete_and_claim(queue text, owner_id text, held_task_id bigint,
     held_fencing_token bigint, result jsonb DEFAULT NULL, follow_ups jsonb DEFAULT NULL, strict boolean DEFAULT false,
     lease interval DEFAULT NULL, max integer DEFAULT 1)
@@ -878,7 +917,7 @@ DECLARE
     looked boolean := NOT aedb_queue_shard.may_stay();
     other record;
     outcome aedb_queue.outcome;
-    local record;
+    on_held aedb_queue_shard.settled_row[];
     code text; message text; detail text; hint text;
 BEGIN
     -- Stayed max_stay times: claim on another shard first, then complete
@@ -895,16 +934,12 @@ BEGIN
                 PERFORM aedb_queue_shard.hand_back(other.shard, queue, other.tasks);
                 PERFORM aedb_queue_shard.reraise(s, code, message, detail, hint);
             END;
-            PERFORM aedb_queue_shard.served('claim', other.shard);
-            PERFORM aedb_queue_shard.stayed(false);
-            RETURN QUERY SELECT outcome, u.task_id, u.payload, u.attempts, u.fencing_token, u.lease_deadline,
-                u.priority, u.enqueued_at, u.progress FROM unnest(other.tasks) u;
+            RETURN QUERY SELECT * FROM aedb_queue_shard.claimed_first(outcome, other.shard, other.tasks);
             RETURN;
         END IF;
     END IF;
     BEGIN
-        SELECT array_agg(c::aedb_queue_shard.settled_row) AS rows, min(c.settled::text)::aedb_queue.outcome AS outcome, count(c.task_id) AS claimed
-          INTO local
+        SELECT array_agg(c::aedb_queue_shard.settled_row) INTO on_held
           FROM aedb_queue_shard.queue_complete_and_claim(s, queue, owner_id, held_task_id, held_fencing_token,
                result, follow_ups, strict, lease, max) c;
     EXCEPTION WHEN OTHERS THEN
@@ -912,13 +947,7 @@ BEGIN
             detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
         PERFORM aedb_queue_shard.reraise(s, code, message, detail, hint);
     END;
-    IF local.claimed > 0 OR max < 1 THEN
-        -- Counted only while staying; after a look at the others it starts over.
-        PERFORM aedb_queue_shard.stayed(local.claimed > 0 AND NOT looked);
-        RETURN QUERY SELECT (u).* FROM unnest(local.rows) u;
-        RETURN;
-    END IF;
-    RETURN QUERY SELECT * FROM aedb_queue_shard.claim_elsewhere(local.outcome, s, queue, owner_id, lease, max);
+    RETURN QUERY SELECT * FROM aedb_queue_shard.claimed_on_held(on_held, looked, s, queue, owner_id, lease, max);
 END
 $$;
 
@@ -931,12 +960,39 @@ LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
 DECLARE
     s integer := aedb_queue_shard.shard_of(held_task_id);
-    local record;
+    looked boolean := NOT aedb_queue_shard.may_stay();
+    other record;
+    outcome aedb_queue.outcome;
+    on_held aedb_queue_shard.settled_row[];
     code text; message text; detail text; hint text;
 BEGIN
+    -- As queue_complete_and_claim. queue_fail has no strict: a fenced-out
+    -- failure changed nothing, and strict raises its 40002 here.
+    IF looked THEN
+        SELECT * INTO other FROM aedb_queue_shard.claim_on_another(s, queue, owner_id, lease, max);
+        IF other.shard IS NOT NULL THEN
+            BEGIN
+                outcome := aedb_queue_shard.queue_fail(s, queue, held_task_id, held_fencing_token,
+                    error, retry_in, dead_letter);
+                IF strict AND outcome = 'lease_lost' THEN
+                    RAISE EXCEPTION 'lease lost: task % is no longer in flight under fencing token %',
+                        held_task_id, held_fencing_token
+                        USING ERRCODE = 'transaction_integrity_constraint_violation',
+                              HINT = 'The lease expired and the task was reclaimed, or it was cancelled or settled; '
+                                     'this transaction is rolled back so its writes do not apply twice.';
+                END IF;
+            EXCEPTION WHEN OTHERS THEN
+                GET STACKED DIAGNOSTICS code = RETURNED_SQLSTATE, message = MESSAGE_TEXT,
+                    detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
+                PERFORM aedb_queue_shard.hand_back(other.shard, queue, other.tasks);
+                PERFORM aedb_queue_shard.reraise(s, code, message, detail, hint);
+            END;
+            RETURN QUERY SELECT * FROM aedb_queue_shard.claimed_first(outcome, other.shard, other.tasks);
+            RETURN;
+        END IF;
+    END IF;
     BEGIN
-        SELECT array_agg(c::aedb_queue_shard.settled_row) AS rows, min(c.settled::text)::aedb_queue.outcome AS outcome, count(c.task_id) AS claimed
-          INTO local
+        SELECT array_agg(c::aedb_queue_shard.settled_row) INTO on_held
           FROM aedb_queue_shard.queue_fail_and_claim(s, queue, owner_id, held_task_id, held_fencing_token,
                error, retry_in, dead_letter, strict, lease, max) c;
     EXCEPTION WHEN OTHERS THEN
@@ -944,11 +1000,7 @@ BEGIN
             detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
         PERFORM aedb_queue_shard.reraise(s, code, message, detail, hint);
     END;
-    IF local.claimed > 0 OR max < 1 THEN
-        RETURN QUERY SELECT (u).* FROM unnest(local.rows) u;
-        RETURN;
-    END IF;
-    RETURN QUERY SELECT * FROM aedb_queue_shard.claim_elsewhere(local.outcome, s, queue, owner_id, lease, max);
+    RETURN QUERY SELECT * FROM aedb_queue_shard.claimed_on_held(on_held, looked, s, queue, owner_id, lease, max);
 END
 $$;
 

@@ -46,6 +46,46 @@ SELECT * FROM aedb_queue.queue_complete_and_claim('stay', 'w', :t, :tok - 1, str
 SELECT task_id >> 48 AS shard, state, attempts, fencing_token, payload FROM aedb_queue.queue_list('stay') ORDER BY task_id;
 SELECT state, attempts FROM aedb_queue.queue_get('stay', :t);
 
+-- queue_fail_and_claim stays the same way. Its failures here are retried
+-- in an hour, so no failed task comes back: at max_stay 2 the turns are
+-- 1, 1, then shard 2 first (the held task failed alone), then back to 1.
+SET aedb_queue_router.stayed = 0;
+SET aedb_queue_router.last_claim = 3;
+SELECT count(*) AS on_shard_1 FROM generate_series(1, 5) n,
+    aedb_queue.queue_enqueue('stayfail', jsonb_build_object('n', n), shard_key => :'key1');
+SELECT count(*) AS on_shard_2 FROM aedb_queue.queue_enqueue('stayfail', '{"m": 1}', shard_key => :'key2');
+SELECT task_id AS t, fencing_token AS tok, task_id >> 48 AS shard FROM aedb_queue.queue_claim('stayfail', 'w') \gset
+\echo claimed on shard :shard
+SELECT settled, task_id AS t, fencing_token AS tok, task_id >> 48 AS shard
+FROM aedb_queue.queue_fail_and_claim('stayfail', 'w', :t, :tok, 'boom', retry_in => '1 hour') \gset
+\echo :settled, next on shard :shard
+SELECT settled, task_id AS t, fencing_token AS tok, task_id >> 48 AS shard
+FROM aedb_queue.queue_fail_and_claim('stayfail', 'w', :t, :tok, 'boom', retry_in => '1 hour') \gset
+\echo :settled, next on shard :shard
+SELECT settled, task_id AS t, fencing_token AS tok, task_id >> 48 AS shard
+FROM aedb_queue.queue_fail_and_claim('stayfail', 'w', :t, :tok, 'boom', retry_in => '1 hour') \gset
+\echo :settled, next on shard :shard
+SELECT settled, task_id AS t, fencing_token AS tok, task_id >> 48 AS shard
+FROM aedb_queue.queue_fail_and_claim('stayfail', 'w', :t, :tok, 'boom', retry_in => '1 hour') \gset
+\echo :settled, next on shard :shard
+SELECT task_id >> 48 AS shard, state, attempts, last_error FROM aedb_queue.queue_list('stayfail') ORDER BY task_id;
+
+-- A stale token with strict after a claim on another shard: 40002, the
+-- task claimed there handed back (ready, attempts 0), the held task as it
+-- was (in flight, its error history unchanged).
+SELECT count(*) AS on_shard_2 FROM aedb_queue.queue_enqueue('stayfail', '{"m": 2}', shard_key => :'key2');
+SET aedb_queue_router.stayed = 2;
+\set VERBOSITY sqlstate
+SELECT * FROM aedb_queue.queue_fail_and_claim('stayfail', 'w', :t, :tok - 1, 'boom', strict => true);
+\set VERBOSITY default
+SELECT task_id >> 48 AS shard, state, attempts, fencing_token, payload FROM aedb_queue.queue_list('stayfail')
+WHERE state <> 'scheduled' ORDER BY task_id;
+SELECT state, attempts, last_error FROM aedb_queue.queue_get('stayfail', :t);
+-- Without strict the stale failure is reported and the claim stands.
+SET aedb_queue_router.stayed = 2;
+SELECT settled, task_id >> 48 AS shard, payload
+FROM aedb_queue.queue_fail_and_claim('stayfail', 'w', :t, :tok - 1, 'boom');
+
 -- A bad setting is refused by name.
 SET aedb_queue_router.max_stay = 'often';
 \set VERBOSITY terse
