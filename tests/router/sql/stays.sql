@@ -86,6 +86,21 @@ SET aedb_queue_router.stayed = 2;
 SELECT settled, task_id >> 48 AS shard, payload
 FROM aedb_queue.queue_fail_and_claim('stayfail', 'w', :t, :tok - 1, 'boom');
 
+-- A tenant gets nothing out of the look at the other shards: the claim
+-- there runs as the tenant, and the shard refuses a queue the tenant has
+-- no grant on before anything is settled (tenant_a holds grants on a_*
+-- only, tests/router/sql/permissions.sql). The held task is unchanged.
+\c - tenant_a
+SET aedb_queue_router.max_stay = 2;
+SET aedb_queue_router.stayed = 2;
+\set VERBOSITY terse
+SELECT * FROM aedb_queue.queue_fail_and_claim('stayfail', 'a-worker', :t, :tok, 'boom');
+SELECT * FROM aedb_queue.queue_complete_and_claim('stayfail', 'a-worker', :t, :tok);
+\set VERBOSITY default
+\c - postgres
+SELECT state, attempts, last_error FROM aedb_queue.queue_get('stayfail', :t);
+SELECT task_id >> 48 AS shard, state, attempts FROM aedb_queue.queue_list('stayfail', 'ready') ORDER BY task_id;
+
 -- A bad setting is refused by name.
 SET aedb_queue_router.max_stay = 'often';
 \set VERBOSITY terse
