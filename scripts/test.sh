@@ -12,8 +12,9 @@ bash scripts/setup.sh
 WORK=${AEDB_TEST_DIR:-/var/tmp/aedb_queue_test}
 postgres_dir "$WORK"
 
-log "1/9 pure unit tests"
+log "1/9 pure unit tests (the rules, and the bench's report: medians, ratios, tables, the chart's legend)"
 cargo test -p aedb_queue_core
+cargo test -p aedb_queue_bench --bins
 
 log "2/9 pg_test (single-session semantics, every error case)"
 postgres_dir "$WORK/pg_test"

@@ -256,7 +256,11 @@ pub fn chart(
     cost_workers: usize,
     batched_cost_workers: usize,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let root = BitMapBackend::new(path, (1400, 1060)).into_drawing_area();
+    // The legend's rows, under the panels, set the chart's height.
+    let widths: Vec<i32> = systems.iter().map(|s| legend_width(s)).collect();
+    let (places, note_y) = legend_places(&widths, 1400);
+    let height = 1010 + note_y as u32 + LEGEND_LINE as u32;
+    let root = BitMapBackend::new(path, (1400, height)).into_drawing_area();
     root.fill(&WHITE)?;
     let (body, legend) = root.split_vertically(1010);
     let rows = body.split_evenly((2, 2));
@@ -433,24 +437,48 @@ pub fn chart(
         }
     }
     // One legend for every panel, below them.
-    let mut x = 20;
-    for (i, system) in systems.iter().enumerate() {
+    for (i, (system, (x, y))) in systems.iter().zip(places).enumerate() {
         let c = colour(i);
-        legend.draw(&Rectangle::new([(x, 16), (x + 22, 30)], c.filled()))?;
+        legend.draw(&Rectangle::new([(x, y + 2), (x + 22, y + 16)], c.filled()))?;
         legend.draw(&Text::new(
             system.to_string(),
-            (x + 28, 14),
+            (x + 28, y),
             (FONT, 15).into_font(),
         ))?;
-        x += 44 + 9 * system.len() as i32;
     }
     legend.draw(&Text::new(
-        "cost bars: solid = one job per claim, pale = claim 100",
-        (x + 20, 14),
+        LEGEND_NOTE,
+        (LEGEND_MARGIN, note_y),
         (FONT, 15).into_font(),
     ))?;
     root.present()?;
     Ok(())
+}
+
+const LEGEND_NOTE: &str = "cost bars: solid = one job per claim, pale = claim 100";
+const LEGEND_MARGIN: i32 = 20;
+const LEGEND_LINE: i32 = 30;
+
+/// A legend entry's width: its swatch, and its name in the monospaced
+/// font at 15 px (9 px a character), and the gap to the next.
+fn legend_width(name: &str) -> i32 {
+    44 + 9 * name.chars().count() as i32
+}
+
+/// Where each legend entry goes, in rows that wrap before `width`, and the
+/// row of the note under them (on a line of its own: beside the systems it
+/// ran past the chart's edge).
+fn legend_places(widths: &[i32], width: i32) -> (Vec<(i32, i32)>, i32) {
+    let (mut x, mut y) = (LEGEND_MARGIN, 0);
+    let mut places = Vec::with_capacity(widths.len());
+    for w in widths {
+        if x > LEGEND_MARGIN && x + w > width - LEGEND_MARGIN {
+            (x, y) = (LEGEND_MARGIN, y + LEGEND_LINE);
+        }
+        places.push((x, y));
+        x += w;
+    }
+    (places, y + LEGEND_LINE)
 }
 
 pub const PER_JOB_TABLE: &str = "drain_per_job";
@@ -459,6 +487,46 @@ pub const BATCHED_TABLE: &str = "drain_batched_100";
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn legend_wraps_inside_the_chart_and_puts_the_note_below() {
+        let names = [
+            "aedb_queue",
+            "aedb-loop",
+            "baseline",
+            "baseline-loop",
+            "pgq",
+            "pgmq",
+            "pgmq-pop",
+            "pg-boss",
+            "graphile-worker",
+            "awa",
+            "oban",
+            "river",
+            "solid-queue",
+        ];
+        let widths: Vec<i32> = names.iter().map(|n| legend_width(n)).collect();
+        let (places, note_y) = legend_places(&widths, 1400);
+        assert_eq!(places[0], (LEGEND_MARGIN, 0));
+        for ((x, y), w) in places.iter().zip(&widths) {
+            assert!(
+                x + w <= 1400 - LEGEND_MARGIN,
+                "entry at {x} runs past the edge"
+            );
+            assert!(*y < note_y);
+        }
+        assert!(
+            places.iter().any(|(_, y)| *y > 0),
+            "thirteen systems need a second row"
+        );
+        let note = LEGEND_MARGIN + legend_width(LEGEND_NOTE);
+        assert!(note <= 1400, "the note fits on its own line");
+        let last_row = places.last().unwrap().1;
+        assert_eq!(note_y, last_row + LEGEND_LINE);
+        let (one, one_note) = legend_places(&widths[..3], 1400);
+        assert!(one.iter().all(|(_, y)| *y == 0));
+        assert_eq!(one_note, LEGEND_LINE);
+    }
 
     #[test]
     fn median_of_odd_and_even() {
