@@ -187,13 +187,7 @@ fn queue_complete_batch(
             let (mut settled, woken) = store::complete_many(queue, task_ids, fencing_tokens)?;
             wake(woken)?;
             // What the plain path left may be parents: they take their own.
-            let done: HashSet<(i64, i64)> = settled.iter().copied().collect();
-            let left: Vec<(i64, i64)> = task_ids
-                .iter()
-                .copied()
-                .zip(fencing_tokens.iter().copied())
-                .filter(|pair| !done.contains(pair))
-                .collect();
+            let left = fence::unsettled(task_ids, fencing_tokens, &mut settled);
             let (parents, woken) = store::complete_parents(queue, &left)?;
             settled.extend(parents);
             wake(woken)?;
