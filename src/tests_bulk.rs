@@ -204,6 +204,36 @@ mod tests {
         assert_eq!(count("d5"), 0);
     }
 
+    /// Columns are found by name in whatever order they are named, past a
+    /// dropped column; a prefix of a column's name is not its name, and a
+    /// column named twice is declined.
+    #[pg_test]
+    fn finds_each_column_by_its_whole_name_in_any_order() {
+        scratch("o");
+        exec("ALTER TABLE o ADD COLUMN gone int, ADD COLUMN kindness text");
+        exec("ALTER TABLE o DROP COLUMN gone");
+        let ids = datums(&[1i64, 2]);
+        let kind = "a".into_datum().unwrap();
+        let notes = vec!["n".into_datum(); 2];
+        let columns = [
+            (c"kindness", Values::PerRow(&notes)),
+            (c"note", Values::PerRow(&notes)),
+            (c"kind", Values::Same(kind)),
+            (c"id", Values::PerRow(&ids)),
+        ];
+        assert!(bulk::write(relid("o"), &columns, 2));
+        assert_eq!(count("o WHERE kind = 'a' AND note = 'n' AND kindness = 'n'"), 2);
+        let prefix = [(c"id", Values::PerRow(&ids)), (c"kin", Values::Same(kind))];
+        assert!(!bulk::write(relid("o"), &prefix, 2));
+        let twice = [
+            (c"id", Values::PerRow(&ids)),
+            (c"kind", Values::Same(kind)),
+            (c"kind", Values::Same(kind)),
+        ];
+        assert!(!bulk::write(relid("o"), &twice, 2));
+        assert_eq!(count("o"), 2);
+    }
+
     // ------------------------------------------------------------------
     // Through queue_enqueue_batch.
     // ------------------------------------------------------------------

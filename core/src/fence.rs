@@ -90,7 +90,11 @@ mod tests {
 
     #[test]
     fn each_timeline_s_tokens_lie_above_the_earlier_ones() {
-        assert_eq!(token_floor(1), 0, "a cluster never promoted keeps its tokens");
+        assert_eq!(
+            token_floor(1),
+            0,
+            "a cluster never promoted keeps its tokens"
+        );
         assert_eq!(token_floor(0), 0, "no timeline (in recovery) is no floor");
         assert_eq!(token_floor(2), 1 << 32);
         // A task claimed 5 times on timeline 1 (tokens 1..=5), its last two

@@ -331,16 +331,14 @@ fn write(task: &NewTask<'_>, rows: &Rows<'_>, shared: &Shared) -> Result<bool> {
         .iter()
         .map(|p| p.and_then(IntoDatum::into_datum))
         .collect();
+    // In the table's column order, which `bulk::write` finds fastest.
     let mut columns = vec![
         (c"task_id", Values::PerRow(&ids)),
         (c"queue", Values::Same(datum(task.queue.into_datum())?)),
-        (c"state", Values::Same(pg_sys::Datum::from(shared.state))),
-        (c"not_before", Values::Same(shared.not_before)),
         (
             c"priority",
             Values::Same(datum(task.priority.into_datum())?),
         ),
-        (c"attempts", Values::Same(datum(0i32.into_datum())?)),
         (
             c"max_attempts",
             Values::Same(datum(task.max_attempts.into_datum())?),
@@ -353,14 +351,28 @@ fn write(task: &NewTask<'_>, rows: &Rows<'_>, shared: &Shared) -> Result<bool> {
             c"backoff_max",
             Values::Same(datum(task.backoff_max.into_datum())?),
         ),
-        (c"fencing_token", Values::Same(datum(0i64.into_datum())?)),
-        (c"payload", Values::PerRow(&payloads)),
         (c"created_at", Values::Same(shared.now)),
-        (c"updated_at", Values::Same(shared.now)),
     ];
     // Left out, a column is NULL.
     if let Some(key) = rows.key {
         columns.push((c"idempotency_key", Values::Same(datum(key.into_datum())?)));
+    }
+    columns.extend([
+        (c"payload", Values::PerRow(&payloads)),
+        (c"not_before", Values::Same(shared.not_before)),
+        (c"state", Values::Same(pg_sys::Datum::from(shared.state))),
+        (c"attempts", Values::Same(datum(0i32.into_datum())?)),
+        (c"fencing_token", Values::Same(datum(0i64.into_datum())?)),
+        (c"updated_at", Values::Same(shared.now)),
+    ]);
+    match task.state {
+        NewState::Dead(error) => {
+            columns.push((c"last_error", Values::Same(datum(error.into_datum())?)))
+        }
+        NewState::Waiting(parents) => {
+            columns.push((c"waiting_on", Values::Same(datum(parents.into_datum())?)))
+        }
+        NewState::Ready | NewState::Scheduled => {}
     }
     if let Some(key) = task.concurrency_key {
         columns.push((c"concurrency_key", Values::Same(datum(key.into_datum())?)));
@@ -374,15 +386,6 @@ fn write(task: &NewTask<'_>, rows: &Rows<'_>, shared: &Shared) -> Result<bool> {
     let vts: Vec<Option<pg_sys::Datum>> = rows.fair_vts.iter().map(|vt| vt.into_datum()).collect();
     if !vts.is_empty() {
         columns.push((c"fair_vt", Values::PerRow(&vts)));
-    }
-    match task.state {
-        NewState::Waiting(parents) => {
-            columns.push((c"waiting_on", Values::Same(datum(parents.into_datum())?)))
-        }
-        NewState::Dead(error) => {
-            columns.push((c"last_error", Values::Same(datum(error.into_datum())?)))
-        }
-        NewState::Ready | NewState::Scheduled => {}
     }
     Ok(bulk::write(relid, &columns, ids.len()))
 }
