@@ -222,7 +222,10 @@ mod tests {
             (c"id", Values::PerRow(&ids)),
         ];
         assert!(bulk::write(relid("o"), &columns, 2));
-        assert_eq!(count("o WHERE kind = 'a' AND note = 'n' AND kindness = 'n'"), 2);
+        assert_eq!(
+            count("o WHERE kind = 'a' AND note = 'n' AND kindness = 'n'"),
+            2
+        );
         let prefix = [(c"id", Values::PerRow(&ids)), (c"kin", Values::Same(kind))];
         assert!(!bulk::write(relid("o"), &prefix, 2));
         let twice = [
