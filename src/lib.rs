@@ -39,6 +39,8 @@ mod tests_cron;
 #[cfg(any(test, feature = "pg_test"))]
 mod tests_dependency;
 #[cfg(any(test, feature = "pg_test"))]
+mod tests_direct_delete;
+#[cfg(any(test, feature = "pg_test"))]
 mod tests_errors;
 #[cfg(any(test, feature = "pg_test"))]
 mod tests_flow;

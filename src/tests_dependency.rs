@@ -28,12 +28,13 @@ mod tests {
         // Both queues' settings read (and cached) before the count starts:
         // waking the children's queue looks up whether it notifies.
         exec("SELECT aedb_queue.queue_enqueue_batch('c', ARRAY[]::jsonb[])");
-        let before = crate::store::statements_run();
+        let before = (crate::store::statements_run(), direct_deletes());
         assert_eq!(complete("p", parent, token, ""), "applied");
-        let statements = crate::store::statements_run() - before;
-        // The plain completion (which leaves parents alone), the parent's
-        // (kept), the release of every child.
-        assert_eq!(statements, 3, "statements for one parent and 1000 children");
+        let statements = crate::store::statements_run() - before.0;
+        // The plain completion (which leaves parents alone) without a
+        // statement; the parent's (kept) and the release of every child.
+        assert_eq!(direct_deletes() - before.1, 1, "the plain completion tried");
+        assert_eq!(statements, 2, "statements for one parent and 1000 children");
         assert_eq!(
             count("aedb_queue.task WHERE queue = 'c' AND state = 'ready'"),
             1000
@@ -81,10 +82,15 @@ mod tests {
     fn a_task_without_dependents_completes_on_the_plain_path() {
         let id = enqueue("q", "");
         let (_, token) = claim_one("q");
-        let before = crate::store::statements_run();
+        let before = (crate::store::statements_run(), direct_deletes());
         assert_eq!(complete("q", id, token, ""), "applied");
-        assert_eq!(crate::store::statements_run() - before, 1);
+        assert_eq!(crate::store::statements_run() - before.0, 0);
+        assert_eq!(direct_deletes() - before.1, 1);
         assert_eq!(count("aedb_queue.completed_task"), 0, "not kept");
+    }
+
+    fn direct_deletes() -> u64 {
+        crate::store::direct_delete::CALLS.with(|c| c.get())
     }
 
     #[pg_test]

@@ -79,7 +79,7 @@ thread_local! {
     pub(crate) static WRITES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
-unsafe fn needs_executor(rel: pg_sys::Relation) -> bool {
+pub(super) unsafe fn needs_executor(rel: pg_sys::Relation) -> bool {
     unsafe {
         let form = &*(*rel).rd_rel;
         !(*rel).trigdesc.is_null()
@@ -121,7 +121,7 @@ unsafe fn layout<'a>(
 
 /// The position of the live attribute named `name`, looked for from `from`
 /// to the end, then from the start.
-fn find_attribute(
+pub(super) fn find_attribute(
     attrs: &[pg_sys::FormData_pg_attribute],
     name: &CStr,
     from: usize,

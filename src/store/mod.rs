@@ -38,6 +38,7 @@ mod admin;
 pub(crate) mod bulk;
 mod cron;
 mod dependency;
+pub(crate) mod direct_delete;
 mod fence;
 pub(crate) mod flow;
 pub(crate) mod index_cache;

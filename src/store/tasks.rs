@@ -9,6 +9,7 @@ use aedb_queue_core::scan_hint::ScanHints;
 use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::spi::SpiClient;
 
+use super::direct_delete;
 use super::flow::{self, SlotChanges};
 use super::{
     execute, with_client, Rows, SchemaLevel, Statement, Versioned, INT4, INT8, INT8_ARRAY,
@@ -959,7 +960,77 @@ pub fn complete(
     result: Option<RawJsonb>,
     keep: bool,
 ) -> Result<Option<Vec<String>>> {
-    let done = with_client(|client| {
+    let direct = if keep {
+        None
+    } else {
+        complete_directly(queue, task_id, fencing_token)?
+    };
+    let done = match direct {
+        Some(None) => None,
+        Some(Some(slots)) if slots.is_empty() => Some(Vec::new()),
+        Some(Some(slots)) => with_client(|client| flow::settle_in(client, slots).map(Some))?,
+        None => complete_through_executor(queue, task_id, fencing_token, result, keep)?,
+    };
+    let done = match done {
+        Some(woken) => Some(woken),
+        None => complete_if_parent(queue, task_id, fencing_token, result)?,
+    };
+    if done.is_some() {
+        counters::count(queue, Counter::Completed, 1);
+    }
+    Ok(done)
+}
+
+/// COMPLETE's fence and DELETE without the statement (`direct_delete`):
+/// the changes of the deleted task's keys, None (inside) when the fence did
+/// not hold, None when it declined.
+fn complete_directly(
+    queue: &str,
+    task_id: i64,
+    fencing_token: i64,
+) -> Result<Option<Option<SlotChanges>>> {
+    if super::schema_level() < super::SchemaLevel::V060 {
+        return Ok(None);
+    }
+    let relid =
+        crate::oids::relation_oid(c"task").ok_or_else(|| internal("no table aedb_queue.task"))?;
+    let in_flight = crate::oids::enum_label_oid(c"task_state", c"in_flight");
+    let fence_holds = |row: &direct_delete::Row| {
+        row.oid(c"state") == Some(in_flight)
+            && row.int8(c"fencing_token") == Some(fencing_token)
+            && row.bool(c"has_dependents") != Some(true)
+            && row.text(c"queue").as_deref() == Some(queue)
+    };
+    let keys = |row: &direct_delete::Row| {
+        let mut slots = SlotChanges::default();
+        keys_from(
+            &mut slots,
+            queue,
+            task_id,
+            row.text(c"concurrency_key"),
+            row.text(c"ordering_key"),
+            true,
+        );
+        slots
+    };
+    Ok(direct_delete::delete_by_key(
+        relid,
+        task_id,
+        fence_holds,
+        keys,
+    ))
+}
+
+/// COMPLETE (or COMPLETE_KEEPING) as a statement: the queues where children
+/// became ready, None when the fence did not hold.
+fn complete_through_executor(
+    queue: &str,
+    task_id: i64,
+    fencing_token: i64,
+    result: Option<RawJsonb>,
+    keep: bool,
+) -> Result<Option<Vec<String>>> {
+    with_client(|client| {
         let rows = if keep {
             let args = [
                 task_id.into(),
@@ -980,15 +1051,7 @@ pub fn complete(
             return Ok(None);
         }
         flow::settle_in(client, slots).map(Some)
-    })?;
-    let done = match done {
-        Some(woken) => Some(woken),
-        None => complete_if_parent(queue, task_id, fencing_token, result)?,
-    };
-    if done.is_some() {
-        counters::count(queue, Counter::Completed, 1);
-    }
-    Ok(done)
+    })
 }
 
 /// The parent path, tried when the plain one applied to nothing: only on
@@ -1203,11 +1266,30 @@ pub(super) fn keys_of(
     at: usize,
     frees: bool,
 ) -> Result<()> {
-    if let (Some(key), true) = (row.get::<String>(at)?, frees) {
+    keys_from(
+        slots,
+        queue,
+        task_id,
+        row.get::<String>(at)?,
+        row.get::<String>(at + 1)?,
+        frees,
+    );
+    Ok(())
+}
+
+/// `keys_of` given the keys.
+fn keys_from(
+    slots: &mut SlotChanges,
+    queue: &str,
+    task_id: i64,
+    concurrency_key: Option<String>,
+    ordering_key: Option<String>,
+    frees: bool,
+) {
+    if let (Some(key), true) = (concurrency_key, frees) {
         slots.freed(queue, &key);
     }
-    if let Some(key) = row.get::<String>(at + 1)? {
+    if let Some(key) = ordering_key {
         slots.head_left(queue, &key, task_id);
     }
-    Ok(())
 }

@@ -77,6 +77,11 @@ pub(crate) struct SlotChanges {
 }
 
 impl SlotChanges {
+    /// Nothing to settle: no key's slots or lines changed.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.freed.is_empty() && self.left.is_empty()
+    }
+
     /// Tasks of the key became due (blocked, waiting for a slot).
     pub(crate) fn arrived(&mut self, queue: &str, key: &str) {
         self.freed

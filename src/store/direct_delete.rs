@@ -1,0 +1,237 @@
+//! One row deleted by its primary key straight through the table's access
+//! method, as `bulk` writes rows: no statement, no SPI call, no executor
+//! start and end, which were most of a one-task settle.
+//!
+//! It knows nothing of tasks: the caller judges each version of the row
+//! (`holds`, the statement's WHERE) and reads what it needs of the deleted
+//! one (`read`, its RETURNING). A concurrent update is met as a DELETE in
+//! READ COMMITTED meets it: wait for the updater, lock the newest version
+//! and judge it again (what the executor's EvalPlanQual does); under
+//! REPEATABLE READ and SERIALIZABLE the call fails with 40001. It declines
+//! (the caller falls back to its DELETE statement) when the table needs the
+//! executor (triggers, row-level security, not a plain table) or its primary
+//! key is not one bigint column.
+
+use std::ffi::CStr;
+
+use pgrx::pg_sys::panic::ErrorReport;
+use pgrx::pg_sys::{self, Datum};
+use pgrx::{PgLogLevel, PgSqlErrorCode};
+
+/// The version of the row the caller judges or reads.
+pub struct Row {
+    slot: *mut pg_sys::TupleTableSlot,
+}
+
+impl Row {
+    /// Column `name`'s value; None when it is NULL or there is no such
+    /// column.
+    pub fn get(&self, name: &CStr) -> Option<Datum> {
+        // SAFETY: the slot holds a pinned version of a row of the open
+        // relation while `Row` is lent out.
+        unsafe {
+            let desc = (*self.slot).tts_tupleDescriptor;
+            let attrs = (*desc).attrs.as_slice((*desc).natts as usize);
+            let at = super::bulk::find_attribute(attrs, name, 0)?;
+            let mut is_null = false;
+            let value = pg_sys::slot_getattr(self.slot, at as i32 + 1, &mut is_null);
+            (!is_null).then_some(value)
+        }
+    }
+
+    pub fn text(&self, name: &CStr) -> Option<String> {
+        // SAFETY: a text column's datum, not NULL.
+        self.get(name)
+            .and_then(|d| unsafe { <String as pgrx::FromDatum>::from_datum(d, false) })
+    }
+
+    pub fn int8(&self, name: &CStr) -> Option<i64> {
+        self.get(name).map(|d| d.value() as i64)
+    }
+
+    pub fn bool(&self, name: &CStr) -> Option<bool> {
+        self.get(name).map(|d| d.value() != 0)
+    }
+
+    pub fn oid(&self, name: &CStr) -> Option<pg_sys::Oid> {
+        self.get(name).map(|d| pg_sys::Oid::from(d.value() as u32))
+    }
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+thread_local! {
+    /// Completed `delete_by_key` calls in this backend (deleting or not),
+    /// for tests of who used it.
+    pub(crate) static CALLS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Deletes the row of `relid` whose primary key is `key` if `holds` of it,
+/// and returns `read` of the deleted version: `Some(None)` when no row
+/// with the key is visible or `holds` is false of it, `None` (nothing
+/// done) when the table needs the executor (see the module comment).
+///
+/// Runs as a statement of its own would: after a command counter increment
+/// (so it sees this transaction's earlier writes), with the snapshot a new
+/// statement gets; the deletion is visible to the next command.
+pub fn delete_by_key<R>(
+    relid: pg_sys::Oid,
+    key: i64,
+    holds: impl Fn(&Row) -> bool,
+    read: impl FnOnce(&Row) -> R,
+) -> Option<Option<R>> {
+    // SAFETY: every pointer comes from Postgres and lives until the end of
+    // this call (the slot, the scan) or of the transaction (the relations'
+    // locks, kept as the executor keeps them); an error raised by Postgres
+    // aborts the (sub)transaction, which releases buffers, relations and the
+    // pushed snapshot.
+    unsafe {
+        pg_sys::PreventCommandIfReadOnly(c"DELETE".as_ptr());
+        let lock = pg_sys::RowExclusiveLock as pg_sys::LOCKMODE;
+        let rel = pg_sys::table_open(relid, lock);
+        let Some(index) = open_bigint_primary_key(rel, lock) else {
+            pg_sys::table_close(rel, lock);
+            return None;
+        };
+        pg_sys::CommandCounterIncrement();
+        pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
+        pg_sys::UpdateActiveSnapshotCommandId();
+        let snapshot = pg_sys::GetActiveSnapshot();
+        let slot = pg_sys::table_slot_create(rel, std::ptr::null_mut());
+        let scan = pg_sys::index_beginscan(rel, index, snapshot, 1, 0);
+        let mut scan_key: pg_sys::ScanKeyData = std::mem::zeroed();
+        pg_sys::ScanKeyInit(
+            &mut scan_key,
+            1,
+            pg_sys::BTEqualStrategyNumber as pg_sys::StrategyNumber,
+            pg_sys::Oid::from(pg_sys::F_INT8EQ),
+            Datum::from(key),
+        );
+        pg_sys::index_rescan(scan, &mut scan_key, 1, std::ptr::null_mut(), 0);
+        let found =
+            pg_sys::index_getnext_slot(scan, pg_sys::ScanDirection::ForwardScanDirection, slot);
+        let row = Row { slot };
+        let deleted = found && holds(&row) && delete_newest(rel, snapshot, &row, &holds);
+        let result = deleted.then(|| read(&row));
+        pg_sys::index_endscan(scan);
+        pg_sys::ExecDropSingleTupleTableSlot(slot);
+        pg_sys::index_close(index, pg_sys::NoLock as pg_sys::LOCKMODE);
+        pg_sys::table_close(rel, pg_sys::NoLock as pg_sys::LOCKMODE);
+        pg_sys::PopActiveSnapshot();
+        pg_sys::CommandCounterIncrement();
+        #[cfg(any(test, feature = "pg_test"))]
+        CALLS.with(|c| c.set(c.get() + 1));
+        Some(result)
+    }
+}
+
+/// The table's primary key index, opened with `lock`, when the table needs
+/// no executor and the key is one bigint column.
+unsafe fn open_bigint_primary_key(
+    rel: pg_sys::Relation,
+    lock: pg_sys::LOCKMODE,
+) -> Option<pg_sys::Relation> {
+    unsafe {
+        if super::bulk::needs_executor(rel) {
+            return None;
+        }
+        let pkey = pg_sys::RelationGetPrimaryKeyIndex(rel);
+        if pkey == pg_sys::InvalidOid {
+            return None;
+        }
+        let index = pg_sys::index_open(pkey, lock);
+        let form = &*(*index).rd_index;
+        let columns = form.indkey.values.as_slice(form.indnatts as usize);
+        let desc = (*rel).rd_att;
+        let attrs = (*desc).attrs.as_slice((*desc).natts as usize);
+        let bigint = matches!(columns, [column] if *column > 0
+            && attrs[*column as usize - 1].atttypid == pg_sys::INT8OID);
+        if bigint {
+            return Some(index);
+        }
+        pg_sys::index_close(index, lock);
+        None
+    }
+}
+
+/// Deletes the version in `row`'s slot; if a concurrent transaction updated
+/// it, deletes the newest version instead, as long as `holds` of it. True
+/// when a version was deleted; the slot then holds it.
+unsafe fn delete_newest(
+    rel: pg_sys::Relation,
+    snapshot: pg_sys::Snapshot,
+    row: &Row,
+    holds: &impl Fn(&Row) -> bool,
+) -> bool {
+    unsafe {
+        let am = &*(*rel).rd_tableam;
+        let command = pg_sys::GetCurrentCommandId(true);
+        loop {
+            let mut tid = (*row.slot).tts_tid;
+            let mut failure: pg_sys::TM_FailureData = std::mem::zeroed();
+            let deleted = am.tuple_delete.expect("table AM deletes")(
+                rel,
+                &mut tid,
+                command,
+                snapshot,
+                std::ptr::null_mut(),
+                true,
+                &mut failure,
+                false,
+            );
+            match deleted {
+                pg_sys::TM_Result::TM_Ok => return true,
+                // Deleted or updated by this transaction since the
+                // snapshot: the DELETE statement skips it too.
+                pg_sys::TM_Result::TM_SelfModified => return false,
+                pg_sys::TM_Result::TM_Updated | pg_sys::TM_Result::TM_Deleted
+                    if pg_sys::XactIsoLevel >= pg_sys::XACT_REPEATABLE_READ as i32 =>
+                {
+                    serialization_failure(deleted)
+                }
+                pg_sys::TM_Result::TM_Deleted => return false,
+                pg_sys::TM_Result::TM_Updated => {
+                    let locked = am.tuple_lock.expect("table AM locks")(
+                        rel,
+                        &mut tid,
+                        snapshot,
+                        row.slot,
+                        command,
+                        pg_sys::LockTupleMode::LockTupleExclusive,
+                        pg_sys::LockWaitPolicy::LockWaitBlock,
+                        pg_sys::TUPLE_LOCK_FLAG_FIND_LAST_VERSION as u8,
+                        &mut failure,
+                    );
+                    match locked {
+                        pg_sys::TM_Result::TM_Ok if holds(row) => continue,
+                        pg_sys::TM_Result::TM_Ok
+                        | pg_sys::TM_Result::TM_SelfModified
+                        | pg_sys::TM_Result::TM_Deleted => return false,
+                        other => unexpected("tuple_lock", other),
+                    }
+                }
+                other => unexpected("tuple_delete", other),
+            }
+        }
+    }
+}
+
+/// What a DELETE statement raises in REPEATABLE READ or SERIALIZABLE when
+/// the row changed after the transaction's snapshot.
+fn serialization_failure(result: pg_sys::TM_Result::Type) -> ! {
+    let what = if result == pg_sys::TM_Result::TM_Deleted {
+        "delete"
+    } else {
+        "update"
+    };
+    ErrorReport::new(
+        PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,
+        format!("could not serialize access due to concurrent {what}"),
+        "aedb_queue",
+    )
+    .report(PgLogLevel::ERROR);
+    unreachable!("an ERROR report does not return")
+}
+
+fn unexpected(call: &str, result: pg_sys::TM_Result::Type) -> ! {
+    pgrx::error!("direct_delete: unexpected {call} result {result}")
+}
