@@ -1,7 +1,8 @@
 //! `#[pg_test]`s of `store::direct_delete`, the statement-free DELETE behind
-//! a one-task completion: called directly on scratch tables (what it
-//! deletes, what it reads, when it declines), then through
-//! `queue_complete` (the statement takes over when a trigger needs it).
+//! a completion: called directly on scratch tables (what it deletes, what
+//! it reads, when it declines), then through `queue_complete` and
+//! `queue_complete_batch` (the statement takes over when a trigger needs
+//! it).
 //! A concurrent update is in tests/isolation/specs/
 //! complete-after-concurrent-update.spec. Same conventions as `tests.rs`:
 //! one transaction per test, rolled back.
@@ -55,6 +56,27 @@ mod tests {
         assert_eq!(delete("s", 9, "k9"), Some(None), "no such row");
         assert_eq!(delete("s", 2, "k2"), Some(None), "already deleted");
         assert_eq!(ids("s"), "1,3,4,5", "visible to the next statement");
+    }
+
+    /// Many keys in one call: each judged on its own row, read in the order
+    /// of the keys; a missing key and a key named again delete nothing.
+    #[pg_test]
+    fn deletes_many_keys_each_judged_on_its_row() {
+        scratch("s");
+        let read = direct_delete::delete_by_keys(
+            relid("s"),
+            &[4, 9, 1, 2, 4],
+            |row: &Row| row.int8(c"n") != Some(20),
+            |row: &Row| (row.int8(c"id").expect("id"), row.text(c"kind")),
+        );
+        assert_eq!(
+            read,
+            Some(vec![(4, Some("k4".into())), (1, Some("k1".into()))]),
+            "2 held by n = 20; 9 missing; 4 once"
+        );
+        assert_eq!(ids("s"), "2,3,5");
+        let none = direct_delete::delete_by_keys(relid("s"), &[], |_: &Row| true, |_: &Row| ());
+        assert_eq!(none, Some(vec![]));
     }
 
     #[pg_test]
@@ -163,6 +185,57 @@ mod tests {
         );
     }
 
+    fn complete_batch(queue: &str, pairs: &[(i64, i64)]) -> String {
+        let ids: Vec<String> = pairs.iter().map(|p| p.0.to_string()).collect();
+        let tokens: Vec<String> = pairs.iter().map(|p| p.1.to_string()).collect();
+        one::<String>(&format!(
+            "SELECT string_agg(outcome::text, ',' ORDER BY n)
+             FROM aedb_queue.queue_complete_batch('{queue}', '{{{}}}', '{{{}}}')
+                  WITH ORDINALITY AS b(task_id, outcome, n)",
+            ids.join(","),
+            tokens.join(",")
+        ))
+    }
+
+    /// A batch on the direct path: one call for the batch, each task under
+    /// its own token and fence (queue, state, token), a pair named twice
+    /// applied once.
+    #[pg_test]
+    fn queue_complete_batch_deletes_directly_under_the_fence() {
+        let a = enqueue("db", "");
+        let b = enqueue("db", "");
+        let elsewhere = enqueue("db_other", "");
+        let stale = enqueue("db", "");
+        let ready = enqueue("db", "");
+        let (_, token_a) = claim_one("db");
+        let (_, token_b) = claim_one("db");
+        let (_, token_e) = claim_one("db_other");
+        let (_, token_s) = claim_one("db");
+        let before = calls();
+        let outcomes = complete_batch(
+            "db",
+            &[
+                (b, token_b),
+                (a, token_a + 1),
+                (stale, token_s + 1),
+                (elsewhere, token_e),
+                (ready, 0),
+                (b, token_b),
+                (a, token_a),
+            ],
+        );
+        assert_eq!(
+            outcomes,
+            "applied,lease_lost,lease_lost,lease_lost,lease_lost,lease_lost,applied"
+        );
+        assert_eq!(calls() - before, 1, "one call for the batch");
+        assert_eq!(
+            one::<String>("SELECT string_agg(task_id::text, ',' ORDER BY task_id) FROM aedb_queue.task WHERE queue IN ('db', 'db_other')"),
+            format!("{elsewhere},{stale},{ready}"),
+            "the ones fenced out are still there"
+        );
+    }
+
     /// With a trigger on the task table the completion is the DELETE
     /// statement, and the trigger sees it.
     #[pg_test]
@@ -183,5 +256,11 @@ mod tests {
         assert_eq!(calls(), before.0, "declined before counting");
         assert!(crate::store::statements_run() > before.1);
         assert_eq!(one::<i64>("SELECT task_id FROM gone"), id);
+        let batch = enqueue("dt", "");
+        let (_, token) = claim_one("dt");
+        let before = calls();
+        assert_eq!(complete_batch("dt", &[(batch, token)]), "applied");
+        assert_eq!(calls(), before, "the batch declined too");
+        assert_eq!(count(&format!("gone WHERE task_id = {batch}")), 1);
     }
 }

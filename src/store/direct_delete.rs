@@ -1,6 +1,7 @@
-//! One row deleted by its primary key straight through the table's access
+//! Rows deleted by their primary keys straight through the table's access
 //! method, as `bulk` writes rows: no statement, no SPI call, no executor
-//! start and end, which were most of a one-task settle.
+//! start and end, which were most of a one-task settle and much of a
+//! batch's.
 //!
 //! It knows nothing of tasks: the caller judges each version of the row
 //! (`holds`, the statement's WHERE) and reads what it needs of the deleted
@@ -12,7 +13,8 @@
 //! executor (triggers, row-level security, not a plain table) or its primary
 //! key is not one bigint column.
 
-use std::ffi::CStr;
+use std::cell::RefCell;
+use std::ffi::{c_char, CStr};
 
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::pg_sys::{self, Datum};
@@ -21,22 +23,56 @@ use pgrx::{PgLogLevel, PgSqlErrorCode};
 /// The version of the row the caller judges or reads.
 pub struct Row {
     slot: *mut pg_sys::TupleTableSlot,
+    /// Column numbers found by name so far in this call: every row of the
+    /// call has the same descriptor, so each name is searched for once.
+    columns: RefCell<Vec<(*const c_char, Option<i32>)>>,
 }
 
 impl Row {
     /// Column `name`'s value; None when it is NULL or there is no such
     /// column.
     pub fn get(&self, name: &CStr) -> Option<Datum> {
+        let column = self.column(name)?;
         // SAFETY: the slot holds a pinned version of a row of the open
-        // relation while `Row` is lent out.
+        // relation while `Row` is lent out; its values are read once
+        // deformed up to `column`, as slot_getattr does.
         unsafe {
+            if i32::from((*self.slot).tts_nvalid) < column {
+                pg_sys::slot_getsomeattrs_int(self.slot, column);
+            }
+            let at = column as usize - 1;
+            (!*(*self.slot).tts_isnull.add(at)).then(|| *(*self.slot).tts_values.add(at))
+        }
+    }
+
+    /// Whether text column `name` holds `value` (false when NULL), without
+    /// copying it out.
+    pub fn text_is(&self, name: &CStr, value: &str) -> bool {
+        let Some(datum) = self.get(name) else {
+            return false;
+        };
+        // SAFETY: a text column's datum, not NULL; detoasted (a no-op for
+        // the short inline values of a row) for as long as this call.
+        unsafe {
+            let text = pg_sys::pg_detoast_datum_packed(datum.cast_mut_ptr());
+            pgrx::varlena::varlena_to_byte_slice(text) == value.as_bytes()
+        }
+    }
+
+    /// `name`'s column number, found in the descriptor on first use.
+    fn column(&self, name: &CStr) -> Option<i32> {
+        let mut columns = self.columns.borrow_mut();
+        if let Some(&(_, column)) = columns.iter().find(|(n, _)| *n == name.as_ptr()) {
+            return column;
+        }
+        // SAFETY: the slot's descriptor is the open relation's.
+        let column = unsafe {
             let desc = (*self.slot).tts_tupleDescriptor;
             let attrs = (*desc).attrs.as_slice((*desc).natts as usize);
-            let at = super::bulk::find_attribute(attrs, name, 0)?;
-            let mut is_null = false;
-            let value = pg_sys::slot_getattr(self.slot, at as i32 + 1, &mut is_null);
-            (!is_null).then_some(value)
-        }
+            super::bulk::find_attribute(attrs, name, 0).map(|at| at as i32 + 1)
+        };
+        columns.push((name.as_ptr(), column));
+        column
     }
 
     pub fn text(&self, name: &CStr) -> Option<String> {
@@ -60,7 +96,7 @@ impl Row {
 
 #[cfg(any(test, feature = "pg_test"))]
 thread_local! {
-    /// Completed `delete_by_key` calls in this backend (deleting or not),
+    /// Completed `delete_by_keys` calls in this backend (deleting or not),
     /// for tests of who used it.
     pub(crate) static CALLS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
@@ -69,16 +105,33 @@ thread_local! {
 /// and returns `read` of the deleted version: `Some(None)` when no row
 /// with the key is visible or `holds` is false of it, `None` (nothing
 /// done) when the table needs the executor (see the module comment).
-///
-/// Runs as a statement of its own would: after a command counter increment
-/// (so it sees this transaction's earlier writes), with the snapshot a new
-/// statement gets; the deletion is visible to the next command.
 pub fn delete_by_key<R>(
     relid: pg_sys::Oid,
     key: i64,
     holds: impl Fn(&Row) -> bool,
     read: impl FnOnce(&Row) -> R,
 ) -> Option<Option<R>> {
+    let mut read = Some(read);
+    let deleted = delete_by_keys(relid, &[key], holds, |row| {
+        read.take().map(|read| read(row))
+    })?;
+    Some(deleted.into_iter().next().flatten())
+}
+
+/// Deletes each row of `relid` whose primary key is in `keys` if `holds`
+/// of it, in the order of `keys`, and returns `read` of each deleted
+/// version; None (nothing done) when the table needs the executor. A key
+/// named twice is met as a deleted row the second time.
+///
+/// Runs as one statement would: after a command counter increment (so it
+/// sees this transaction's earlier writes), with the snapshot a new
+/// statement gets; the deletions are visible to the next command.
+pub fn delete_by_keys<R>(
+    relid: pg_sys::Oid,
+    keys: &[i64],
+    holds: impl Fn(&Row) -> bool,
+    mut read: impl FnMut(&Row) -> R,
+) -> Option<Vec<R>> {
     // SAFETY: every pointer comes from Postgres and lives until the end of
     // this call (the slot, the scan) or of the transaction (the relations'
     // locks, kept as the executor keeps them); an error raised by Postgres
@@ -98,20 +151,31 @@ pub fn delete_by_key<R>(
         let snapshot = pg_sys::GetActiveSnapshot();
         let slot = pg_sys::table_slot_create(rel, std::ptr::null_mut());
         let scan = pg_sys::index_beginscan(rel, index, snapshot, 1, 0);
-        let mut scan_key: pg_sys::ScanKeyData = std::mem::zeroed();
-        pg_sys::ScanKeyInit(
-            &mut scan_key,
-            1,
-            pg_sys::BTEqualStrategyNumber as pg_sys::StrategyNumber,
-            pg_sys::Oid::from(pg_sys::F_INT8EQ),
-            Datum::from(key),
-        );
-        pg_sys::index_rescan(scan, &mut scan_key, 1, std::ptr::null_mut(), 0);
-        let found =
-            pg_sys::index_getnext_slot(scan, pg_sys::ScanDirection::ForwardScanDirection, slot);
-        let row = Row { slot };
-        let deleted = found && holds(&row) && delete_newest(rel, snapshot, &row, &holds);
-        let result = deleted.then(|| read(&row));
+        // Leave index entries of dead versions to VACUUM, as the statement's
+        // bitmap scan does: marking one dead re-reads and locks its index
+        // page on the next lookup, a fifth of a batch's cost per task.
+        (*scan).xactStartedInRecovery = true;
+        let row = Row {
+            slot,
+            columns: RefCell::new(Vec::new()),
+        };
+        let mut deleted = Vec::new();
+        for &key in keys {
+            let mut scan_key: pg_sys::ScanKeyData = std::mem::zeroed();
+            pg_sys::ScanKeyInit(
+                &mut scan_key,
+                1,
+                pg_sys::BTEqualStrategyNumber as pg_sys::StrategyNumber,
+                pg_sys::Oid::from(pg_sys::F_INT8EQ),
+                Datum::from(key),
+            );
+            pg_sys::index_rescan(scan, &mut scan_key, 1, std::ptr::null_mut(), 0);
+            let found =
+                pg_sys::index_getnext_slot(scan, pg_sys::ScanDirection::ForwardScanDirection, slot);
+            if found && holds(&row) && delete_newest(rel, snapshot, &row, &holds) {
+                deleted.push(read(&row));
+            }
+        }
         pg_sys::index_endscan(scan);
         pg_sys::ExecDropSingleTupleTableSlot(slot);
         pg_sys::index_close(index, pg_sys::NoLock as pg_sys::LOCKMODE);
@@ -120,7 +184,7 @@ pub fn delete_by_key<R>(
         pg_sys::CommandCounterIncrement();
         #[cfg(any(test, feature = "pg_test"))]
         CALLS.with(|c| c.set(c.get() + 1));
-        Some(result)
+        Some(deleted)
     }
 }
 
