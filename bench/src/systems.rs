@@ -261,8 +261,10 @@ pub async fn enqueue_one(
 ) -> Result<()> {
     match system {
         System::Aedb => {
+            // In the select list: in FROM, PostgreSQL's function scan adds
+            // about 10,000 instructions a call (bench/results/instructions.md).
             conn.query(
-                "SELECT task_id FROM aedb_queue.queue_enqueue($1, $2)",
+                "SELECT (aedb_queue.queue_enqueue($1, $2)).task_id",
                 &[&queue, payload],
             )
             .await?;
