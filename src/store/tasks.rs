@@ -992,25 +992,13 @@ fn complete_directly(
     if super::schema_level() < super::SchemaLevel::V060 {
         return Ok(None);
     }
-    let relid =
-        crate::oids::relation_oid(c"task").ok_or_else(|| internal("no table aedb_queue.task"))?;
-    let in_flight = crate::oids::enum_label_oid(c"task_state", c"in_flight");
+    let (relid, completable) = completable_in(queue)?;
     let fence_holds = |row: &direct_delete::Row| {
-        row.oid(c"state") == Some(in_flight)
-            && row.int8(c"fencing_token") == Some(fencing_token)
-            && row.bool(c"has_dependents") != Some(true)
-            && row.text_is(c"queue", queue)
+        completable(row) && row.int8(c"fencing_token") == Some(fencing_token)
     };
     let keys = |row: &direct_delete::Row| {
         let mut slots = SlotChanges::default();
-        keys_from(
-            &mut slots,
-            queue,
-            task_id,
-            row.text(c"concurrency_key"),
-            row.text(c"ordering_key"),
-            true,
-        );
+        keys_of_deleted(&mut slots, queue, task_id, row);
         slots
     };
     Ok(direct_delete::delete_by_key(
@@ -1121,34 +1109,51 @@ fn complete_many_directly(
     if super::schema_level() < super::SchemaLevel::V060 {
         return Ok(None);
     }
-    let relid =
-        crate::oids::relation_oid(c"task").ok_or_else(|| internal("no table aedb_queue.task"))?;
-    let in_flight = crate::oids::enum_label_oid(c"task_state", c"in_flight");
+    let (relid, completable) = completable_in(queue)?;
     let pairs = FencePairs::new(task_ids, fencing_tokens);
     let mut ids = task_ids.to_vec();
     ids.sort_unstable();
     ids.dedup();
     let fence_holds = |row: &direct_delete::Row| {
-        row.oid(c"state") == Some(in_flight)
+        completable(row)
             && matches!((row.int8(c"task_id"), row.int8(c"fencing_token")),
                 (Some(id), Some(token)) if pairs.contains(id, token))
-            && row.bool(c"has_dependents") != Some(true)
-            && row.text_is(c"queue", queue)
     };
     let mut slots = SlotChanges::default();
     let deleted = direct_delete::delete_by_keys(relid, &ids, fence_holds, |row| {
         let task_id = row.int8(c"task_id").unwrap_or_default();
-        keys_from(
-            &mut slots,
-            queue,
-            task_id,
-            row.text(c"concurrency_key"),
-            row.text(c"ordering_key"),
-            true,
-        );
+        keys_of_deleted(&mut slots, queue, task_id, row);
         (task_id, row.int8(c"fencing_token").unwrap_or_default())
     });
     Ok(deleted.map(|pairs| (pairs, slots)))
+}
+
+/// The task table, and the part of COMPLETE's fence that does not depend
+/// on the token: a task of `queue`, in flight, with no dependents.
+fn completable_in(
+    queue: &str,
+) -> Result<(pgrx::pg_sys::Oid, impl Fn(&direct_delete::Row) -> bool + '_)> {
+    let relid =
+        crate::oids::relation_oid(c"task").ok_or_else(|| internal("no table aedb_queue.task"))?;
+    let in_flight = crate::oids::enum_label_oid(c"task_state", c"in_flight");
+    let completable = move |row: &direct_delete::Row| {
+        row.oid(c"state") == Some(in_flight)
+            && row.bool(c"has_dependents") != Some(true)
+            && row.text_is(c"queue", queue)
+    };
+    Ok((relid, completable))
+}
+
+/// The key changes of a task deleted by `direct_delete` (see `keys_from`).
+fn keys_of_deleted(slots: &mut SlotChanges, queue: &str, task_id: i64, row: &direct_delete::Row) {
+    keys_from(
+        slots,
+        queue,
+        task_id,
+        row.text(c"concurrency_key"),
+        row.text(c"ordering_key"),
+        true,
+    );
 }
 
 pub struct FailingTask {
