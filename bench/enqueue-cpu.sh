@@ -26,7 +26,7 @@ CREATE TABLE jobs (id bigserial PRIMARY KEY, queue text NOT NULL, priority int N
 CREATE INDEX jobs_ready ON jobs (queue, priority DESC, id) WHERE state = 'ready';
 SQL
 payload="jsonb_build_object('t', 1, 'kind', 'bench', 'pad', repeat('x', 64))"
-echo "SELECT task_id FROM aedb_queue.queue_enqueue('q', $payload);" >"$dir/aedb.sql"
+echo "SELECT (aedb_queue.queue_enqueue('q', $payload)).task_id;" >"$dir/aedb.sql"
 echo "INSERT INTO jobs (queue, payload) VALUES ('q', $payload);" >"$dir/insert.sql"
 
 rate() {

@@ -12,8 +12,8 @@
 //! invalidations of pg_auth_members and pg_authid and drop rights. Anything
 //! else of ours (DDL, an upgrade) drops everything.
 
+use rustc_hash::FxHashMap;
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 
 use pgrx::pg_sys::{self, Oid, SysCacheIdentifier};
 
@@ -151,10 +151,13 @@ pub fn generation(topic: Topic) -> (u64, u64) {
 }
 
 /// A map whose entries last until the next invalidation of their topic.
+/// Hashed with FxHash, not SipHash: its keys are role oids and queue names
+/// of the session's own calls, looked up on every call, and SipHash's
+/// defence against chosen colliding keys costs more here than the lookup.
 pub struct Copies<K, V> {
     topic: Topic,
     generation: (u64, u64),
-    entries: HashMap<K, V>,
+    entries: FxHashMap<K, V>,
 }
 
 impl<K: std::hash::Hash + Eq, V: Clone> Copies<K, V> {
@@ -162,12 +165,17 @@ impl<K: std::hash::Hash + Eq, V: Clone> Copies<K, V> {
         Copies {
             topic,
             generation: (u64::MAX, u64::MAX),
-            entries: HashMap::new(),
+            entries: FxHashMap::default(),
         }
     }
 
-    /// The cached value of `key`, or `None` after an invalidation.
-    pub fn get(&mut self, key: &K) -> Option<V> {
+    /// The cached value of `key` (or of what borrows as it, such as a
+    /// `&str` for a `String`), or `None` after an invalidation.
+    pub fn get<Q>(&mut self, key: &Q) -> Option<V>
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: std::hash::Hash + Eq + ?Sized,
+    {
         let current = generation(self.topic);
         if self.generation != current {
             self.entries.clear();

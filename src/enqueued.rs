@@ -26,13 +26,21 @@ impl IntoDatum for Enqueued {
         ];
         let mut nulls = [false, false];
         // SAFETY: the type cache's row type of aedb_queue.enqueued, whose two
-        // columns are bigint and boolean (by value), held while the tuple is
-        // formed in the current memory context.
+        // columns are bigint and boolean (by value). It is used unpinned:
+        // forming the tuple (in the current memory context) reads no
+        // catalog, so no invalidation can replace it meanwhile, and the
+        // pin's resource-owner bookkeeping cost more than the rest.
         unsafe {
-            let desc = pg_sys::lookup_rowtype_tupdesc(Self::type_oid(), -1);
+            let entry =
+                pg_sys::lookup_type_cache(Self::type_oid(), pg_sys::TYPECACHE_TUPDESC as i32);
+            let desc = (*entry).tupDesc;
+            if desc.is_null() {
+                pgrx::error!("aedb_queue.enqueued is not a composite type");
+            }
             let tuple = pg_sys::heap_form_tuple(desc, values.as_mut_ptr(), nulls.as_mut_ptr());
-            pg_sys::DecrTupleDescRefCount(desc);
-            Some(pg_sys::HeapTupleHeaderGetDatum((*tuple).t_data))
+            // By-value columns only: nothing toasted for
+            // HeapTupleHeaderGetDatum to flatten.
+            Some(pg_sys::Datum::from((*tuple).t_data))
         }
     }
 

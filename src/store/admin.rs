@@ -553,8 +553,7 @@ pub fn settings(queue: &str) -> Result<QueueSettings> {
     if !super::schema_current() {
         return Ok(QueueSettings::default());
     }
-    let key = queue.to_string();
-    if let Some(found) = SETTINGS.with(|s| s.borrow_mut().get(&key)) {
+    if let Some(found) = SETTINGS.with(|s| s.borrow_mut().get(queue)) {
         return Ok(found);
     }
     let generation = cache::generation(Topic::Settings);
@@ -563,7 +562,10 @@ pub fn settings(queue: &str) -> Result<QueueSettings> {
             .first(settings_of)?
             .unwrap_or_default())
     })?;
-    SETTINGS.with(|s| s.borrow_mut().put(key, loaded.clone(), generation));
+    SETTINGS.with(|s| {
+        s.borrow_mut()
+            .put(queue.to_string(), loaded.clone(), generation)
+    });
     Ok(loaded)
 }
 

@@ -69,8 +69,13 @@ pub fn write(relid: pg_sys::Oid, columns: &[(&CStr, Values<'_>)], rows: usize) -
 /// Raises 25006 in a read-only transaction, as the executor does before any
 /// INSERT: the heap itself would take the rows.
 pub fn refuse_in_read_only_transaction() {
-    // SAFETY: reads XactReadOnly; raises a Postgres error when it is set.
-    unsafe { pg_sys::PreventCommandIfReadOnly(c"INSERT".as_ptr()) }
+    // SAFETY: reads the backend's flag (all PreventCommandIfReadOnly reads),
+    // so the usual case makes no call; raises a Postgres error when it is set.
+    unsafe {
+        if pg_sys::XactReadOnly {
+            pg_sys::PreventCommandIfReadOnly(c"INSERT".as_ptr())
+        }
+    }
 }
 
 #[cfg(any(test, feature = "pg_test"))]
@@ -136,12 +141,11 @@ pub(super) fn find_attribute(
 /// Whether a catalog name (NUL-terminated in its fixed-size array) is
 /// `wanted`, given with its NUL.
 fn name_is(name: &pg_sys::NameData, wanted: &[u8]) -> bool {
-    wanted.len() <= name.data.len()
-        && name
-            .data
-            .iter()
-            .zip(wanted)
-            .all(|(&have, &want)| have as u8 == want)
+    // SAFETY: c_char and u8 have the same size and alignment.
+    let have: &[u8] =
+        unsafe { std::slice::from_raw_parts(name.data.as_ptr().cast(), name.data.len()) };
+    // The first byte settles most mismatches without a call to memcmp.
+    have.first() == wanted.first() && have.get(..wanted.len()) == Some(wanted)
 }
 
 unsafe fn insert_rows(rel: pg_sys::Relation, layout: &[Option<&Values<'_>>], rows: usize) {
@@ -214,23 +218,28 @@ unsafe fn constants(rel: pg_sys::Relation, layout: &[Option<&Values<'_>>]) -> Ve
     unsafe {
         let desc = (*rel).rd_att;
         let attrs = (*desc).attrs.as_slice((*desc).natts as usize);
-        layout
-            .iter()
-            .zip(attrs)
-            .enumerate()
-            .filter(|(_, (_, attr))| !attr.attisdropped)
-            .filter_map(|(i, (column, attr))| {
-                let value = match column {
-                    None => None,
-                    Some(Values::Same(datum)) if attr.attbyval => Some(datum.value()),
-                    Some(_) => return None,
-                };
-                Some(Constant {
-                    attno: (i + 1) as i16,
-                    value,
-                })
-            })
-            .collect()
+        // Sized for every column: collecting a filtered iterator would grow
+        // the vector (a reallocation) a few times on every write.
+        let mut constants = Vec::with_capacity(layout.len());
+        constants.extend(
+            layout
+                .iter()
+                .zip(attrs)
+                .enumerate()
+                .filter(|(_, (_, attr))| !attr.attisdropped)
+                .filter_map(|(i, (column, attr))| {
+                    let value = match column {
+                        None => None,
+                        Some(Values::Same(datum)) if attr.attbyval => Some(datum.value()),
+                        Some(_) => return None,
+                    };
+                    Some(Constant {
+                        attno: (i + 1) as i16,
+                        value,
+                    })
+                }),
+        );
+        constants
     }
 }
 

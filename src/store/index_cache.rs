@@ -14,8 +14,8 @@
 //! outlives a call); a relation with another kind is opened the executor's
 //! way on every call.
 
+use rustc_hash::FxHashMap;
 use std::cell::RefCell;
-use std::collections::HashMap;
 
 use pgrx::pg_sys::{self, Oid};
 
@@ -40,7 +40,7 @@ struct IndexSet {
 const REFUTED_KEPT: usize = 8;
 
 thread_local! {
-    static SETS: RefCell<HashMap<Oid, IndexSet>> = RefCell::new(HashMap::new());
+    static SETS: RefCell<FxHashMap<Oid, IndexSet>> = RefCell::new(FxHashMap::default());
 }
 
 pub(crate) fn register() {
@@ -118,11 +118,13 @@ impl OpenIndexes {
                     .get_mut(&relid)
                     .expect("the set was just found or built");
                 set.in_use = true;
-                let key: Vec<Constant> = constants
-                    .iter()
-                    .copied()
-                    .filter(|c| set.predicate_attrs.binary_search(&c.attno).is_ok())
-                    .collect();
+                let mut key: Vec<Constant> = Vec::with_capacity(constants.len());
+                key.extend(
+                    constants
+                        .iter()
+                        .copied()
+                        .filter(|c| set.predicate_attrs.binary_search(&c.attno).is_ok()),
+                );
                 let known = set
                     .refuted
                     .iter()

@@ -193,7 +193,9 @@ fn insert(
     let (rows, written) = {
         let _rights = OwnerRights::enter()?;
         let drawn = payloads.len() - usize::from(first_id.is_some());
-        let ids = first_id.into_iter().chain(next_task_ids(drawn)?).collect();
+        let mut ids = Vec::with_capacity(payloads.len());
+        ids.extend(first_id);
+        draw_task_ids(&mut ids, drawn)?;
         let fair_vts = if task.fair_share {
             with_client(|client| {
                 super::flow::take_virtual_times(
@@ -256,22 +258,21 @@ extern "C-unwind" {
     fn timestamptz_pl_interval(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum;
 }
 
-/// `count` ids from the task sequence, in order.
-fn next_task_ids(count: usize) -> Result<Vec<i64>> {
+/// Appends `count` ids from the task sequence to `ids`, in order.
+fn draw_task_ids(ids: &mut Vec<i64>, count: usize) -> Result<()> {
     let sequence = crate::oids::relation_oid(c"task_id_seq")
         .ok_or_else(|| internal("no sequence aedb_queue.task_id_seq"))?;
     // SAFETY: a built-in function called with an argument of its type; it
     // checks the current user's (the owner's) rights on the sequence.
-    Ok((0..count)
-        .map(|_| unsafe {
-            pg_sys::DirectFunctionCall1Coll(
-                Some(nextval_oid),
-                pg_sys::InvalidOid,
-                pg_sys::Datum::from(sequence),
-            )
-            .value() as i64
-        })
-        .collect())
+    ids.extend((0..count).map(|_| unsafe {
+        pg_sys::DirectFunctionCall1Coll(
+            Some(nextval_oid),
+            pg_sys::InvalidOid,
+            pg_sys::Datum::from(sequence),
+        )
+        .value() as i64
+    }));
+    Ok(())
 }
 
 /// What every row shares, found without a statement: the creation and due
@@ -285,10 +286,7 @@ struct Shared {
 
 impl Shared {
     fn new(task: &NewTask<'_>) -> Result<Self> {
-        let delay = task
-            .delay
-            .into_datum()
-            .ok_or_else(|| internal("the task's delay is NULL"))?;
+        let delay = interval_datum(&task.delay);
         let (state_label, label) = match task.state {
             NewState::Ready if task.concurrency_key.is_some() => ("blocked", c"blocked"),
             // In its key's line, even with a delay: the head decides.
@@ -319,21 +317,50 @@ impl Shared {
     }
 }
 
+/// Columns `write` names at most (the task table's, with room to spare).
+const COLUMNS_MAX: usize = 32;
+
+/// An interval as a datum pointing at the value itself, which outlives the
+/// write: `into_datum` would copy it into palloc'd memory first.
+fn interval_datum(value: &Interval) -> pg_sys::Datum {
+    pg_sys::Datum::from(std::ptr::from_ref(value))
+}
+
+/// A column's datum for each row; a one-row enqueue's without allocating.
+enum RowDatums {
+    One([Option<pg_sys::Datum>; 1]),
+    Many(Vec<Option<pg_sys::Datum>>),
+}
+
+impl RowDatums {
+    fn of<T>(items: &[T], datum: impl Fn(&T) -> Option<pg_sys::Datum>) -> Self {
+        match items {
+            [one] => RowDatums::One([datum(one)]),
+            _ => RowDatums::Many(items.iter().map(datum).collect()),
+        }
+    }
+
+    fn as_slice(&self) -> &[Option<pg_sys::Datum>] {
+        match self {
+            RowDatums::One(one) => one,
+            RowDatums::Many(many) => many,
+        }
+    }
+}
+
 /// The rows through `bulk::write`; false when it declined.
 fn write(task: &NewTask<'_>, rows: &Rows<'_>, shared: &Shared) -> Result<bool> {
     let relid =
         crate::oids::relation_oid(c"task").ok_or_else(|| internal("no table aedb_queue.task"))?;
     let datum =
         |value: Option<pg_sys::Datum>| value.ok_or_else(|| internal("a task value is NULL"));
-    let ids: Vec<Option<pg_sys::Datum>> = rows.ids.iter().map(|id| id.into_datum()).collect();
-    let payloads: Vec<Option<pg_sys::Datum>> = rows
-        .payloads
-        .iter()
-        .map(|p| p.and_then(IntoDatum::into_datum))
-        .collect();
-    // In the table's column order, which `bulk::write` finds fastest.
-    let mut columns = vec![
-        (c"task_id", Values::PerRow(&ids)),
+    let ids = RowDatums::of(&rows.ids, |id| id.into_datum());
+    let payloads = RowDatums::of(rows.payloads, |p| p.and_then(IntoDatum::into_datum));
+    // In the table's column order, which `bulk::write` finds fastest; room
+    // for every column, so pushing never reallocates.
+    let mut columns = Vec::with_capacity(COLUMNS_MAX);
+    columns.extend([
+        (c"task_id", Values::PerRow(ids.as_slice())),
         (c"queue", Values::Same(datum(task.queue.into_datum())?)),
         (
             c"priority",
@@ -345,20 +372,20 @@ fn write(task: &NewTask<'_>, rows: &Rows<'_>, shared: &Shared) -> Result<bool> {
         ),
         (
             c"backoff_base",
-            Values::Same(datum(task.backoff_base.into_datum())?),
+            Values::Same(interval_datum(&task.backoff_base)),
         ),
         (
             c"backoff_max",
-            Values::Same(datum(task.backoff_max.into_datum())?),
+            Values::Same(interval_datum(&task.backoff_max)),
         ),
         (c"created_at", Values::Same(shared.now)),
-    ];
+    ]);
     // Left out, a column is NULL.
     if let Some(key) = rows.key {
         columns.push((c"idempotency_key", Values::Same(datum(key.into_datum())?)));
     }
     columns.extend([
-        (c"payload", Values::PerRow(&payloads)),
+        (c"payload", Values::PerRow(payloads.as_slice())),
         (c"not_before", Values::Same(shared.not_before)),
         (c"state", Values::Same(pg_sys::Datum::from(shared.state))),
         (c"attempts", Values::Same(datum(0i32.into_datum())?)),
@@ -387,7 +414,7 @@ fn write(task: &NewTask<'_>, rows: &Rows<'_>, shared: &Shared) -> Result<bool> {
     if !vts.is_empty() {
         columns.push((c"fair_vt", Values::PerRow(&vts)));
     }
-    Ok(bulk::write(relid, &columns, ids.len()))
+    Ok(bulk::write(relid, &columns, rows.ids.len()))
 }
 
 fn insert_through_executor(

@@ -63,8 +63,8 @@ pub use rights::*;
 pub use schedule::*;
 pub use tasks::*;
 
+use rustc_hash::FxHashMap;
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::rc::Rc;
 
 use pgrx::datum::DatumWithOid;
@@ -156,7 +156,7 @@ pub(crate) const TEXT_ARRAY: PgBuiltInOids = PgBuiltInOids::TEXTARRAYOID;
 pub(crate) const TIMESTAMPTZ_ARRAY: PgBuiltInOids = PgBuiltInOids::TIMESTAMPTZARRAYOID;
 
 thread_local! {
-    static PLANS: RefCell<HashMap<usize, Rc<OwnedPreparedStatement>>> = RefCell::new(HashMap::new());
+    static PLANS: RefCell<FxHashMap<usize, Rc<OwnedPreparedStatement>>> = RefCell::new(FxHashMap::default());
 }
 
 #[cfg(any(test, feature = "pg_test"))]
