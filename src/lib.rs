@@ -41,6 +41,8 @@ mod tests_dependency;
 #[cfg(any(test, feature = "pg_test"))]
 mod tests_direct_delete;
 #[cfg(any(test, feature = "pg_test"))]
+mod tests_direct_update;
+#[cfg(any(test, feature = "pg_test"))]
 mod tests_errors;
 #[cfg(any(test, feature = "pg_test"))]
 mod tests_flow;

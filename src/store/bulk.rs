@@ -262,7 +262,7 @@ unsafe fn fill(slot: *mut pg_sys::TupleTableSlot, layout: &[Option<&Values<'_>>]
 }
 
 /// Index predicates and expressions are evaluated in the per-row context.
-unsafe fn reset_per_row_memory(estate: *mut pg_sys::EState) {
+pub(super) unsafe fn reset_per_row_memory(estate: *mut pg_sys::EState) {
     unsafe {
         let context = (*estate).es_per_tuple_exprcontext;
         if !context.is_null() {

@@ -29,6 +29,18 @@ pub struct Row {
 }
 
 impl Row {
+    /// The row in `slot`, which stays valid while the `Row` is used.
+    pub(super) fn over(slot: *mut pg_sys::TupleTableSlot) -> Row {
+        Row {
+            slot,
+            columns: RefCell::new(Vec::new()),
+        }
+    }
+
+    pub(super) fn slot(&self) -> *mut pg_sys::TupleTableSlot {
+        self.slot
+    }
+
     /// Column `name`'s value; None when it is NULL or there is no such
     /// column.
     pub fn get(&self, name: &CStr) -> Option<Datum> {
@@ -60,7 +72,7 @@ impl Row {
     }
 
     /// `name`'s column number, found in the descriptor on first use.
-    fn column(&self, name: &CStr) -> Option<i32> {
+    pub(super) fn column(&self, name: &CStr) -> Option<i32> {
         let mut columns = self.columns.borrow_mut();
         if let Some(&(_, column)) = columns.iter().find(|(n, _)| *n == name.as_ptr()) {
             return column;
@@ -155,10 +167,7 @@ pub fn delete_by_keys<R>(
         // bitmap scan does: marking one dead re-reads and locks its index
         // page on the next lookup, a fifth of a batch's cost per task.
         (*scan).xactStartedInRecovery = true;
-        let row = Row {
-            slot,
-            columns: RefCell::new(Vec::new()),
-        };
+        let row = Row::over(slot);
         let mut deleted = Vec::new();
         for &key in keys {
             let mut scan_key: pg_sys::ScanKeyData = std::mem::zeroed();
@@ -281,7 +290,7 @@ unsafe fn delete_newest(
 
 /// What a DELETE statement raises in REPEATABLE READ or SERIALIZABLE when
 /// the row changed after the transaction's snapshot.
-fn serialization_failure(result: pg_sys::TM_Result::Type) -> ! {
+pub(super) fn serialization_failure(result: pg_sys::TM_Result::Type) -> ! {
     let what = if result == pg_sys::TM_Result::TM_Deleted {
         "delete"
     } else {
@@ -296,6 +305,6 @@ fn serialization_failure(result: pg_sys::TM_Result::Type) -> ! {
     unreachable!("an ERROR report does not return")
 }
 
-fn unexpected(call: &str, result: pg_sys::TM_Result::Type) -> ! {
-    pgrx::error!("direct_delete: unexpected {call} result {result}")
+pub(super) fn unexpected(call: &str, result: pg_sys::TM_Result::Type) -> ! {
+    pgrx::error!("unexpected {call} result {result}")
 }

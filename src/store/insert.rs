@@ -286,7 +286,6 @@ struct Shared {
 
 impl Shared {
     fn new(task: &NewTask<'_>) -> Result<Self> {
-        let delay = interval_datum(&task.delay);
         let (state_label, label) = match task.state {
             NewState::Ready if task.concurrency_key.is_some() => ("blocked", c"blocked"),
             // In its key's line, even with a delay: the head decides.
@@ -299,15 +298,7 @@ impl Shared {
             NewState::Dead(_) => ("dead", c"dead"),
         };
         let now = crate::clock::now_datum();
-        // SAFETY: a built-in function called with arguments of its types.
-        let not_before = unsafe {
-            pg_sys::DirectFunctionCall2Coll(
-                Some(timestamptz_pl_interval),
-                pg_sys::InvalidOid,
-                now,
-                delay,
-            )
-        };
+        let not_before = timestamptz_plus(now, &task.delay);
         Ok(Shared {
             now,
             not_before,
@@ -319,6 +310,19 @@ impl Shared {
 
 /// Columns `write` names at most (the task table's, with room to spare).
 const COLUMNS_MAX: usize = 32;
+
+/// `at + interval` for a timestamptz datum `at`, as SQL's `+` computes it.
+pub(super) fn timestamptz_plus(at: pg_sys::Datum, interval: &Interval) -> pg_sys::Datum {
+    // SAFETY: a built-in function called with arguments of its types.
+    unsafe {
+        pg_sys::DirectFunctionCall2Coll(
+            Some(timestamptz_pl_interval),
+            pg_sys::InvalidOid,
+            at,
+            interval_datum(interval),
+        )
+    }
+}
 
 /// An interval as a datum pointing at the value itself, which outlives the
 /// write: `into_datum` would copy it into palloc'd memory first.

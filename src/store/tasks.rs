@@ -9,6 +9,7 @@ use aedb_queue_core::scan_hint::ScanHints;
 use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::spi::SpiClient;
 
+use super::direct_claim;
 use super::direct_delete;
 use super::flow::{self, SlotChanges};
 use super::{
@@ -826,14 +827,27 @@ fn claim_fair(
             let mut hints = Hints::new(Instant::now());
             reap_if_due(client, queue, limit, &mut hints)?;
         }
-        let args = [
-            queue.into(),
-            max.into(),
-            owner_id.into(),
-            lease.into(),
-            token_floor().into(),
-        ];
-        let mut tasks = claimed_tasks(execute(client, CLAIM.get(), &args)?)?;
+        let direct = direct_claim::claim(
+            queue,
+            owner_id,
+            &lease,
+            max,
+            direct_claim::From::Head,
+            token_floor(),
+        )?;
+        let mut tasks = match direct {
+            Some(tasks) => tasks,
+            None => {
+                let args = [
+                    queue.into(),
+                    max.into(),
+                    owner_id.into(),
+                    lease.into(),
+                    token_floor().into(),
+                ];
+                claimed_tasks(execute(client, CLAIM.get(), &args)?)?
+            }
+        };
         tasks.sort_unstable_by_key(ClaimedTask::service_order);
         Ok(tasks)
     })
@@ -849,8 +863,61 @@ fn claim_in(
     max: i32,
     hints: &mut Hints,
 ) -> Result<Vec<ClaimedTask>> {
+    let position = hints.ready_after().filter(|_| resuming_pays());
+    match claim_directly(queue, owner_id, &lease, max, position, hints)? {
+        Some(tasks) => Ok(tasks),
+        None => claim_by_statements(client, queue, owner_id, lease, max, position, hints),
+    }
+}
+
+/// `claim_in` without statements (`direct_claim`); None, with nothing
+/// claimed, where the schema or the table needs the statements.
+fn claim_directly(
+    queue: &str,
+    owner_id: &str,
+    lease: &Interval,
+    max: i32,
+    position: Option<(i64, i64)>,
+    hints: &mut Hints,
+) -> Result<Option<Vec<ClaimedTask>>> {
+    let floor = token_floor();
     let mut tasks = Vec::new();
-    if let Some((priority, task_id)) = hints.ready_after().filter(|_| resuming_pays()) {
+    if let Some((priority, rank)) = position {
+        let from = direct_claim::From::After(priority, rank);
+        let Some(claimed) = direct_claim::claim(queue, owner_id, lease, max, from, floor)? else {
+            return Ok(None);
+        };
+        tasks = claimed;
+        if tasks.len() < max as usize {
+            hints.came_up_short();
+        }
+    }
+    let missing = max - tasks.len() as i32;
+    if missing > 0 {
+        let from = direct_claim::From::Head;
+        match direct_claim::claim(queue, owner_id, lease, missing, from, floor)? {
+            Some(claimed) => tasks.extend(claimed),
+            None if tasks.is_empty() => return Ok(None),
+            // Both calls judge the same table in the same transaction.
+            None => return Err(internal("the direct claim declined after it had claimed")),
+        }
+    }
+    Ok(Some(tasks))
+}
+
+/// `claim_in` by the CLAIM_AFTER and CLAIM statements, for a schema or
+/// table the direct claim does not serve.
+fn claim_by_statements(
+    client: &mut SpiClient<'_>,
+    queue: &str,
+    owner_id: &str,
+    lease: Interval,
+    max: i32,
+    position: Option<(i64, i64)>,
+    hints: &mut Hints,
+) -> Result<Vec<ClaimedTask>> {
+    let mut tasks = Vec::new();
+    if let Some((priority, task_id)) = position {
         let args = [
             queue.into(),
             max.into(),

@@ -1,0 +1,341 @@
+//! Rows taken in an index's order, locked with SKIP LOCKED and updated
+//! straight through the table's access method: what a claim's `SELECT ...
+//! FOR UPDATE SKIP LOCKED` and its `UPDATE ... RETURNING` did, without a
+//! statement. The executor's start and end, its projections and the Tid
+//! Scan were half of a one-task claim.
+//!
+//! It knows nothing of tasks: the caller gives the index ranges to read in
+//! turn, judges each visible version (`holds`), says what the new version
+//! holds (`change`) and reads it (`read`, the RETURNING). A row locked or
+//! changed by another transaction since the snapshot is passed over, as
+//! SKIP LOCKED passes over a locked one (a READ COMMITTED statement would
+//! follow a committed update to the newest version; a claim leaves that
+//! task to the next one); under REPEATABLE READ and SERIALIZABLE a row
+//! changed since the snapshot fails the call with 40001, as the statement's
+//! row lock does. It declines (the caller runs its statement) when the
+//! table needs the executor (`bulk::needs_executor`).
+
+use std::ffi::CStr;
+
+use pgrx::pg_sys::{self, Datum, Oid};
+
+use super::direct_delete::{serialization_failure, unexpected, Row};
+use super::index_cache::OpenIndexes;
+use super::refute::Constant;
+
+/// One condition of an index scan: `column <op> argument`, with `procedure`
+/// the operator's function and `strategy` its btree strategy.
+#[derive(Clone, Copy)]
+pub struct Key {
+    pub column: i16,
+    pub strategy: u16,
+    pub procedure: Oid,
+    pub argument: Datum,
+}
+
+/// The new version of a row being written, filled from the old one.
+pub struct Changes<'a> {
+    row: &'a Row,
+    values: &'a mut [Datum],
+    nulls: &'a mut [bool],
+}
+
+impl Changes<'_> {
+    /// Sets column `name`; false when there is no such column.
+    pub fn set(&mut self, name: &CStr, value: Option<Datum>) -> bool {
+        let Some(column) = self.row.column(name) else {
+            return false;
+        };
+        let at = column as usize - 1;
+        self.values[at] = value.unwrap_or(Datum::from(0usize));
+        self.nulls[at] = value.is_none();
+        true
+    }
+}
+
+/// What every new version holds alike, for `refute`: by-value columns set
+/// to the same value in every row (None = NULL).
+pub type Constants<'a> = &'a [(&'a CStr, Option<Datum>)];
+
+/// Updates up to `limit` rows of `relid` met in `index` (a btree on it),
+/// reading each of `ranges` (its conditions) in index order in turn: each
+/// visible row `holds` of that this transaction can lock at once is locked
+/// and given the values `change` sets, and `read` of its new version is
+/// returned. A `change` that sets a column that does not exist fails the
+/// call. None (nothing done) when the table needs the executor.
+///
+/// Runs as one statement would: after a command counter increment, with
+/// the snapshot a new statement gets; the updates are visible to the next
+/// command.
+#[allow(clippy::too_many_arguments)]
+pub fn update_in_order<R>(
+    relid: Oid,
+    index: Oid,
+    ranges: &[&[Key]],
+    limit: usize,
+    constants: Constants<'_>,
+    holds: impl Fn(&Row) -> bool,
+    mut change: impl FnMut(&Row, &mut Changes<'_>) -> bool,
+    mut read: impl FnMut(&Row) -> R,
+) -> Option<Vec<R>> {
+    // SAFETY: every pointer comes from Postgres and lives until the end of
+    // this call (slots, scans, the executor state) or of the transaction
+    // (the relations' locks, kept as the executor keeps them); an error
+    // raised by Postgres aborts the (sub)transaction, which releases
+    // buffers, relations and the pushed snapshot.
+    unsafe {
+        if pg_sys::XactReadOnly {
+            pg_sys::PreventCommandIfReadOnly(c"UPDATE".as_ptr());
+        }
+        let lock = pg_sys::RowExclusiveLock as pg_sys::LOCKMODE;
+        let rel = pg_sys::table_open(relid, lock);
+        if super::bulk::needs_executor(rel) {
+            pg_sys::table_close(rel, lock);
+            return None;
+        }
+        let scanned = pg_sys::index_open(index, lock);
+        pg_sys::CommandCounterIncrement();
+        pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
+        pg_sys::UpdateActiveSnapshotCommandId();
+        let snapshot = pg_sys::GetActiveSnapshot();
+        let writer = Writer::open(rel, constants);
+        let found = pg_sys::table_slot_create(rel, std::ptr::null_mut());
+        let row = Row::over(found);
+        let mut updated = Vec::new();
+        for range in ranges {
+            if updated.len() >= limit {
+                break;
+            }
+            let mut keys = scan_keys(scanned, range);
+            let scan = pg_sys::index_beginscan(rel, scanned, snapshot, keys.len() as i32, 0);
+            pg_sys::index_rescan(
+                scan,
+                keys.as_mut_ptr(),
+                keys.len() as i32,
+                std::ptr::null_mut(),
+                0,
+            );
+            while updated.len() < limit
+                && pg_sys::index_getnext_slot(
+                    scan,
+                    pg_sys::ScanDirection::ForwardScanDirection,
+                    found,
+                )
+            {
+                if holds(&row) && lock_at_once(rel, snapshot, found) {
+                    let new = writer.update(rel, snapshot, &row, &mut change);
+                    updated.push(read(&Row::over(new)));
+                }
+            }
+            pg_sys::index_endscan(scan);
+        }
+        pg_sys::ExecDropSingleTupleTableSlot(found);
+        writer.close();
+        pg_sys::index_close(scanned, pg_sys::NoLock as pg_sys::LOCKMODE);
+        pg_sys::table_close(rel, pg_sys::NoLock as pg_sys::LOCKMODE);
+        pg_sys::PopActiveSnapshot();
+        pg_sys::CommandCounterIncrement();
+        #[cfg(any(test, feature = "pg_test"))]
+        CALLS.with(|c| c.set(c.get() + 1));
+        Some(updated)
+    }
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+thread_local! {
+    /// Completed `update_in_order` calls in this backend, for tests of who
+    /// used it.
+    pub(crate) static CALLS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// The scan keys of `range` on `index`, with the index column's collation.
+unsafe fn scan_keys(index: pg_sys::Relation, range: &[Key]) -> Vec<pg_sys::ScanKeyData> {
+    unsafe {
+        range
+            .iter()
+            .map(|key| {
+                let mut data: pg_sys::ScanKeyData = std::mem::zeroed();
+                pg_sys::ScanKeyEntryInitialize(
+                    &mut data,
+                    0,
+                    key.column,
+                    key.strategy,
+                    pg_sys::InvalidOid,
+                    *(*index).rd_indcollation.add(key.column as usize - 1),
+                    key.procedure,
+                    key.argument,
+                );
+                data
+            })
+            .collect()
+    }
+}
+
+/// Locks the version in `slot` for update if no other transaction holds
+/// or changed it: false (SKIP LOCKED) when one does. Under REPEATABLE READ
+/// or SERIALIZABLE a version changed since the snapshot raises 40001.
+unsafe fn lock_at_once(
+    rel: pg_sys::Relation,
+    snapshot: pg_sys::Snapshot,
+    slot: *mut pg_sys::TupleTableSlot,
+) -> bool {
+    unsafe {
+        let am = &*(*rel).rd_tableam;
+        let mut tid = (*slot).tts_tid;
+        let mut failure: pg_sys::TM_FailureData = std::mem::zeroed();
+        let locked = am.tuple_lock.expect("table AM locks")(
+            rel,
+            &mut tid,
+            snapshot,
+            slot,
+            pg_sys::GetCurrentCommandId(true),
+            pg_sys::LockTupleMode::LockTupleExclusive,
+            pg_sys::LockWaitPolicy::LockWaitSkip,
+            0,
+            &mut failure,
+        );
+        match locked {
+            pg_sys::TM_Result::TM_Ok => true,
+            pg_sys::TM_Result::TM_WouldBlock | pg_sys::TM_Result::TM_SelfModified => false,
+            pg_sys::TM_Result::TM_Updated | pg_sys::TM_Result::TM_Deleted
+                if pg_sys::XactIsoLevel >= pg_sys::XACT_REPEATABLE_READ as i32 =>
+            {
+                serialization_failure(locked)
+            }
+            pg_sys::TM_Result::TM_Updated | pg_sys::TM_Result::TM_Deleted => false,
+            other => unexpected("tuple_lock", other),
+        }
+    }
+}
+
+/// The executor state, indexes and new-version slot the updates share.
+struct Writer {
+    estate: *mut pg_sys::EState,
+    result_rel: *mut pg_sys::ResultRelInfo,
+    indexes: Option<OpenIndexes>,
+    new: *mut pg_sys::TupleTableSlot,
+    has_constraints: bool,
+}
+
+impl Writer {
+    unsafe fn open(rel: pg_sys::Relation, constants: Constants<'_>) -> Writer {
+        unsafe {
+            let estate = pg_sys::CreateExecutorState();
+            let result_rel = pg_sys::palloc0(std::mem::size_of::<pg_sys::ResultRelInfo>())
+                as *mut pg_sys::ResultRelInfo;
+            pg_sys::InitResultRelInfo(result_rel, rel, 0, std::ptr::null_mut(), 0);
+            let constants = refutable(rel, constants);
+            let indexes = OpenIndexes::open(result_rel, rel, estate, &constants);
+            Writer {
+                estate,
+                result_rel,
+                indexes: Some(indexes),
+                new: pg_sys::MakeTupleTableSlot((*rel).rd_att, &raw const pg_sys::TTSOpsVirtual),
+                has_constraints: !(*(*rel).rd_att).constr.is_null(),
+            }
+        }
+    }
+
+    /// Writes the new version of the locked row in `old` and returns the
+    /// slot holding it (valid until the next update).
+    unsafe fn update(
+        &self,
+        rel: pg_sys::Relation,
+        snapshot: pg_sys::Snapshot,
+        old: &Row,
+        change: &mut impl FnMut(&Row, &mut Changes<'_>) -> bool,
+    ) -> *mut pg_sys::TupleTableSlot {
+        unsafe {
+            let from = old.slot();
+            pg_sys::slot_getsomeattrs_int(from, (*(*from).tts_tupleDescriptor).natts);
+            let natts = (*(*rel).rd_att).natts as usize;
+            let new = self.new;
+            pg_sys::ExecClearTuple(new);
+            let values = std::slice::from_raw_parts_mut((*new).tts_values, natts);
+            let nulls = std::slice::from_raw_parts_mut((*new).tts_isnull, natts);
+            values.copy_from_slice(std::slice::from_raw_parts((*from).tts_values, natts));
+            nulls.copy_from_slice(std::slice::from_raw_parts((*from).tts_isnull, natts));
+            let mut changes = Changes {
+                row: old,
+                values,
+                nulls,
+            };
+            if !change(old, &mut changes) {
+                pgrx::error!("update_in_order: a change names a column the table does not have");
+            }
+            pg_sys::ExecStoreVirtualTuple(new);
+            super::bulk::reset_per_row_memory(self.estate);
+            if self.has_constraints {
+                pg_sys::ExecConstraints(self.result_rel, new, self.estate);
+            }
+            let am = &*(*rel).rd_tableam;
+            let mut tid = (*from).tts_tid;
+            let mut failure: pg_sys::TM_FailureData = std::mem::zeroed();
+            let mut lock_mode = pg_sys::LockTupleMode::LockTupleExclusive;
+            let mut update_indexes = false;
+            let written = am.tuple_update.expect("table AM updates")(
+                rel,
+                &mut tid,
+                new,
+                pg_sys::GetCurrentCommandId(true),
+                snapshot,
+                std::ptr::null_mut(),
+                true,
+                &mut failure,
+                &mut lock_mode,
+                &mut update_indexes,
+            );
+            if written != pg_sys::TM_Result::TM_Ok {
+                // The row is locked by this transaction: nothing else can
+                // have changed it.
+                unexpected("tuple_update", written);
+            }
+            if update_indexes {
+                pg_sys::ExecInsertIndexTuples(
+                    self.result_rel,
+                    new,
+                    self.estate,
+                    true,
+                    false,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                );
+            }
+            new
+        }
+    }
+
+    unsafe fn close(mut self) {
+        unsafe {
+            pg_sys::ExecDropSingleTupleTableSlot(self.new);
+            drop(self.indexes.take());
+            pg_sys::FreeExecutorState(self.estate);
+        }
+    }
+}
+
+/// `constants` as attribute numbers and by-value words; names the table
+/// lacks are left out (they refute nothing).
+unsafe fn refutable(rel: pg_sys::Relation, constants: Constants<'_>) -> Vec<Constant> {
+    unsafe {
+        let desc = (*rel).rd_att;
+        let attrs = (*desc).attrs.as_slice((*desc).natts as usize);
+        let mut out: Vec<Constant> = constants
+            .iter()
+            .filter_map(|(name, value)| {
+                let at = super::bulk::find_attribute(attrs, name, 0)?;
+                let value = match value {
+                    None => None,
+                    Some(datum) if attrs[at].attbyval => Some(datum.value()),
+                    Some(_) => return None,
+                };
+                Some(Constant {
+                    attno: at as i16 + 1,
+                    value,
+                })
+            })
+            .collect();
+        out.sort_by_key(|c| c.attno);
+        out
+    }
+}
