@@ -13,7 +13,7 @@
 //! executor (triggers, row-level security, not a plain table) or its primary
 //! key is not one bigint column.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::ffi::{c_char, CStr};
 
 use pgrx::pg_sys::panic::ErrorReport;
@@ -26,6 +26,9 @@ pub struct Row {
     /// Column numbers found by name so far in this call: every row of the
     /// call has the same descriptor, so each name is searched for once.
     columns: RefCell<Vec<(*const c_char, Option<i32>)>>,
+    /// Where in `columns` the next name is looked for first: each row of a
+    /// call asks for its names in the same order.
+    next: Cell<usize>,
 }
 
 impl Row {
@@ -34,6 +37,7 @@ impl Row {
         Row {
             slot,
             columns: RefCell::new(Vec::new()),
+            next: Cell::new(0),
         }
     }
 
@@ -74,8 +78,14 @@ impl Row {
     /// `name`'s column number, found in the descriptor on first use.
     pub(super) fn column(&self, name: &CStr) -> Option<i32> {
         let mut columns = self.columns.borrow_mut();
-        if let Some(&(_, column)) = columns.iter().find(|(n, _)| *n == name.as_ptr()) {
-            return column;
+        let next = self.next.get();
+        let at = match columns.get(next) {
+            Some(&(n, _)) if n == name.as_ptr() => Some(next),
+            _ => columns.iter().position(|(n, _)| *n == name.as_ptr()),
+        };
+        if let Some(at) = at {
+            self.next.set(at + 1);
+            return columns[at].1;
         }
         // SAFETY: the slot's descriptor is the open relation's.
         let column = unsafe {
@@ -84,6 +94,7 @@ impl Row {
             super::bulk::find_attribute(attrs, name, 0).map(|at| at as i32 + 1)
         };
         columns.push((name.as_ptr(), column));
+        self.next.set(columns.len());
         column
     }
 

@@ -38,6 +38,8 @@ pub struct Changes<'a> {
     row: &'a Row,
     values: &'a mut [Datum],
     nulls: &'a mut [bool],
+    /// The columns set so far (attribute numbers).
+    set: &'a mut Vec<i16>,
 }
 
 impl Changes<'_> {
@@ -49,6 +51,7 @@ impl Changes<'_> {
         let at = column as usize - 1;
         self.values[at] = value.unwrap_or(Datum::from(0usize));
         self.nulls[at] = value.is_none();
+        self.set.push(column as i16);
         true
     }
 }
@@ -101,6 +104,9 @@ pub fn update_in_order<R>(
         let writer = Writer::open(rel, constants);
         let found = pg_sys::table_slot_create(rel, std::ptr::null_mut());
         let row = Row::over(found);
+        // One `Row` over the writer's slot for every new version: its
+        // column numbers are found once per call, not once per row.
+        let written = Row::over(writer.new);
         let mut updated = Vec::new();
         for range in ranges {
             if updated.len() >= limit {
@@ -123,8 +129,8 @@ pub fn update_in_order<R>(
                 )
             {
                 if holds(&row) && lock_at_once(rel, snapshot, found) {
-                    let new = writer.update(rel, snapshot, &row, &mut change);
-                    updated.push(read(&Row::over(new)));
+                    writer.update(rel, snapshot, &row, &mut change);
+                    updated.push(read(&written));
                 }
             }
             pg_sys::index_endscan(scan);
@@ -213,6 +219,9 @@ struct Writer {
     estate: *mut pg_sys::EState,
     result_rel: *mut pg_sys::ResultRelInfo,
     indexes: Option<OpenIndexes>,
+    /// Per open index, the attributes its keys and expressions read (0: the
+    /// whole row).
+    index_attrs: Vec<Vec<i16>>,
     new: *mut pg_sys::TupleTableSlot,
     has_constraints: bool,
 }
@@ -230,21 +239,22 @@ impl Writer {
                 estate,
                 result_rel,
                 indexes: Some(indexes),
+                index_attrs: index_attrs(result_rel),
                 new: pg_sys::MakeTupleTableSlot((*rel).rd_att, &raw const pg_sys::TTSOpsVirtual),
                 has_constraints: !(*(*rel).rd_att).constr.is_null(),
             }
         }
     }
 
-    /// Writes the new version of the locked row in `old` and returns the
-    /// slot holding it (valid until the next update).
+    /// Writes the new version of the locked row in `old` into the table
+    /// and `self.new` (valid until the next update).
     unsafe fn update(
         &self,
         rel: pg_sys::Relation,
         snapshot: pg_sys::Snapshot,
         old: &Row,
         change: &mut impl FnMut(&Row, &mut Changes<'_>) -> bool,
-    ) -> *mut pg_sys::TupleTableSlot {
+    ) {
         unsafe {
             let from = old.slot();
             pg_sys::slot_getsomeattrs_int(from, (*(*from).tts_tupleDescriptor).natts);
@@ -255,10 +265,12 @@ impl Writer {
             let nulls = std::slice::from_raw_parts_mut((*new).tts_isnull, natts);
             values.copy_from_slice(std::slice::from_raw_parts((*from).tts_values, natts));
             nulls.copy_from_slice(std::slice::from_raw_parts((*from).tts_isnull, natts));
+            let mut set = Vec::new();
             let mut changes = Changes {
                 row: old,
                 values,
                 nulls,
+                set: &mut set,
             };
             if !change(old, &mut changes) {
                 pgrx::error!("update_in_order: a change names a column the table does not have");
@@ -291,6 +303,7 @@ impl Writer {
                 unexpected("tuple_update", written);
             }
             if update_indexes {
+                self.hint_unchanged_indexes(&set);
                 pg_sys::ExecInsertIndexTuples(
                     self.result_rel,
                     new,
@@ -301,7 +314,24 @@ impl Writer {
                     std::ptr::null_mut(),
                 );
             }
-            new
+        }
+    }
+
+    /// Tells each index whether the update left its keys alone, as an
+    /// UPDATE statement's target list does (`index_unchanged_by_update`):
+    /// a btree then tries a bottom-up deletion of old versions before
+    /// splitting a page, and only then. Without a range table entry the
+    /// executor would call every index unchanged.
+    unsafe fn hint_unchanged_indexes(&self, set: &[i16]) {
+        unsafe {
+            for (i, attrs) in self.index_attrs.iter().enumerate() {
+                let info = *(*self.result_rel).ri_IndexRelationInfo.add(i);
+                if info.is_null() {
+                    continue;
+                }
+                (*info).ii_CheckedUnchanged = true;
+                (*info).ii_IndexUnchanged = !attrs.iter().any(|a| *a == 0 || set.contains(a));
+            }
         }
     }
 
@@ -337,5 +367,39 @@ unsafe fn refutable(rel: pg_sys::Relation, constants: Constants<'_>) -> Vec<Cons
             .collect();
         out.sort_by_key(|c| c.attno);
         out
+    }
+}
+
+/// Per index open in `result_rel`, the attributes its keys and expressions
+/// read (0 for a whole-row reference).
+unsafe fn index_attrs(result_rel: *mut pg_sys::ResultRelInfo) -> Vec<Vec<i16>> {
+    unsafe {
+        let count = (*result_rel).ri_NumIndices.max(0) as usize;
+        (0..count)
+            .map(|i| {
+                let info = *(*result_rel).ri_IndexRelationInfo.add(i);
+                if info.is_null() {
+                    return Vec::new();
+                }
+                let keys = (*info).ii_NumIndexAttrs as usize;
+                let mut attrs: Vec<i16> = (&(*info).ii_IndexAttrNumbers)[..keys]
+                    .iter()
+                    .copied()
+                    .filter(|&a| a != 0)
+                    .collect();
+                let mut read: *mut pg_sys::Bitmapset = std::ptr::null_mut();
+                pg_sys::pull_varattnos((*info).ii_Expressions.cast(), 1, &mut read);
+                let mut member = -1;
+                loop {
+                    member = pg_sys::bms_next_member(read, member);
+                    if member < 0 {
+                        break;
+                    }
+                    let attno = member + pg_sys::FirstLowInvalidHeapAttributeNumber;
+                    attrs.push(attno.max(0) as i16);
+                }
+                attrs
+            })
+            .collect()
     }
 }
