@@ -1221,7 +1221,8 @@ fn the_shared_overview_is_kept_for_max_age_and_dropped_by_an_action() {
     let q = unique_queue("srv_cache");
     let mut producer = cluster().connect_as(PRODUCER);
     enqueue(&mut producer, &q, &json!(1));
-    let server = serve(cluster(), &["--max-age", "600"]);
+    // No sample replaces the snapshot while the test looks at it.
+    let server = serve(cluster(), &["--max-age", "600", "--sample-every", "3600"]);
     let ready = |m: &str| {
         must_sample(
             m,

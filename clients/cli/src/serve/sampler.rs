@@ -244,7 +244,10 @@ pub fn spawn(
     every: Duration,
 ) {
     tokio::spawn(async move {
-        let mut tick = tokio::time::interval(every);
+        // The first sample was taken before serving (`sample_once`): the
+        // next one is due a period later, not at once (an immediate tick
+        // replaced the snapshot a moment after the first page had read it).
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
