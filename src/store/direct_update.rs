@@ -387,17 +387,8 @@ unsafe fn index_attrs(result_rel: *mut pg_sys::ResultRelInfo) -> Vec<Vec<i16>> {
                     .copied()
                     .filter(|&a| a != 0)
                     .collect();
-                let mut read: *mut pg_sys::Bitmapset = std::ptr::null_mut();
-                pg_sys::pull_varattnos((*info).ii_Expressions.cast(), 1, &mut read);
-                let mut member = -1;
-                loop {
-                    member = pg_sys::bms_next_member(read, member);
-                    if member < 0 {
-                        break;
-                    }
-                    let attno = member + pg_sys::FirstLowInvalidHeapAttributeNumber;
-                    attrs.push(attno.max(0) as i16);
-                }
+                let expressions = super::refute::attributes_read((*info).ii_Expressions.cast());
+                attrs.extend(expressions.into_iter().map(|attno| attno.max(0) as i16));
                 attrs
             })
             .collect()

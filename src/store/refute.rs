@@ -18,6 +18,30 @@ pub(crate) struct Constant {
     pub value: Option<usize>,
 }
 
+/// The attribute numbers of the relation (range table entry 1) that
+/// `node` reads: system columns negative, 0 for a whole-row reference.
+///
+/// # Safety
+/// `node` is an expression tree or NULL.
+pub(crate) unsafe fn attributes_read(node: *mut pg_sys::Node) -> Vec<i32> {
+    unsafe {
+        let mut set: *mut pg_sys::Bitmapset = std::ptr::null_mut();
+        pg_sys::pull_varattnos(node, 1, &mut set);
+        let mut attrs = Vec::new();
+        // Members are attribute numbers offset past the system columns.
+        let mut member = -1;
+        loop {
+            member = pg_sys::bms_next_member(set, member);
+            if member < 0 {
+                break;
+            }
+            attrs.push(member + pg_sys::FirstLowInvalidHeapAttributeNumber);
+        }
+        pg_sys::bms_free(set);
+        attrs
+    }
+}
+
 /// The attribute numbers the predicates of `infos` read, sorted.
 ///
 /// # Safety
@@ -30,21 +54,12 @@ pub(crate) unsafe fn predicate_attributes(infos: &[*mut pg_sys::IndexInfo]) -> V
             if predicate.is_null() {
                 continue;
             }
-            let mut set: *mut pg_sys::Bitmapset = std::ptr::null_mut();
-            pg_sys::pull_varattnos(predicate.cast(), 1, &mut set);
-            // Members are attribute numbers offset past the system columns.
-            let mut member = -1;
-            loop {
-                member = pg_sys::bms_next_member(set, member);
-                if member < 0 {
-                    break;
-                }
-                let attno = member + pg_sys::FirstLowInvalidHeapAttributeNumber;
-                if attno > 0 {
-                    attrs.push(attno as i16);
-                }
-            }
-            pg_sys::bms_free(set);
+            attrs.extend(
+                attributes_read(predicate.cast())
+                    .into_iter()
+                    .filter(|&attno| attno > 0)
+                    .map(|attno| attno as i16),
+            );
         }
         attrs.sort_unstable();
         attrs.dedup();
