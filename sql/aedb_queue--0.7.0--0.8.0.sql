@@ -230,8 +230,8 @@ GRANT EXECUTE ON FUNCTION "queue_children", "queue_errors" TO aedb_queue_worker,
 -- and queue_shard_assign, as in sql/shard.sql.
 -- This node's shard number, read off the task id sequence.
 CREATE FUNCTION aedb_queue.queue_shard() RETURNS integer
-LANGUAGE sql STABLE AS $$
-    SELECT (s.seqmin >> 48)::integer FROM pg_catalog.pg_sequence s
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT (s.seqmin OPERATOR(pg_catalog.>>) 48)::integer FROM pg_catalog.pg_sequence s
      WHERE s.seqrelid = 'aedb_queue.task_id_seq'::regclass
 $$;
 
@@ -239,7 +239,7 @@ $$;
 -- Refused while the node holds tasks numbered outside the shard's range,
 -- which a router would send elsewhere; true if it changed anything.
 CREATE FUNCTION aedb_queue.queue_shard_assign(shard integer) RETURNS boolean
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_variable
 DECLARE
     low bigint;

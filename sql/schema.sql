@@ -7,18 +7,31 @@ CREATE SCHEMA aedb_queue_internal;
 -- Refuse a schema aedb_queue that someone else prepared: CREATE EXTENSION
 -- adopts an existing schema of that name, and its owner (or any role with
 -- CREATE on it) could put functions and operators there that look like
--- ours (docs/security.md).
+-- ours (docs/security.md). One is adopted only as an earlier DROP EXTENSION
+-- left it: PostgreSQL makes the control file's schema before the extension
+-- exists and never counts it as a member, so DROP EXTENSION keeps it, empty,
+-- owned by the installing role, granted only to the extension's own roles.
 DO $$
 DECLARE
     ns oid := 'aedb_queue'::pg_catalog.regnamespace;
+    owner oid := (SELECT nspowner FROM pg_catalog.pg_namespace WHERE oid = ns);
+    ours oid[] := ARRAY(SELECT oid FROM pg_catalog.pg_roles
+                        WHERE rolname IN ('aedb_queue_producer', 'aedb_queue_worker', 'aedb_queue_admin'));
 BEGIN
-    IF (SELECT nspowner FROM pg_catalog.pg_namespace WHERE oid = ns)
-           <> (SELECT oid FROM pg_catalog.pg_roles WHERE rolname = pg_catalog.current_user())
-       OR (SELECT nspacl FROM pg_catalog.pg_namespace WHERE oid = ns) IS NOT NULL
+    IF owner <> (SELECT oid FROM pg_catalog.pg_roles WHERE rolname = pg_catalog.current_user())
+       OR EXISTS (SELECT 1 FROM pg_catalog.aclexplode((SELECT nspacl FROM pg_catalog.pg_namespace WHERE oid = ns)) a
+                  WHERE a.grantee OPERATOR(pg_catalog.<>) owner
+                    AND NOT (a.grantee OPERATOR(pg_catalog.=) ANY (ours)))
+       OR EXISTS (SELECT 1 FROM pg_catalog.pg_default_acl WHERE defaclnamespace = ns)
+       OR EXISTS (SELECT 1 FROM pg_catalog.pg_depend
+                  WHERE refclassid = 'pg_catalog.pg_namespace'::pg_catalog.regclass AND refobjid = ns
+                    AND classid OPERATOR(pg_catalog.<>) 'pg_catalog.pg_extension'::pg_catalog.regclass)
        OR EXISTS (SELECT 1 FROM pg_catalog.pg_class WHERE relnamespace = ns)
        OR EXISTS (SELECT 1 FROM pg_catalog.pg_proc WHERE pronamespace = ns)
        OR EXISTS (SELECT 1 FROM pg_catalog.pg_type WHERE typnamespace = ns)
-       OR EXISTS (SELECT 1 FROM pg_catalog.pg_operator WHERE oprnamespace = ns) THEN
+       OR EXISTS (SELECT 1 FROM pg_catalog.pg_operator WHERE oprnamespace = ns)
+       OR EXISTS (SELECT 1 FROM pg_catalog.pg_extension
+                  WHERE extnamespace = ns AND extname OPERATOR(pg_catalog.<>) 'aedb_queue') THEN
         RAISE EXCEPTION USING
             ERRCODE = 'insufficient_privilege',
             MESSAGE = 'schema aedb_queue already exists and was not made by this CREATE EXTENSION',

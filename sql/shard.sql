@@ -1,12 +1,14 @@
 -- Shard numbers (docs/scale-out.md). A node given shard number n numbers its
 -- tasks n * 2^48 + 1 .. (n + 1) * 2^48 - 1, so any task id names the node
 -- that holds it (task_id >> 48) and a router sends each call on a task
--- there. An unsharded node is shard 0: its ids start at 1.
+-- there. An unsharded node is shard 0: its ids start at 1. Both functions
+-- run with a fixed search_path and name their operators: a superuser calls
+-- them, and an operator a role put in another schema must not run as one.
 
 -- This node's shard number, read off the task id sequence.
 CREATE FUNCTION aedb_queue.queue_shard() RETURNS integer
-LANGUAGE sql STABLE AS $$
-    SELECT (s.seqmin >> 48)::integer FROM pg_catalog.pg_sequence s
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT (s.seqmin OPERATOR(pg_catalog.>>) 48)::integer FROM pg_catalog.pg_sequence s
      WHERE s.seqrelid = 'aedb_queue.task_id_seq'::regclass
 $$;
 
@@ -14,7 +16,7 @@ $$;
 -- Refused while the node holds tasks numbered outside the shard's range,
 -- which a router would send elsewhere; true if it changed anything.
 CREATE FUNCTION aedb_queue.queue_shard_assign(shard integer) RETURNS boolean
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_variable
 DECLARE
     low bigint;

@@ -36,7 +36,36 @@ pub static NOTIFY_COMPLETIONS: GucSetting<bool> = GucSetting::<bool>::new(false)
 /// counting costs, not for hiding work from the operators' dashboards.
 pub static TRACK_COUNTERS: GucSetting<bool> = GucSetting::<bool>::new(true);
 
+/// Longest cron pattern a schedule or preview accepts, in bytes. A
+/// pattern's fields are short; the bound keeps parsing and storing one
+/// small whatever a caller sends.
+pub static MAX_CRON_PATTERN_BYTES: GucSetting<i32> = GucSetting::<i32>::new(256);
+
+/// Most schedules one queue may have: each due schedule costs every
+/// reaper pass, and a tenant's queues must not take them all.
+pub static MAX_SCHEDULES_PER_QUEUE: GucSetting<i32> = GucSetting::<i32>::new(1000);
+
 pub fn register() {
+    GucRegistry::define_int_guc(
+        c"aedb_queue.max_cron_pattern_bytes",
+        c"Longest cron pattern queue_schedule_upsert and queue_cron_preview accept, in bytes.",
+        c"Longer patterns are rejected with SQLSTATE 54000.",
+        &MAX_CRON_PATTERN_BYTES,
+        16,
+        65_536,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"aedb_queue.max_schedules_per_queue",
+        c"Most schedules one queue may have.",
+        c"queue_schedule_upsert refuses a new schedule beyond it with SQLSTATE 54000; existing schedules may still be replaced.",
+        &MAX_SCHEDULES_PER_QUEUE,
+        1,
+        1_000_000,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
     GucRegistry::define_bool_guc(
         c"aedb_queue.track_counters",
         c"Calls count enqueued, completed, failed, dead-lettered, reclaimed and cancelled tasks per queue in shared memory (queue_counters()).",
@@ -131,4 +160,12 @@ pub fn notify_completions() -> bool {
 
 pub fn track_counters() -> bool {
     TRACK_COUNTERS.get()
+}
+
+pub fn max_cron_pattern_bytes() -> usize {
+    MAX_CRON_PATTERN_BYTES.get().max(1) as usize
+}
+
+pub fn max_schedules_per_queue() -> i64 {
+    MAX_SCHEDULES_PER_QUEUE.get().max(1) as i64
 }

@@ -24,6 +24,7 @@ mod enqueued;
 mod errors;
 mod guc;
 mod horizon;
+mod lock_wait;
 mod oids;
 mod outcome;
 mod security;

@@ -5,16 +5,32 @@ use std::panic::AssertUnwindSafe;
 
 use pgrx::pg_sys::panic::CaughtError;
 use pgrx::pg_sys::{self, PgTryBuilder};
+use pgrx::PgSqlErrorCode;
 
 use crate::errors::Result;
+
+/// Why a piece of work run by [`in_subtransaction`] was rolled back.
+#[derive(Debug)]
+pub(crate) struct Failed {
+    pub message: String,
+    /// It waited for a lock longer than `lock_timeout` (55P03): whoever
+    /// holds the lock may still be working, so the work is owed, not failed.
+    pub lock_wait: bool,
+}
+
+impl std::fmt::Display for Failed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
 
 /// Runs `body` in a subtransaction, as a PL/pgSQL EXCEPTION block does:
 /// committed into the caller's transaction if it succeeds, rolled back
 /// (with the user, search path and settings it changed) if it fails,
-/// returning the error's message.
+/// returning why.
 pub(crate) fn in_subtransaction<T>(
     body: impl FnOnce() -> Result<T>,
-) -> std::result::Result<T, String> {
+) -> std::result::Result<T, Failed> {
     // SAFETY: the sequence plpgsql's exec_stmt_block uses around a block
     // with an exception handler.
     unsafe {
@@ -22,9 +38,14 @@ pub(crate) fn in_subtransaction<T>(
         let owner = pg_sys::CurrentResourceOwner;
         pg_sys::BeginInternalSubTransaction(std::ptr::null());
         pg_sys::MemoryContextSwitchTo(context);
-        let outcome = PgTryBuilder::new(AssertUnwindSafe(|| body().map_err(|e| e.to_string())))
-            .catch_others(|caught| Err(message_of(caught)))
-            .execute();
+        let outcome = PgTryBuilder::new(AssertUnwindSafe(|| {
+            body().map_err(|e| Failed {
+                message: e.to_string(),
+                lock_wait: false,
+            })
+        }))
+        .catch_others(|caught| Err(failed(caught)))
+        .execute();
         if outcome.is_ok() {
             pg_sys::ReleaseCurrentSubTransaction();
         } else {
@@ -36,13 +57,16 @@ pub(crate) fn in_subtransaction<T>(
     }
 }
 
-/// The message of an error caught at a `PgTryBuilder` boundary.
-pub(crate) fn message_of(caught: CaughtError) -> String {
+/// What an error caught at a `PgTryBuilder` boundary says.
+pub(crate) fn failed(caught: CaughtError) -> Failed {
     match caught {
         CaughtError::PostgresError(report)
         | CaughtError::ErrorReport(report)
         | CaughtError::RustPanic {
             ereport: report, ..
-        } => report.message().to_string(),
+        } => Failed {
+            message: report.message().to_string(),
+            lock_wait: report.sql_error_code() == PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
+        },
     }
 }

@@ -2,6 +2,8 @@
 //! call the store, shape the result. No SQL and no queue rules live here.
 
 mod admin;
+mod behind;
+pub use behind::take as take_behind;
 mod claim;
 mod cron;
 mod enqueue;
@@ -10,7 +12,6 @@ mod fire;
 mod inspect;
 mod overview;
 mod reap;
-pub use reap::take_retention_behind;
 mod schedule;
 mod settle;
 mod settle_and_claim;

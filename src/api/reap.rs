@@ -9,23 +9,11 @@ use pgrx::prelude::*;
 use super::fire::fire_due;
 use super::{checked_name, required};
 use crate::errors::{run, Result};
+use crate::lock_wait::with_short_lock_waits;
 use crate::security;
 use crate::srf::TableIterator;
 use crate::store::{self, Reaped};
 use crate::subtransaction::in_subtransaction;
-
-thread_local! {
-    /// Set when a pass deleted as many kept tasks or keys as its budget
-    /// allowed in some queue: more are due. Read (and cleared) by the
-    /// background reaper in this backend, which then passes again at once,
-    /// as it does for timers and leases (queue_reap's columns don't say).
-    static RETENTION_BEHIND: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Whether a pass since the last call left due retention work behind.
-pub fn take_retention_behind() -> bool {
-    RETENTION_BEHIND.with(|behind| behind.replace(false))
-}
 
 /// Reaps one queue: up to `promote` due timers and `reclaim` expired
 /// leases, then expires kept completed tasks and idempotency keys.
@@ -48,7 +36,7 @@ fn reap_queue(queue: &str, promote: i32, reclaim: i32) -> Result<Reaped> {
         expired = expired.max(store::expire_keys(queue, keep, limit)?);
     }
     if expired >= limit as i64 {
-        RETENTION_BEHIND.with(|behind| behind.set(true));
+        super::behind::note();
     }
     Ok(reaped)
 }
@@ -57,7 +45,7 @@ fn reap_queue(queue: &str, promote: i32, reclaim: i32) -> Result<Reaped> {
 /// that each gets a part (`reaper::share`). Each queue is reaped in its own
 /// subtransaction: one queue's bad data, error or lock never stops the
 /// others (its error is logged as a WARNING naming it, and its part of the
-/// work is undone). Only unconfined admins may: it spans every tenant.
+/// work is undone; a lock not granted at once leaves it for a later pass). Only unconfined admins may: it spans every tenant.
 fn reap_all(max: i32) -> Result<Reaped> {
     let mut pending = store::queues_with_work()?;
     let mut total = Reaped::default();
@@ -85,8 +73,13 @@ fn reap_all(max: i32) -> Result<Reaped> {
                         busy.push(queue.clone());
                     }
                 }
-                Err(message) => {
-                    pgrx::warning!("aedb_queue: queue_reap() skipped queue {queue:?}: {message}")
+                // Someone holds a lock this queue's reap needs: its work
+                // waits for a later pass, unlike a real failure.
+                Err(failed) if failed.lock_wait => {
+                    pgrx::debug1!("aedb_queue: queue_reap() passed over queue {queue:?}: {failed}")
+                }
+                Err(failed) => {
+                    pgrx::warning!("aedb_queue: queue_reap() skipped queue {queue:?}: {failed}")
                 }
             }
         }
@@ -108,8 +101,10 @@ fn reap_and_fire(queue: Option<&str>, max: Option<i32>) -> Result<(Reaped, i64)>
         }
         None => {
             security::require_unconfined("reap every queue")?;
-            let fired = fire_due(None, max)?;
-            Ok((reap_all(max)?, fired))
+            with_short_lock_waits(|| {
+                let fired = fire_due(None, max)?;
+                Ok((reap_all(max)?, fired))
+            })
         }
     }
 }

@@ -14,8 +14,37 @@ use super::{checked_json, checked_name, micros, required};
 use crate::clock::{self, from_unix_micros, unix_micros};
 use crate::datum::{RawJsonb, RawScheduleRow};
 use crate::errors::{run, Result};
+use crate::guc;
 use crate::security;
 use crate::store::{self, ScheduleSpec};
+
+/// The pattern argument, no longer than `aedb_queue.max_cron_pattern_bytes`.
+fn checked_cron(cron: Option<&str>) -> Result<&str> {
+    let cron = required("cron", cron)?;
+    let limit = guc::max_cron_pattern_bytes();
+    if cron.len() > limit {
+        return Err(QueueError::limit(
+            "cron",
+            format!(
+                "is {} bytes, longer than {limit} (aedb_queue.max_cron_pattern_bytes)",
+                cron.len()
+            ),
+        ));
+    }
+    Ok(cron)
+}
+
+/// Refuses a new schedule in a queue that has as many as it may.
+fn check_room(queue: &str, name: &str) -> Result<()> {
+    let limit = guc::max_schedules_per_queue();
+    if store::other_schedules(queue, name)? >= limit {
+        return Err(QueueError::limit(
+            "name",
+            format!("would be schedule {} of its queue, more than {limit} (aedb_queue.max_schedules_per_queue)", limit + 1),
+        ));
+    }
+    Ok(())
+}
 
 /// The first fire time after now; a pattern that never fires is refused.
 fn next_fire_time(schedule: &Schedule, cron: &str) -> Result<TimestampWithTimeZone> {
@@ -48,8 +77,9 @@ fn queue_schedule_upsert(
     run(|| {
         let queue = checked_name("queue", queue)?;
         let name = checked_name("name", name)?;
-        let cron = required("cron", cron)?;
+        let cron = checked_cron(cron)?;
         let time_zone = required("time_zone", time_zone)?;
+        security::authorize(Action::Administer, queue)?;
         let schedule = Schedule::parse(cron, time_zone)?;
         let missed_policy = required("missed", missed)?;
         Missed::parse(missed_policy, catch_up_limit)?;
@@ -57,7 +87,6 @@ fn queue_schedule_upsert(
         if let Some(key) = fire_time_key {
             validate::name("fire_time_key", key)?;
         }
-        security::authorize(Action::Administer, queue)?;
         let settings = store::settings(queue)?;
         let payload = checked_json("payload", payload, &settings)?;
         // The task's options are checked now, as an enqueue would check them.
@@ -81,6 +110,7 @@ fn queue_schedule_upsert(
                 ));
             }
         }
+        check_room(queue, name)?;
         store::upsert_schedule(&ScheduleSpec {
             queue,
             name,
@@ -148,13 +178,21 @@ fn queue_schedule_list(
             checked_name("queue", Some(queue))?;
             security::authorize(Action::Read, queue)?;
         }
-        let mut visible = Vec::new();
-        for (of_queue, row) in store::list_schedules(queue)? {
-            if queue.is_some() || security::may(Action::Read, &Pattern::Exact(of_queue))? {
-                visible.push(row);
-            }
-        }
-        Ok(SetOfIterator::new(visible))
+        let queues = match queue {
+            Some(queue) => vec![queue.to_string()],
+            None => store::queues_with_schedules()?
+                .into_iter()
+                .filter_map(
+                    |q| match security::may(Action::Read, &Pattern::Exact(q.clone())) {
+                        Ok(true) => Some(Ok(q)),
+                        Ok(false) => None,
+                        Err(e) => Some(Err(e)),
+                    },
+                )
+                .collect::<Result<Vec<_>>>()?,
+        };
+        let queues: Vec<&str> = queues.iter().map(String::as_str).collect();
+        Ok(SetOfIterator::new(store::list_schedules(&queues)?))
     })
 }
 
@@ -168,7 +206,7 @@ fn queue_cron_preview(
     count: default!(Option<i32>, 5),
 ) -> SetOfIterator<'static, TimestampWithTimeZone> {
     run(|| {
-        let schedule = Schedule::parse(required("cron", cron)?, required("time_zone", time_zone)?)?;
+        let schedule = Schedule::parse(checked_cron(cron)?, required("time_zone", time_zone)?)?;
         let after = required("after", after)?;
         let count = required("count", count)?;
         if !(1..=MAX_CATCH_UP as i32).contains(&count) {

@@ -85,15 +85,18 @@ fn pass() -> Pass {
         &[(MAX_PER_PASS as i64).into()],
     );
     // Taken whatever the pass returned, so a failed pass leaves no flag.
-    let retention_behind = crate::api::take_retention_behind();
+    let behind = crate::api::take_behind();
     Pass::Reaped {
-        more: budget_used.ok().flatten() == Some(true) || retention_behind,
+        more: budget_used.ok().flatten() == Some(true) || behind,
         next_fire: next_fire(),
     }
 }
 
-/// Until the earliest fire time of the schedules not paused (none on
-/// schemas before 0.5.0, or without schedules).
+/// Until the earliest fire time to come of the schedules not paused (none
+/// on schemas before 0.5.0, or without schedules). One already due was
+/// left by the pass (another transaction holds it, or the pass's budget
+/// ran out, which passes again at once): waking for it every millisecond
+/// would spin.
 fn next_fire() -> Option<Duration> {
     let has_schedules =
         Spi::get_one::<bool>("SELECT pg_catalog.to_regclass('aedb_queue.schedule') IS NOT NULL");
@@ -102,7 +105,8 @@ fn next_fire() -> Option<Duration> {
     }
     let seconds = Spi::get_one::<f64>(
         "SELECT extract(epoch FROM min(next_fire_at) - pg_catalog.clock_timestamp())::float8
-         FROM aedb_queue.schedule WHERE NOT paused",
+         FROM aedb_queue.schedule
+         WHERE NOT paused AND next_fire_at > pg_catalog.clock_timestamp()",
     );
     // A millisecond late rather than early: the latch counts whole ones.
     seconds

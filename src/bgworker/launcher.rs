@@ -39,8 +39,10 @@ impl Reaper {
 
 impl Drop for Reaper {
     fn drop(&mut self) {
-        // SAFETY: palloc'd in TopMemoryContext by `start`, freed once.
-        unsafe { pg_sys::pfree(self.handle.cast()) };
+        if !self.handle.is_null() {
+            // SAFETY: palloc'd in TopMemoryContext by `start`, freed once.
+            unsafe { pg_sys::pfree(self.handle.cast()) };
+        }
     }
 }
 
@@ -138,7 +140,9 @@ fn start(db: pg_sys::Oid) -> Option<Reaper> {
         let mut handle = std::ptr::null_mut();
         let registered = pg_sys::RegisterDynamicBackgroundWorker(&mut worker, &mut handle);
         pg_sys::MemoryContextSwitchTo(old);
-        (registered && !handle.is_null()).then_some(Reaper { handle })
+        // `then`, not `then_some`: a Reaper made for a failed registration
+        // would be dropped at once, and its Drop would pfree a null handle.
+        (registered && !handle.is_null()).then(|| Reaper { handle })
     }
 }
 

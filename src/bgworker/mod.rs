@@ -90,7 +90,7 @@ fn in_transaction<T>(what: &str, body: impl FnOnce() -> T) -> Option<T> {
         pg_sys::StartTransactionCommand();
         pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
         let outcome = PgTryBuilder::new(AssertUnwindSafe(|| Ok(body())))
-            .catch_others(|caught| Err(crate::subtransaction::message_of(caught)))
+            .catch_others(|caught| Err(crate::subtransaction::failed(caught).message))
             .execute();
         match outcome {
             Ok(value) => {

@@ -91,14 +91,30 @@ static DELETE: Statement = Statement {
     clock: false,
 };
 
-/// Every schedule, or one queue's, in (queue, name) order.
+/// The schedules of the queues $1, in (queue, name) order. Only those:
+/// each row's record parses its pattern (the preview), and a caller must
+/// not pay for the patterns of queues it may not read.
 static LIST: Statement = Statement {
     sql: concat!(
-        "SELECT s.queue, ",
+        "SELECT ",
         schedule_record!(),
-        " FROM aedb_queue.schedule s WHERE $1 IS NULL OR s.queue = $1 ORDER BY s.queue, s.name"
+        " FROM aedb_queue.schedule s WHERE s.queue = ANY($1) ORDER BY s.queue, s.name"
     ),
-    args: &[TEXT],
+    args: &[TEXT_ARRAY],
+    clock: false,
+};
+
+/// How many schedules the queue $1 has besides the one named $2.
+static COUNT_OTHERS: Statement = Statement {
+    sql: "SELECT count(*) FROM aedb_queue.schedule WHERE queue = $1 AND name <> $2",
+    args: &[TEXT, TEXT],
+    clock: false,
+};
+
+/// The queues that have schedules.
+static QUEUES: Statement = Statement {
+    sql: "SELECT DISTINCT queue FROM aedb_queue.schedule",
+    args: &[],
     clock: false,
 };
 
@@ -127,6 +143,15 @@ static DUE_ANY: Statement = Statement {
 static DUE_IN_QUEUE: Statement = Statement {
     sql: due_schedules!("AND queue = $3"),
     args: &[INT4, TIMESTAMPTZ, TEXT],
+    clock: false,
+};
+
+/// The queues with schedules due at the clock, the longest overdue first.
+static DUE_QUEUES: Statement = Statement {
+    sql: "SELECT queue FROM aedb_queue.schedule
+          WHERE NOT paused AND next_fire_at <= $1
+          GROUP BY queue ORDER BY min(next_fire_at), queue",
+    args: &[TIMESTAMPTZ],
     clock: false,
 };
 
@@ -261,11 +286,23 @@ pub fn delete_schedule(queue: &str, name: &str) -> Result<bool> {
     with_client(|client| Ok(!execute(client, &DELETE, &[queue.into(), name.into()])?.is_empty()))
 }
 
-/// (queue, schedule row) of every schedule, or of one queue's.
-pub fn list_schedules(queue: Option<&str>) -> Result<Vec<(String, RawScheduleRow)>> {
+/// The schedules of `queues`, in (queue, name) order.
+pub fn list_schedules(queues: &[&str]) -> Result<Vec<RawScheduleRow>> {
+    with_client(|client| execute(client, &LIST, &[queues.into()])?.map(|row| row.required(1)))
+}
+
+/// How many schedules `queue` has besides `name`.
+pub fn other_schedules(queue: &str, name: &str) -> Result<i64> {
     with_client(|client| {
-        execute(client, &LIST, &[queue.into()])?.map(|row| Ok((row.required(1)?, row.required(2)?)))
+        execute(client, &COUNT_OTHERS, &[queue.into(), name.into()])?
+            .first(|row| row.required(1))?
+            .ok_or_else(|| internal("the schedule count returned no row"))
     })
+}
+
+/// The queues that have schedules.
+pub fn queues_with_schedules() -> Result<Vec<String>> {
+    with_client(|client| execute(client, &QUEUES, &[])?.map(|row| row.required(1)))
 }
 
 /// Up to `max` due schedules, of `queue` or of every queue, locked.
@@ -298,6 +335,13 @@ pub fn lock_due_schedules(queue: Option<&str>, max: i32) -> Result<Vec<DueSchedu
                 fired_up_to: row.required(13)?,
             })
         })
+    })
+}
+
+/// The queues with due schedules, the longest overdue first.
+pub fn queues_with_due_schedules() -> Result<Vec<String>> {
+    with_client(|client| {
+        execute(client, &DUE_QUEUES, &[crate::clock::now().into()])?.map(|row| row.required(1))
     })
 }
 
@@ -371,5 +415,6 @@ pub(crate) static SCHEDULE_STATEMENTS: &[(&str, &Statement)] = &[
     ("SCHEDULE_LIST", &LIST),
     ("SCHEDULE_DUE_ANY", &DUE_ANY),
     ("SCHEDULE_DUE_IN_QUEUE", &DUE_IN_QUEUE),
+    ("SCHEDULE_DUE_QUEUES", &DUE_QUEUES),
     ("SCHEDULE_ADVANCE", &ADVANCE),
 ];
