@@ -45,6 +45,7 @@ mod fence;
 pub(crate) mod flow;
 pub(crate) mod index_cache;
 mod insert;
+mod latest;
 mod memory;
 mod overview;
 mod owner;

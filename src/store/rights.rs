@@ -6,6 +6,7 @@ use std::cell::RefCell;
 use aedb_queue_core::grants::{Grant, Pattern, Privilege, Rights};
 use pgrx::pg_sys::Oid;
 
+use super::latest::read_latest;
 use super::{execute, schema_level, with_client, SchemaLevel, Statement, INT8, TEXT};
 use crate::cache::{self, Copies, Topic};
 use crate::errors::Result;
@@ -112,27 +113,41 @@ pub fn rights_of(role: Oid) -> Result<Rights> {
         return Ok(found);
     }
     let generation = cache::generation(Topic::Rights);
+    // The newest rights, not the transaction snapshot's: a revoke committed
+    // elsewhere applies to the next call of an open REPEATABLE READ or
+    // SERIALIZABLE transaction too (`latest`).
     let rights = with_client(|client| {
         let confined_statement = if level == SchemaLevel::V020 {
             &CONFINED_0_2_0
         } else {
             &CONFINED
         };
-        let confined = execute(client, confined_statement, &[oid_arg(role).into()])?
-            .first(|row| row.get::<bool>(1))?
-            .flatten()
-            == Some(true);
+        // The newest rights, not the transaction snapshot's: a revoke
+        // committed elsewhere applies to the next call of an open
+        // REPEATABLE READ or SERIALIZABLE transaction too.
+        let _ = client;
+        let role_arg = [oid_arg(role).into()];
+        let confined = read_latest(confined_statement, &role_arg)?
+            .first()
+            .and_then(|row| row.first().cloned().flatten())
+            == Some("t".to_string());
         if !confined {
             return Ok(Rights::Unconfined);
         }
-        let grants = execute(client, &GRANTS, &[oid_arg(role).into()])?.map(|row| {
-            let pattern: String = row.required(1)?;
-            let privilege: String = row.required(2)?;
-            Ok(Grant {
-                pattern: Pattern::parse("pattern", &pattern)?,
-                privilege: Privilege::parse("privilege", &privilege)?,
+        let grants = read_latest(&GRANTS, &role_arg)?
+            .into_iter()
+            .map(|row| {
+                let column = |i: usize| {
+                    row.get(i).cloned().flatten().ok_or_else(|| {
+                        crate::errors::internal("a grant without pattern or privilege")
+                    })
+                };
+                Ok(Grant {
+                    pattern: Pattern::parse("pattern", &column(0)?)?,
+                    privilege: Privilege::parse("privilege", &column(1)?)?,
+                })
             })
-        })?;
+            .collect::<Result<Vec<_>>>()?;
         Ok(Rights::Confined(grants))
     })?;
     RIGHTS.with(|r| r.borrow_mut().put(role, rights.clone(), generation));
