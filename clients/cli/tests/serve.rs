@@ -1191,7 +1191,12 @@ fn allowed_host_admits_the_hosts_an_operator_names() {
     let csrf = server.csrf();
     let port = port_of(&server).to_string();
     let dash = format!("dash.example:{port}");
-    for host in [dash.as_str(), "dash.example", "proxy.example:1", &server.addr] {
+    for host in [
+        dash.as_str(),
+        "dash.example",
+        "proxy.example:1",
+        &server.addr,
+    ] {
         let r = server.request_to(Some(host), "GET", "/", &[], "");
         assert_eq!(r.status, 200, "Host {host}: {}", r.body);
         assert!(r.body.contains(&csrf));
@@ -1199,7 +1204,12 @@ fn allowed_host_admits_the_hosts_an_operator_names() {
     // A named port is that port alone; other names are still refused.
     let proxy_here = format!("proxy.example:{port}");
     let evil = format!("evil.example:{port}");
-    for host in [proxy_here.as_str(), "proxy.example", &evil, "sub.dash.example"] {
+    for host in [
+        proxy_here.as_str(),
+        "proxy.example",
+        &evil,
+        "sub.dash.example",
+    ] {
         assert_refused_everywhere(&server, Some(host), &q, &csrf);
     }
     let mut admin = cluster().connect_as(ADMIN);

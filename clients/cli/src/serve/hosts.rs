@@ -32,12 +32,19 @@ pub fn parse(s: &str) -> Result<Allowed, String> {
         let (inside, after) = rest
             .split_once(']')
             .ok_or_else(|| format!("{s:?}: an IPv6 address needs its closing ']'"))?;
-        if inside.is_empty() || !inside.bytes().all(|b| b.is_ascii_hexdigit() || b":.".contains(&b)) {
+        if inside.is_empty()
+            || !inside
+                .bytes()
+                .all(|b| b.is_ascii_hexdigit() || b":.".contains(&b))
+        {
             return Err(format!("{s:?}: not an IPv6 address in brackets"));
         }
         let port = match after {
             "" => None,
-            p => Some(p.strip_prefix(':').ok_or_else(|| format!("{s:?}: expected :PORT after ']'"))?),
+            p => Some(
+                p.strip_prefix(':')
+                    .ok_or_else(|| format!("{s:?}: expected :PORT after ']'"))?,
+            ),
         };
         (format!("[{inside}]"), port)
     } else {
@@ -46,7 +53,9 @@ pub fn parse(s: &str) -> Result<Allowed, String> {
             None => (s, None),
         };
         let name_ok = |n: &str| {
-            !n.is_empty() && n.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b))
+            !n.is_empty()
+                && n.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b))
         };
         if !name_ok(name) {
             return Err(format!(
@@ -146,12 +155,20 @@ mod tests {
     }
 
     fn ok(addr: &str, named_hosts: &[&str], host: &str) -> bool {
-        host_ok(&allowed(addr.parse().unwrap(), &named(named_hosts)), Some(host))
+        host_ok(
+            &allowed(addr.parse().unwrap(), &named(named_hosts)),
+            Some(host),
+        )
     }
 
     #[test]
     fn a_loopback_bind_answers_its_loopback_forms_on_its_port_only() {
-        for h in ["127.0.0.1:8080", "localhost:8080", "LocalHost:8080", "[::1]:8080"] {
+        for h in [
+            "127.0.0.1:8080",
+            "localhost:8080",
+            "LocalHost:8080",
+            "[::1]:8080",
+        ] {
             assert!(ok("127.0.0.1:8080", &[], h), "{h}");
             assert!(ok("[::1]:8080", &[], h), "{h}");
         }
@@ -170,7 +187,10 @@ mod tests {
         ] {
             assert!(!ok("127.0.0.1:8080", &[], h), "{h:?}");
         }
-        assert!(!host_ok(&allowed("127.0.0.1:8080".parse().unwrap(), &[]), None));
+        assert!(!host_ok(
+            &allowed("127.0.0.1:8080".parse().unwrap(), &[]),
+            None
+        ));
     }
 
     #[test]
@@ -192,7 +212,10 @@ mod tests {
         for addr in ["0.0.0.0:8080", "[::]:8080"] {
             assert!(ok(addr, &[], "localhost:8080"));
             assert!(ok(addr, &[], "[::1]:8080"));
-            assert!(!ok(addr, &[], "0.0.0.0:8080"), "not a name a browser uses for us");
+            assert!(
+                !ok(addr, &[], "0.0.0.0:8080"),
+                "not a name a browser uses for us"
+            );
             assert!(!ok(addr, &[], "192.0.2.7:8080"), "not named");
             assert!(ok(addr, &["192.0.2.7:8080"], "192.0.2.7:8080"));
             assert!(!ok(addr, &["192.0.2.7:8080"], "192.0.2.7:9090"));
@@ -215,8 +238,22 @@ mod tests {
     #[test]
     fn bad_allowed_hosts_are_refused_with_a_reason() {
         for bad in [
-            "", ":80", "a b", "x/y", "*", "*.example", "::1", "[::1", "[zz]", "[::1]80",
-            "h:0", "h:65536", "h:", "h:+1", "http://h", "h:1:2",
+            "",
+            ":80",
+            "a b",
+            "x/y",
+            "*",
+            "*.example",
+            "::1",
+            "[::1",
+            "[zz]",
+            "[::1]80",
+            "h:0",
+            "h:65536",
+            "h:",
+            "h:+1",
+            "http://h",
+            "h:1:2",
         ] {
             assert!(parse(bad).is_err(), "{bad:?}");
         }
