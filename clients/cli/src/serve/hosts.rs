@@ -28,6 +28,9 @@ pub struct Allowed {
 /// IPv6 address in brackets; lowercased. Used for `--allowed-host` and
 /// for the header itself.
 pub fn parse(s: &str) -> Result<Allowed, String> {
+    if s.contains('/') {
+        return Err(format!("{s:?}: expected HOST[:PORT], not a URL or a path"));
+    }
     let (name, port) = if let Some(rest) = s.strip_prefix('[') {
         let (inside, after) = rest
             .split_once(']')
@@ -265,5 +268,6 @@ mod tests {
             }
         );
         assert_eq!(parse("Dash.Example").unwrap().name, "dash.example");
+        assert!(parse("http://h").unwrap_err().contains("not a URL"));
     }
 }
