@@ -89,7 +89,8 @@ async fn load(cluster: &Cluster, db: &str) -> Result<Vec<i64>> {
 async fn get(port: u16, path: &str) -> Result<(u16, Duration)> {
     let started = Instant::now();
     let mut stream = TcpStream::connect(("127.0.0.1", port)).await?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).await?;
     let mut body = Vec::new();
     stream.read_to_end(&mut body).await?;

@@ -101,6 +101,11 @@ fi
 if grep -q -- '--max-age' <<<"$help"; then
     serve_opts+=(--max-age 0)   # figures read per request: the tests change the data behind the servers
 fi
+if [ -n "${AEDB_BROWSER_MUTANTS:-}" ] && grep -q -- '--allowed-host' <<<"$help"; then
+    # mutants.mjs's proxies pass their own Host (127.0.0.1:THEIR_PORT) through,
+    # as a reverse proxy would; their ports are picked later, so any port.
+    serve_opts+=(--allowed-host 127.0.0.1)
+fi
 start_server() { # start_server NAME PORT USER -> sets URL
     local name=$1 port=$2 user=$3 log="$WORK/serve-$1.log"
     "$AEDB_QUEUE_BIN" serve --listen 127.0.0.1:0 "${serve_opts[@]}" \

@@ -133,12 +133,24 @@ fn seg(s: &str) -> String {
 
 impl Server {
     fn request(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Resp {
+        self.request_to(Some(&self.addr), method, path, headers, body)
+    }
+
+    /// A request carrying `Host: host` (None: no Host header at all).
+    fn request_to(
+        &self,
+        host: Option<&str>,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &str,
+    ) -> Resp {
         let mut s = TcpStream::connect(&self.addr).expect("connect to the server");
         s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-        let mut req = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n",
-            self.addr
-        );
+        let mut req = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
+        if let Some(h) = host {
+            req.push_str(&format!("Host: {h}\r\n"));
+        }
         for (k, v) in headers {
             req.push_str(&format!("{k}: {v}\r\n"));
         }
@@ -1060,6 +1072,167 @@ fn a_missing_or_wrong_csrf_token_or_a_foreign_origin_is_refused() {
     let r = server.post_from(&format!("{base}/pause"), &origin, &[("csrf", &csrf)]);
     assert_eq!(r.status, 303, "{}", r.body);
     assert!(paused(&mut admin, &q));
+}
+
+/// The listening port of `server` (its address is 127.0.0.1:PORT).
+fn port_of(server: &Server) -> &str {
+    server.addr.rsplit_once(':').expect("ADDR:PORT").1
+}
+
+/// Every GET route (and one that is none), then every action with a valid
+/// token and an Origin matching the Host (as a DNS-rebinding page sends),
+/// all with `host`: each must get 421 and no token.
+fn assert_refused_everywhere(server: &Server, host: Option<&str>, q: &str, csrf: &str) {
+    let base = format!("/queues/{}", seg(q));
+    let gets = [
+        "/".to_string(),
+        base.clone(),
+        "/tasks/1".into(),
+        "/search?q=1".into(),
+        "/metrics".into(),
+        "/healthz".into(),
+        "/assets/app.js".into(),
+        "/no-such-page".into(),
+    ];
+    for path in &gets {
+        let r = server.request_to(host, "GET", path, &[], "");
+        assert_eq!(r.status, 421, "GET {path} with Host {host:?}: {}", r.body);
+        assert!(
+            r.body.contains("--allowed-host") && !r.body.contains(csrf),
+            "{}",
+            r.body
+        );
+    }
+    let origin = format!("http://{}", host.unwrap_or("evil.example"));
+    for (path, fields) in [
+        (format!("{base}/pause"), vec![("csrf", csrf)]),
+        (format!("{base}/retry-dead"), vec![("csrf", csrf)]),
+        (
+            format!("{base}/purge"),
+            vec![("csrf", csrf), ("state", "ready"), ("confirm", q)],
+        ),
+        ("/tasks/1/cancel".into(), vec![("csrf", csrf)]),
+    ] {
+        let body = form_encode(&fields);
+        let r = server.request_to(host, "POST", &path, &[("Origin", &origin)], &body);
+        assert_eq!(r.status, 421, "POST {path} with Host {host:?}: {}", r.body);
+    }
+}
+
+#[test]
+fn a_foreign_or_missing_host_is_refused_before_anything_happens() {
+    let q = unique_queue("srv_host");
+    let (_, _, doomed) = seed(&q);
+    let server = serve(cluster(), &[]);
+    let csrf = server.csrf();
+    let port = port_of(&server).to_string();
+    let evil = format!("evil.example:{port}");
+    for host in [
+        Some(evil.as_str()),
+        Some("EVIL.example"),
+        Some("localhost:1"),
+        Some("0.0.0.0:1"),
+        Some(""),
+        None,
+    ] {
+        assert_refused_everywhere(&server, host, &q, &csrf);
+    }
+    // The target's own authority counts too (absolute form).
+    let r = server.get(&format!("http://{evil}/"));
+    assert_eq!(r.status, 421, "{}", r.body);
+    // Two Host headers: refused whatever the first one says.
+    let r = server.request("GET", "/", &[("Host", &evil)], "");
+    assert_eq!(r.status, 421, "{}", r.body);
+
+    // Nothing changed, seen from other connections (nothing paused, retried
+    // or purged).
+    let mut admin = cluster().connect_as(ADMIN);
+    let mut su = cluster().connect();
+    assert!(!paused(&mut admin, &q));
+    assert_eq!(task_count(&mut su, &q, Some("ready")), 3);
+    assert_eq!(dead_ids(&mut admin, &q), vec![doomed]);
+
+    // The listening Host and the loopback forms of its port are answered.
+    for host in [
+        server.addr.clone(),
+        format!("localhost:{port}"),
+        format!("LOCALHOST:{port}"),
+        format!("[::1]:{port}"),
+    ] {
+        let r = server.request_to(Some(&host), "GET", "/", &[], "");
+        assert_eq!(r.status, 200, "Host {host}: {}", r.body);
+        assert!(r.body.contains(&csrf));
+    }
+    let local = format!("localhost:{port}");
+    let r = server.request_to(
+        Some(&local),
+        "POST",
+        &format!("/queues/{}/pause", seg(&q)),
+        &[("Origin", &format!("http://{local}"))],
+        &form_encode(&[("csrf", &csrf)]),
+    );
+    assert_eq!(r.status, 303, "{}", r.body);
+    assert!(paused(&mut admin, &q));
+}
+
+#[test]
+fn allowed_host_admits_the_hosts_an_operator_names() {
+    let q = unique_queue("srv_allowed");
+    seed(&q);
+    let server = serve(
+        cluster(),
+        &[
+            "--allowed-host",
+            "Dash.Example",
+            "--allowed-host",
+            "proxy.example:1",
+        ],
+    );
+    let csrf = server.csrf();
+    let port = port_of(&server).to_string();
+    let dash = format!("dash.example:{port}");
+    for host in [
+        dash.as_str(),
+        "dash.example",
+        "proxy.example:1",
+        &server.addr,
+    ] {
+        let r = server.request_to(Some(host), "GET", "/", &[], "");
+        assert_eq!(r.status, 200, "Host {host}: {}", r.body);
+        assert!(r.body.contains(&csrf));
+    }
+    // A named port is that port alone; other names are still refused.
+    let proxy_here = format!("proxy.example:{port}");
+    let evil = format!("evil.example:{port}");
+    for host in [
+        proxy_here.as_str(),
+        "proxy.example",
+        &evil,
+        "sub.dash.example",
+    ] {
+        assert_refused_everywhere(&server, Some(host), &q, &csrf);
+    }
+    let mut admin = cluster().connect_as(ADMIN);
+    assert!(!paused(&mut admin, &q));
+    // An action through the named host, from its own page, works.
+    let r = server.request_to(
+        Some(&dash),
+        "POST",
+        &format!("/queues/{}/pause", seg(&q)),
+        &[("Origin", &format!("http://{dash}"))],
+        &form_encode(&[("csrf", &csrf)]),
+    );
+    assert_eq!(r.status, 303, "{}", r.body);
+    assert!(paused(&mut admin, &q));
+}
+
+#[test]
+fn a_malformed_allowed_host_is_a_usage_error() {
+    for bad in ["http://dash.example", "*.example", "::1", "dash.example:0"] {
+        let r = cli(cluster(), &["serve", "--allowed-host", bad]);
+        assert_eq!(r.code, 2, "{bad}: {r:#?}");
+        assert!(r.stderr.contains("--allowed-host"), "{bad}: {}", r.stderr);
+    }
 }
 
 #[test]

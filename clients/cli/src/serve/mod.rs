@@ -7,6 +7,7 @@
 //! - `metrics.rs`: `/metrics` in the Prometheus text format.
 //! - `pages/`: the HTML pages (maud escapes every value it renders).
 //! - `actions.rs`: the POST actions, behind a CSRF token and an Origin check.
+//! - `hosts.rs`: the Host header every request must carry (DNS rebinding).
 //! - `svg.rs`: the charts, as pure functions.
 //!
 //! The server connects as the DSN's role with a small pool; every page
@@ -16,6 +17,7 @@
 //! `queue_overview` (bounded reads, estimates marked) and the counters.
 
 mod actions;
+mod hosts;
 mod metrics;
 mod pages;
 mod queries;
@@ -42,6 +44,14 @@ pub struct Options {
     /// printed as "listening on http://ADDR").
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
+
+    /// Also answer requests with this Host (repeatable), e.g. the name a
+    /// reverse proxy passes through; without :PORT any port of that name.
+    /// Otherwise only the listening address (and, for a loopback or
+    /// wildcard bind, localhost, 127.0.0.1 and [::1]) with its port is
+    /// answered; any other Host gets 421 (a DNS-rebinding defence).
+    #[arg(long = "allowed-host", value_name = "HOST[:PORT]", value_parser = hosts::parse)]
+    pub allowed_hosts: Vec<hosts::Allowed>,
 
     /// At most this many queue label values in /metrics (the rest are summed
     /// as queue="other"), and queues kept in the charts' history.
@@ -165,7 +175,7 @@ fn pool(cfg: &Config, size: u32) -> Result<Pool> {
         .map_err(|e| Error::msg(format!("connection pool: {e}")))
 }
 
-fn router(app: Shared) -> Router {
+fn router(app: Shared, allowed: Vec<hosts::Allowed>) -> Router {
     Router::new()
         .route("/", get(pages::overview::page))
         .route("/queues/{queue}", get(pages::queue::page))
@@ -180,6 +190,10 @@ fn router(app: Shared) -> Router {
         .route("/tasks/{id}/cancel", post(actions::cancel))
         .route("/assets/app.js", get(pages::script))
         .fallback(pages::not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::new(allowed),
+            hosts::check,
+        ))
         .layer(axum::middleware::map_response(security_headers))
         .with_state(app)
 }
@@ -287,7 +301,15 @@ pub async fn run(cfg: &Config, opts: &Options) -> Result<()> {
     println!("listening on http://{addr}");
     use std::io::Write as _;
     let _ = std::io::stdout().flush();
-    axum::serve(listener, router(app))
+    let allowed = hosts::allowed(addr, &opts.allowed_hosts);
+    if addr.ip().is_unspecified() && opts.allowed_hosts.is_empty() {
+        eprintln!(
+            "note: listening on every interface, but only Host localhost, 127.0.0.1 or [::1] \
+             with port {} is answered; name the others with --allowed-host",
+            addr.port()
+        );
+    }
+    axum::serve(listener, router(app, allowed))
         .with_graceful_shutdown(stop_signal())
         .await
         .map_err(|e| Error::msg(format!("server: {e}")))
