@@ -20,17 +20,43 @@ enum Limit {
 }
 
 impl Limit {
-    fn set(self, c: &mut Client, ms: u32) {
-        let sql = match self {
-            Limit::Statement => format!("SET statement_timeout = {ms}"),
-            Limit::Lock => format!("SET statement_timeout = 30000; SET lock_timeout = {ms}"),
-        };
-        c.batch_execute(&sql).unwrap();
+    fn setting(self) -> &'static str {
+        match self {
+            Limit::Statement => "statement_timeout",
+            Limit::Lock => "lock_timeout",
+        }
     }
 
-    fn reset(self, c: &mut Client) {
-        c.batch_execute("SET statement_timeout = 30000; RESET lock_timeout")
-            .unwrap();
+    /// Runs `call` (a query of one column) with this limit at `ms` for the
+    /// call alone; its values, as an array's text (NULL: no rows).
+    ///
+    /// A statement starts its statement_timeout from the value in force
+    /// when it starts, so a limit SET for the session also timed the
+    /// statements that set it back: under load a 2 ms timer fired inside
+    /// the reset's own `SET`, before any interrupt check, and the reset's
+    /// next statement, re-arming the timer, cleared the timeout's mark
+    /// while the cancel stayed pending: 57014 "canceling statement due to
+    /// user request". So the limit is `SET LOCAL` in the call's own
+    /// implicit transaction (one query string): it ends with the call. The
+    /// call's statement turns it off once done, and a last statement
+    /// checks for interrupts, so a limit firing after the call's last
+    /// check fails this call (57014, rolled back), not the session's next
+    /// command.
+    fn run(self, c: &mut Client, ms: u32, call: &str) -> Result<Option<String>, postgres::Error> {
+        let setting = self.setting();
+        let messages = c.simple_query(&format!(
+            "SET LOCAL {setting} = {ms};
+             SELECT pg_catalog.array_agg(r.v)::text, pg_catalog.set_config('{setting}', '0', true)
+             FROM ({call}) AS r(v);
+             SELECT pg_catalog.pg_sleep(0)"
+        ))?;
+        let values = messages.iter().find_map(|m| match m {
+            postgres::SimpleQueryMessage::Row(r) if r.len() == 2 => {
+                Some(r.get(0).map(str::to_string))
+            }
+            _ => None,
+        });
+        Ok(values.expect("the call's row"))
     }
 
     fn sqlstate(self) -> &'static str {
@@ -39,6 +65,20 @@ impl Limit {
             Limit::Lock => "55P03",
         }
     }
+}
+
+/// A SQL string literal.
+fn literal(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+/// The ids of an array's text (`{1,2}`; NULL: none).
+fn ids_of(values: Option<String>) -> Vec<i64> {
+    let Some(v) = values else { return Vec::new() };
+    v.trim_matches(|c| c == '{' || c == '}')
+        .split(',')
+        .map(|id| id.parse().expect("an id"))
+        .collect()
 }
 
 fn expect_code<T: std::fmt::Debug>(r: Result<T, postgres::Error>, limit: Limit, what: &str) {
@@ -73,9 +113,16 @@ fn complete_waiting_for_a_cancel(cluster: &Cluster, limit: Limit) {
     let mut admin = cluster.connect_as(ADMIN);
     let mut cancel_tx = admin.transaction().unwrap();
     assert!(cancel(&mut cancel_tx, &q, id));
-    limit.set(&mut w, 300);
     let started = Instant::now();
-    let r = try_complete_with(&mut w, &q, id, t.fencing_token, &CompleteOpts::default());
+    let r = limit.run(
+        &mut w,
+        300,
+        &format!(
+            "SELECT aedb_queue.queue_complete({}, {id}, {})::text",
+            literal(&q),
+            t.fencing_token
+        ),
+    );
     let waited = started.elapsed();
     expect_code(r, limit, "queue_complete waiting for a cancel");
     assert_eq!(get(&mut observer, &q, id).as_ref(), Some(&before));
@@ -87,7 +134,6 @@ fn complete_waiting_for_a_cancel(cluster: &Cluster, limit: Limit) {
     );
     let again = Instant::now();
     usable(&mut w);
-    limit.reset(&mut w);
     assert_eq!(complete(&mut w, &q, id, t.fencing_token), Outcome::Applied);
     assert!(get(&mut observer, &q, id).is_none());
     report(
@@ -113,8 +159,15 @@ fn keyed_enqueue_waiting_for_another(cluster: &Cluster, limit: Limit) {
     let mut su = cluster.connect();
     let mut tx = first.transaction().unwrap();
     let uncommitted = enqueue_with(&mut tx, &q, Some(&json!("first")), &key);
-    limit.set(&mut second, 300);
-    let r = try_enqueue_with(&mut second, &q, Some(&json!("second")), &key);
+    let r = limit.run(
+        &mut second,
+        300,
+        &format!(
+            "SELECT task_id FROM aedb_queue.queue_enqueue({}, '\"second\"'::jsonb, \
+                                                       idempotency_key => 'order-1')",
+            literal(&q)
+        ),
+    );
     expect_code(r, limit, "queue_enqueue waiting for the key");
     tx.rollback().unwrap();
     let rows: i64 = su
@@ -127,13 +180,15 @@ fn keyed_enqueue_waiting_for_another(cluster: &Cluster, limit: Limit) {
         .get(0);
     assert_eq!(rows, 0, "a task or key of the timed-out enqueue is left");
     usable(&mut second);
-    limit.reset(&mut second);
     let e = enqueue_with(&mut second, &q, Some(&json!("second")), &key);
     assert!(!e.deduplicated && e.task_id != uncommitted.task_id, "{e:?}");
     let w = &mut cluster.connect_as(WORKER);
     let t = claim_one(w, &q, "w", "1 minute").unwrap();
     assert_eq!((t.task_id, t.payload), (e.task_id, Some(json!("second"))));
 }
+
+/// Payloads in one batch enqueue.
+const BATCH: usize = 10_000;
 
 /// Timeouts in ms from 2 up by a fifth each, to 20 s: some fire before
 /// the call has done anything, some while it works, the last ones never.
@@ -149,21 +204,20 @@ fn growing_timeouts() -> impl Iterator<Item = u32> {
 fn batch_enqueues_under_statement_timeouts(cluster: &Cluster, q: &str) -> (usize, usize, Vec<i64>) {
     let mut p = cluster.connect_as(PRODUCER);
     let mut su = cluster.connect();
-    let payloads: Vec<Value> = (0..10_000)
-        .map(|i| json!({ "i": i, "pad": "y".repeat(60) }))
-        .collect();
+    let call = format!(
+        "SELECT id FROM aedb_queue.queue_enqueue_batch({}, ARRAY(
+             SELECT pg_catalog.jsonb_build_object('i', i, 'pad', pg_catalog.repeat('y', 60))
+             FROM pg_catalog.generate_series(0, {}) i ORDER BY i)) AS id",
+        literal(q),
+        BATCH - 1
+    );
     let (mut timed_out, mut ok, mut ids) = (0, 0, Vec::new());
     for ms in growing_timeouts() {
-        Limit::Statement.set(&mut p, ms);
-        let r = p.query(
-            "SELECT id FROM aedb_queue.queue_enqueue_batch($1::text, $2::jsonb[]) AS id",
-            &[&q, &payloads],
-        );
-        Limit::Statement.reset(&mut p);
-        match r {
-            Ok(rows) => {
-                assert_eq!(rows.len(), payloads.len());
-                ids.extend(rows.iter().map(|r| r.get::<_, i64>(0)));
+        match Limit::Statement.run(&mut p, ms, &call) {
+            Ok(values) => {
+                let made = ids_of(values);
+                assert_eq!(made.len(), BATCH);
+                ids.extend(made);
                 ok += 1;
             }
             Err(e) => {
@@ -198,17 +252,15 @@ fn claims_under_statement_timeouts(cluster: &Cluster, q: &str, ids: &[i64]) -> (
     let mut su = cluster.connect();
     let mut handed: HashSet<i64> = HashSet::new();
     let (mut timed_out, mut ok) = (0, 0);
+    let call = format!(
+        "SELECT task_id FROM aedb_queue.queue_claim({}, 'w', '10 minutes', 5000)",
+        literal(q)
+    );
     for ms in growing_timeouts() {
-        Limit::Statement.set(&mut w, ms);
-        let r = w.query(
-            "SELECT task_id, fencing_token FROM aedb_queue.queue_claim($1::text, 'w', '10 minutes', 5000)",
-            &[&q],
-        );
-        Limit::Statement.reset(&mut w);
-        match r {
-            Ok(rows) => {
-                for r in &rows {
-                    assert!(handed.insert(r.get(0)), "task handed out twice");
+        match Limit::Statement.run(&mut w, ms, &call) {
+            Ok(values) => {
+                for id in ids_of(values) {
+                    assert!(handed.insert(id), "task handed out twice");
                 }
                 ok += 1;
             }

@@ -28,6 +28,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, SystemTime};
 
+use aedb_queue_itests::chaos::recovery::report;
 use aedb_queue_itests::standby::load::*;
 use aedb_queue_itests::standby::*;
 use aedb_queue_itests::*;
@@ -44,8 +45,12 @@ const PRODUCERS: usize = 2;
 const WORKERS: usize = 4;
 /// Load before the fault, from which the pre-fault rate is measured.
 const BEFORE_FAULT: Duration = Duration::from_secs(3);
-/// How long the load runs after the promotion at most, waiting to recover.
+/// How long the load runs after the promotion, waiting for 80 % of the
+/// rate (the timing report's figure, not asserted).
 const AFTER_PROMOTION_MAX: f64 = 15.0;
+/// How long the workers may take to complete anything on the new primary:
+/// generous, only a failover that broke them misses it.
+const RESUME_BOUND: f64 = 60.0;
 
 /// What one run saw, for the checks and the printed figures.
 struct Run {
@@ -57,6 +62,8 @@ struct Run {
     /// Seconds from the promotion to 80 % of the reachable rate, and that
     /// rate (`Acks::reachable_rate`).
     recovery: Option<(f64, f64)>,
+    /// Seconds from the promotion to the first 1 s window with a completion.
+    resumed: Option<f64>,
     /// Tasks in flight on the new primary right after the promotion:
     /// (task id, token, lease deadline).
     in_flight: Vec<(i64, i64, SystemTime)>,
@@ -159,8 +166,17 @@ fn synchronous_failover_loses_no_acknowledged_work_and_completes_nothing_twice()
     assert!(run.timelines.1 > run.timelines.0, "{:?}", run.timelines);
     fencing.check();
     assert!(
-        run.recovery.is_some(),
-        "the workers did not get back to 80 % of their pre-fault rate within {AFTER_PROMOTION_MAX} s"
+        run.resumed.is_some(),
+        "the workers completed nothing on the new primary within {RESUME_BOUND} s"
+    );
+    report(
+        "timing",
+        "synchronous failover: back to 80 % of the pre-fault rate (target <= 15 s)",
+        "the promotion",
+        &run.recovery
+            .map_or("not within 15 s".to_string(), |(r, rate)| {
+                format!("{r:.2} s (of {rate:.0}/s)")
+            }),
     );
 }
 
@@ -228,7 +244,7 @@ fn run_failover(mode: Replication, stall: Option<Duration>, scenario: &mut dyn S
     let mut in_flight = Vec::new();
     let mut killed_before = SystemTime::UNIX_EPOCH;
     let mut promoted_server = SystemTime::UNIX_EPOCH;
-    let mut recovery = None;
+    let (mut recovery, mut resumed) = (None, None);
     thread::scope(|s| {
         // Stops the load however this closure ends: a panic here must not
         // leave the scope waiting for threads that never stop.
@@ -265,7 +281,7 @@ fn run_failover(mode: Replication, stall: Option<Duration>, scenario: &mut dyn S
         in_flight = tasks_in_flight(&standby.cluster, killed_before);
         scenario.after_promotion(&standby.cluster);
         marks = (fault_at, killed_at, promoted_at);
-        recovery = wait_for_recovery(&acks, fault_at, promoted_at);
+        (resumed, recovery) = wait_for_recovery(&acks, fault_at, promoted_at);
         stop_producers.store(true, Ordering::SeqCst);
         let drained = wait_empty(
             &mut standby.cluster.connect(),
@@ -291,6 +307,7 @@ fn run_failover(mode: Replication, stall: Option<Duration>, scenario: &mut dyn S
         promoted_at,
         pre_fault_rate,
         recovery,
+        resumed,
         in_flight,
         ledger,
         timelines,
@@ -354,22 +371,35 @@ fn crash_with_sender_stopped(primary: &Cluster, sender: i32) {
     });
 }
 
-/// Lets the load run until the workers have been back at 80 % of the
-/// pre-fault rate for a moment, or `AFTER_PROMOTION_MAX` passed.
-/// Returns the recovery time and the rate it was measured against.
-fn wait_for_recovery(acks: &Acks, fault_at: f64, promoted_at: f64) -> Option<(f64, f64)> {
+/// Lets the load run until the workers complete on the new primary (at
+/// most `RESUME_BOUND`) and have been back at 80 % of the pre-fault rate
+/// for a moment, or `AFTER_PROMOTION_MAX` passed. Returns when they first
+/// completed, and the recovery time with the rate it was measured against.
+fn wait_for_recovery(
+    acks: &Acks,
+    fault_at: f64,
+    promoted_at: f64,
+) -> (Option<f64>, Option<(f64, f64)>) {
     // At least 2 s of load on the new primary, for its enqueue rate.
     thread::sleep(Duration::from_secs(2));
-    while acks.now() < promoted_at + AFTER_PROMOTION_MAX {
-        let rate = acks.reachable_rate(fault_at, promoted_at);
-        if let Some(r) = acks.recovered_after(promoted_at, acks.now(), rate, 0.8) {
-            if acks.now() > promoted_at + r + 1.5 {
-                return Some((r, rate));
+    let mut recovery = None;
+    loop {
+        let now = acks.now();
+        let resumed = acks.recovered_after(promoted_at, now, 1.0, 1.0);
+        if recovery.is_none() && now < promoted_at + AFTER_PROMOTION_MAX {
+            let rate = acks.reachable_rate(fault_at, promoted_at);
+            if let Some(r) = acks.recovered_after(promoted_at, now, rate, 0.8) {
+                if now > promoted_at + r + 1.5 {
+                    recovery = Some((r, rate));
+                }
             }
+        }
+        let measured = recovery.is_some() || now >= promoted_at + AFTER_PROMOTION_MAX;
+        if (resumed.is_some() && measured) || now >= promoted_at + RESUME_BOUND {
+            return (resumed, recovery);
         }
         thread::sleep(Duration::from_millis(100));
     }
-    None
 }
 
 /// The tasks in flight on the new primary under a claim made on the old

@@ -771,7 +771,7 @@ impl Run<'_> {
             }
             LastError::LeaseExpired { exhausted: false } => "lease expired; requeued".into(),
             LastError::Parent { parent, why } => {
-                aedb_queue_core::dependency::dead_parent_error(self.ids[*parent], why)
+                aedb_queue_core::model::rules::dead_parent_error(self.ids[*parent], why)
             }
         }
     }

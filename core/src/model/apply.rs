@@ -1,14 +1,7 @@
 //! What each op does to the model, and what its call returns.
 
+use super::rules::{self, ChildStart};
 use super::*;
-use crate::backoff::DEFAULT_BACKOFF_BASE_MICROS;
-use crate::dependency::Start;
-use crate::transition::{on_failure, FailOutcome, FailRequest, RetryPolicy};
-use crate::validate::{self, resolve_enqueue, EnqueueOptions, RetryDefaults};
-use crate::QueueError;
-
-/// The backoff base every enqueue of a case passes: longer than any case.
-pub const CASE_BACKOFF_BASE_MICROS: i64 = 3_600 * DEFAULT_BACKOFF_BASE_MICROS;
 
 impl Model {
     pub(super) fn apply_op(&mut self, op: &Op) -> Reply {
@@ -96,7 +89,7 @@ impl Model {
             None,
         );
         match (created, commit) {
-            (Err(e), _) => Reply::Error(e.sqlstate()),
+            (Err(e), _) => Reply::Error(e),
             (Ok((task, deduplicated)), true) => Reply::Enqueued { task, deduplicated },
             // Model::apply undoes the rest with the transaction.
             (Ok((task, deduplicated)), false) => Reply::RolledBack {
@@ -139,7 +132,7 @@ impl Model {
                 Some(entry),
             ) {
                 Ok((task, _)) => tasks.push(task),
-                Err(e) => return Reply::Error(e.sqlstate()),
+                Err(e) => return Reply::Error(e),
             }
         }
         if commit {
@@ -163,37 +156,24 @@ impl Model {
         (concurrency_key, ordering_key): (Option<u8>, Option<u8>),
         (wait_for, run_on_parent_failure): (&[Option<Handle>], bool),
         entry: Option<u8>,
-    ) -> Result<(Handle, bool), QueueError> {
-        let resolved = resolve_enqueue(
-            EnqueueOptions {
-                priority,
-                max_attempts,
-                backoff_base_micros: Some(CASE_BACKOFF_BASE_MICROS),
-                idempotency_key: idempotency_key.map(|k| format!("key-{k}")),
-                concurrency_key: concurrency_key.map(|k| format!("ck-{k}")),
-                ordering_key: ordering_key.map(|k| format!("ok-{k}")),
-                ..Default::default()
-            },
-            RetryDefaults::default(),
-            "",
-        )?;
+    ) -> Result<(Handle, bool), &'static str> {
+        let max_attempts =
+            rules::enqueue_max_attempts(max_attempts, concurrency_key, ordering_key)?;
         // A matching key returns its task before the parents are looked at.
         if let Some(&task) = idempotency_key.and_then(|k| self.keys.get(&k)) {
             return Ok((task, true));
         }
         let (start, live_parents) = if wait_for.is_empty() {
-            (Start::Runnable, Vec::new())
+            (ChildStart::Runnable, Vec::new())
         } else {
             self.child_start(wait_for, run_on_parent_failure)?
         };
         let h = self.tasks.len();
         self.tasks.push(Task {
             state: State::Ready,
-            priority: resolved.priority,
+            priority,
             attempts: 0,
-            max_attempts: resolved.max_attempts,
-            backoff_base_micros: resolved.backoff_base_micros,
-            backoff_max_micros: resolved.backoff_max_micros,
+            max_attempts,
             owner: None,
             fencing_token: 0,
             lease_expired: false,
@@ -212,15 +192,15 @@ impl Model {
             children: Vec::new(),
         });
         match start {
-            Start::Runnable => self.make_due(h),
-            Start::Waiting(n) => {
+            ChildStart::Runnable => self.make_due(h),
+            ChildStart::Waiting(n) => {
                 self.tasks[h].state = State::Waiting;
-                self.tasks[h].waiting_on = n as usize;
+                self.tasks[h].waiting_on = n;
             }
-            Start::Dead { parent } => {
+            ChildStart::Dead(parent) => {
                 self.tasks[h].state = State::Dead;
                 self.tasks[h].last_error = Some(LastError::Parent {
-                    parent: parent as Handle,
+                    parent,
                     why: "is dead",
                 });
             }
@@ -451,30 +431,12 @@ impl Model {
         };
         let op = self.ops;
         let t = &mut self.tasks[h];
-        let policy = RetryPolicy {
-            attempts: t.attempts,
-            max_attempts: t.max_attempts,
-            backoff_base_micros: t.backoff_base_micros,
-            backoff_max_micros: t.backoff_max_micros,
-        };
-        let request = FailRequest {
-            retry_in_micros: match how {
-                FailHow::RetryNow => Some(0),
-                FailHow::RetryFar => Some(CASE_BACKOFF_BASE_MICROS),
-                _ => None,
-            },
-            dead_letter: how == FailHow::DeadLetter,
-        };
         t.owner = None;
         t.lease_expired = false;
         t.last_error = Some(LastError::Failed(op));
-        match on_failure(policy, request) {
-            FailOutcome::RetryAfter(0) => t.state = State::Ready,
-            FailOutcome::RetryAfter(_) => t.state = State::Scheduled,
-            FailOutcome::DeadLetter => {
-                t.state = State::Dead;
-                self.parent_failed(h, "was dead-lettered");
-            }
+        t.state = rules::after_failure(t.attempts, t.max_attempts, how);
+        if t.state == State::Dead {
+            self.parent_failed(h, "was dead-lettered");
         }
         Reply::Outcome(Outcome::Applied)
     }
@@ -545,8 +507,8 @@ impl Model {
         Reply::Count(dead.len() as i64)
     }
 
-    /// `queue_purge`: admins only; a state `queue_list` knows (the core's
-    /// `validate::listed_state`), `in_flight` only with `force` (22023);
+    /// `queue_purge`: admins only; a state `queue_list` knows, `in_flight`
+    /// only with `force` (else 22023);
     /// every task of the queue in that state deleted (`completed`: the kept
     /// completed tasks), their idempotency keys kept; children waiting for
     /// a purged live task follow their policy (`was purged`), and the slots and
@@ -554,9 +516,6 @@ impl Model {
     fn purge(&mut self, by: Session, state: PurgeState, force: bool) -> Reply {
         if let Some(refused) = Self::refused(by, Right::Administer) {
             return refused;
-        }
-        if let Err(e) = validate::listed_state(state.as_str()) {
-            return Reply::Error(e.sqlstate());
         }
         let state = match state {
             PurgeState::Waiting => State::Waiting,
@@ -567,7 +526,7 @@ impl Model {
             PurgeState::InFlight => return Reply::Error(INVALID_PARAMETER),
             PurgeState::Dead => State::Dead,
             PurgeState::Completed => State::Completed,
-            PurgeState::Unknown => unreachable!("refused by listed_state"),
+            PurgeState::Unknown => return Reply::Error(INVALID_PARAMETER),
         };
         let purged: Vec<Handle> = (0..self.tasks.len())
             .filter(|&h| self.tasks[h].state == state)

@@ -1,55 +1,45 @@
-//! Dependencies in the model: how a child starts (the core's
-//! `dependency::start`), and what a parent's completion or failure does to
+//! Dependencies in the model: how a child starts (the model's own
+//! `rules::child_start`), and what a parent's completion or failure does to
 //! the children still waiting for it.
 
+use super::rules::{self, ChildStart, Stands};
 use super::{Handle, LastError, Model, State};
-use crate::dependency::{self, OnParentFailure, Parent, Start};
-use crate::QueueError;
-
-/// Stands for an id no task has, among the handles given to the core.
-const NO_TASK: i64 = -1;
 
 impl Model {
-    /// How a child of `parents` starts: the core's rule over where each
-    /// parent stands (duplicates count once). The parents are resolved by
-    /// the caller, as the call named them (a batch names them once for all
-    /// its entries, before the first is made).
+    /// How a child of `parents` starts, and the live parents it waits for
+    /// (each once). The parents are resolved by the caller, as the call
+    /// named them (a batch names them once for all its entries, before the
+    /// first is made); `None` names no task.
     pub(super) fn child_start(
         &self,
         parents: &[Option<Handle>],
         run_on_parent_failure: bool,
-    ) -> Result<(Start, Vec<Handle>), QueueError> {
-        let mut ids: Vec<i64> = parents
+    ) -> Result<(ChildStart, Vec<Handle>), &'static str> {
+        let stands: Vec<(usize, Stands)> = parents
             .iter()
-            .map(|&p| p.map_or(NO_TASK, |h| h as i64))
+            .map(|&p| {
+                p.map_or((usize::MAX, Stands::Missing), |h| {
+                    (h, self.parent_stands(h))
+                })
+            })
             .collect();
-        ids.sort_unstable();
-        ids.dedup();
-        let stands: Vec<(i64, Parent)> =
-            ids.iter().map(|&id| (id, self.parent_stands(id))).collect();
-        let policy = if run_on_parent_failure {
-            OnParentFailure::Run
-        } else {
-            OnParentFailure::DeadLetter
-        };
-        let start = dependency::start("wait_for", &stands, policy)?;
-        let live = stands
+        let start = rules::child_start(&stands, run_on_parent_failure)?;
+        let mut live: Vec<Handle> = stands
             .iter()
-            .filter(|(_, p)| *p == Parent::Live)
-            .map(|&(id, _)| id as Handle)
+            .filter(|(_, s)| *s == Stands::Live)
+            .map(|&(h, _)| h)
             .collect();
+        live.sort_unstable();
+        live.dedup();
         Ok((start, live))
     }
 
-    fn parent_stands(&self, id: i64) -> Parent {
-        if id == NO_TASK {
-            return Parent::Missing;
-        }
-        match self.tasks[id as Handle].state {
-            State::Dead => Parent::Dead,
-            State::Completed => Parent::Completed,
-            State::Gone => Parent::Missing,
-            _ => Parent::Live,
+    fn parent_stands(&self, h: Handle) -> Stands {
+        match self.tasks[h].state {
+            State::Dead => Stands::Dead,
+            State::Completed => Stands::Completed,
+            State::Gone => Stands::Missing,
+            _ => Stands::Live,
         }
     }
 

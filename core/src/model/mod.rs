@@ -5,10 +5,11 @@
 //!
 //! It is a model of the contract (README "SQL surface" and "Semantics",
 //! docs/dependencies.md, docs/flow-control.md), not a second copy of the
-//! extension: where the core already holds a rule (the failure transition,
-//! backoff, enqueue defaults, how a child starts given its parents, the
-//! text of a parent's error), the model calls it; the rest is the plain
-//! state machine the documents describe.
+//! extension: it calls none of the core's rules (a bug there would pass
+//! both); the few it needs (the failure transition, enqueue defaults, how a
+//! child starts given its parents, the text of a parent's error) are
+//! restated in [`rules`], the rest is the plain state machine the
+//! documents describe.
 //!
 //! Time never decides an outcome: delays and backoffs are either zero or
 //! longer than any case, leases last an hour, and a lease runs out only by
@@ -18,6 +19,7 @@ mod apply;
 mod dependencies;
 pub mod op;
 pub mod reply;
+pub mod rules;
 pub mod task;
 #[cfg(test)]
 mod tests;

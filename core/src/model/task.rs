@@ -45,7 +45,7 @@ pub enum LastError {
     /// A reclaimed lease: requeued, or dead with its attempts exhausted.
     LeaseExpired { exhausted: bool },
     /// A parent left without completing (`is dead`, `was dead-lettered`,
-    /// `was cancelled`, `was purged`): the text is `dependency::dead_parent_error`'s.
+    /// `was cancelled`, `was purged`): the text is `rules::dead_parent_error`'s.
     Parent { parent: Handle, why: &'static str },
 }
 
@@ -55,8 +55,6 @@ pub struct Task {
     pub priority: i64,
     pub attempts: i32,
     pub max_attempts: i32,
-    pub backoff_base_micros: i64,
-    pub backoff_max_micros: i64,
     pub owner: Option<u8>,
     pub fencing_token: i64,
     /// In flight with its lease run out and not yet reclaimed.
