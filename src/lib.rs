@@ -60,6 +60,8 @@ mod tests_release;
 #[cfg(any(test, feature = "pg_test"))]
 mod tests_schedule;
 #[cfg(any(test, feature = "pg_test"))]
+mod tests_schedule_limits;
+#[cfg(any(test, feature = "pg_test"))]
 mod tests_security;
 #[cfg(any(test, feature = "pg_test"))]
 mod tests_settle_and_claim;
