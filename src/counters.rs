@@ -14,7 +14,7 @@ use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 pub(crate) use aedb_queue_core::counters::Counter;
-use aedb_queue_core::counters::{Owner, Pending, Snapshot, Table};
+use aedb_queue_core::counters::{Owner, Pending, Snapshot, Table, Taker};
 use aedb_queue_core::QueueError;
 use pgrx::pg_sys;
 use pgrx::{pg_guard, pg_shmem_init, PGRXSharedMemory, PgLwLock};
@@ -63,9 +63,30 @@ pub(crate) fn count(queue: &str, counter: Counter, n: u64) {
             pg_sys::RegisterSubXactCallback(Some(on_subxact), std::ptr::null_mut());
         }
     }
-    // SAFETY: reads the current transaction state.
+    // SAFETY: reads the current transaction state and session user.
     let sub = unsafe { pg_sys::GetCurrentSubTransactionId() };
     PENDING.with(|p| p.borrow_mut().add(sub, queue, counter, n));
+    TAKER.with(|t| t.set(Some(taker())));
+}
+
+thread_local! {
+    /// Who takes the slots of this transaction's new queues, noted while
+    /// it runs: at commit the catalogs are no longer read.
+    static TAKER: Cell<Option<Taker>> = const { Cell::new(None) };
+}
+
+/// The session's login role (SET ROLE does not change it), exempt from
+/// the per-role share of slots when a superuser (the reapers are).
+fn taker() -> Taker {
+    // SAFETY: the session user is set for the backend's lifetime, and
+    // superuser_arg reads a cached catalog entry inside a transaction.
+    unsafe {
+        let role = pg_sys::GetSessionUserId();
+        Taker {
+            role: role.to_u32(),
+            exempt: pg_sys::superuser_arg(role),
+        }
+    }
 }
 
 #[pg_guard]
@@ -112,9 +133,15 @@ fn flush() {
     }
     // SAFETY: reads the system clock.
     let now = unsafe { pg_sys::GetCurrentTimestamp() };
+    let taker = TAKER.with(|t| t.take()).unwrap_or(Taker {
+        role: 0,
+        exempt: true,
+    });
     let mut table = TABLE.exclusive();
     for (queue, c) in missing {
-        table.0.add_new(database, &Owner::Queue(queue), c, now);
+        table
+            .0
+            .add_new(database, &Owner::Queue(queue), c, now, taker);
     }
 }
 

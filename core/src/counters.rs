@@ -35,6 +35,21 @@ pub const SLOTS: usize = 1024;
 /// Free slots only an overflow bucket may take.
 pub const OVERFLOW_RESERVE: usize = 64;
 
+/// Queue slots one role may take once half the queue slots are used: one
+/// tenant's thousands of queues must not leave every other tenant's new
+/// queues in the overflow bucket. A deployment with one role still gets
+/// half the table, and more while others leave it free.
+pub const ROLE_SHARE: usize = (SLOTS - OVERFLOW_RESERVE) / 4;
+
+/// Who takes a slot: the session's login role (a tenant cannot change it
+/// with SET ROLE), and whether it is exempt from [`ROLE_SHARE`]
+/// (superusers, the reapers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Taker {
+    pub role: u32,
+    pub exempt: bool,
+}
+
 /// Counts of one transaction (or one slot), by [`Counter`].
 pub type Counts = [u64; COUNTERS];
 
@@ -61,6 +76,8 @@ pub struct Slot {
     name: [u8; MAX_NAME_BYTES],
     /// When the slot was taken (microseconds since the PostgreSQL epoch).
     since: i64,
+    /// The login role that took it (0: exempt, or an overflow bucket).
+    role: u32,
     counts: [AtomicU64; COUNTERS],
 }
 
@@ -140,11 +157,20 @@ impl Table {
     /// there is room; a queue that finds none adds to its database's
     /// overflow bucket. False only when even that found no room (then the
     /// counts are dropped). Exclusive lock.
-    pub fn add_new(&mut self, database: u32, owner: &Owner<'_>, counts: &Counts, now: i64) -> bool {
+    pub fn add_new(
+        &mut self,
+        database: u32,
+        owner: &Owner<'_>,
+        counts: &Counts,
+        now: i64,
+        taker: Taker,
+    ) -> bool {
         let key = Self::key(owner);
         let room = match owner {
             Owner::Queue(name) if name.len() > MAX_NAME_BYTES => false,
-            Owner::Queue(_) => (self.used as usize) < SLOTS - OVERFLOW_RESERVE,
+            Owner::Queue(_) => {
+                (self.used as usize) < SLOTS - OVERFLOW_RESERVE && self.within_share(taker)
+            }
             Owner::Overflow => (self.used as usize) < SLOTS,
         };
         match self.probe(database, owner) {
@@ -158,13 +184,33 @@ impl Table {
                 slot.name_len = key.len() as u32;
                 slot.name[..key.len()].copy_from_slice(key);
                 slot.since = now;
+                slot.role = match owner {
+                    Owner::Queue(_) if !taker.exempt => taker.role,
+                    _ => 0,
+                };
                 slot.add(counts);
                 self.used += 1;
                 true
             }
-            _ if *owner != Owner::Overflow => self.add_new(database, &Owner::Overflow, counts, now),
+            _ if *owner != Owner::Overflow => {
+                self.add_new(database, &Owner::Overflow, counts, now, taker)
+            }
             _ => false,
         }
+    }
+
+    /// Whether `taker` may take one more queue slot: always while half the
+    /// queue slots are free, then while it holds fewer than [`ROLE_SHARE`].
+    fn within_share(&self, taker: Taker) -> bool {
+        if taker.exempt || (self.used as usize) < (SLOTS - OVERFLOW_RESERVE) / 2 {
+            return true;
+        }
+        let held = self
+            .slots
+            .iter()
+            .filter(|s| s.database != 0 && s.role == taker.role)
+            .count();
+        held < ROLE_SHARE
     }
 
     /// Every slot of `database`, in no particular order. Shared lock.
@@ -260,6 +306,18 @@ impl Pending {
 mod tests {
     use super::*;
 
+    const ROOT: Taker = Taker {
+        role: 10,
+        exempt: true,
+    };
+
+    fn tenant(role: u32) -> Taker {
+        Taker {
+            role,
+            exempt: false,
+        }
+    }
+
     fn one(counter: Counter, n: u64) -> Counts {
         let mut c = [0; COUNTERS];
         c[counter.index()] = n;
@@ -278,7 +336,7 @@ mod tests {
     fn a_queue_gets_a_slot_then_adds_under_the_shared_lock() {
         let mut t = Table::new_boxed();
         assert!(!t.add_existing(5, &Owner::Queue("a"), &one(Counter::Enqueued, 1)));
-        assert!(t.add_new(5, &Owner::Queue("a"), &one(Counter::Enqueued, 1), 42));
+        assert!(t.add_new(5, &Owner::Queue("a"), &one(Counter::Enqueued, 1), 42, ROOT));
         assert!(t.add_existing(5, &Owner::Queue("a"), &one(Counter::Completed, 3)));
         let snap = t.snapshot(5);
         assert_eq!(snap.len(), 1);
@@ -290,9 +348,9 @@ mod tests {
     #[test]
     fn databases_and_names_are_kept_apart() {
         let mut t = Table::new_boxed();
-        t.add_new(1, &Owner::Queue("a"), &one(Counter::Failed, 1), 0);
-        t.add_new(2, &Owner::Queue("a"), &one(Counter::Failed, 2), 0);
-        t.add_new(1, &Owner::Queue("ab"), &one(Counter::Failed, 4), 0);
+        t.add_new(1, &Owner::Queue("a"), &one(Counter::Failed, 1), 0, ROOT);
+        t.add_new(2, &Owner::Queue("a"), &one(Counter::Failed, 2), 0, ROOT);
+        t.add_new(1, &Owner::Queue("ab"), &one(Counter::Failed, 4), 0, ROOT);
         assert_eq!(counts_of(&t, 1, Some("a")).unwrap()[2], 1);
         assert_eq!(counts_of(&t, 2, Some("a")).unwrap()[2], 2);
         assert_eq!(counts_of(&t, 1, Some("ab")).unwrap()[2], 4);
@@ -308,7 +366,8 @@ mod tests {
                 1,
                 &Owner::Queue(&format!("q{i}")),
                 &one(Counter::Enqueued, 1),
-                0
+                0,
+                ROOT
             ));
         }
         let snap = t.snapshot(1);
@@ -318,22 +377,84 @@ mod tests {
         let total: u64 = snap.iter().map(|s| s.counts[0]).sum();
         assert_eq!(total as usize, named + 10);
         // Another database still gets its bucket from the reserve.
-        assert!(t.add_new(2, &Owner::Queue("x"), &one(Counter::Cancelled, 1), 0));
+        assert!(t.add_new(2, &Owner::Queue("x"), &one(Counter::Cancelled, 1), 0, ROOT));
         assert_eq!(counts_of(&t, 2, None), Some(one(Counter::Cancelled, 1)));
         assert_eq!(counts_of(&t, 2, Some("x")), None);
+    }
+
+    /// One tenant's thousands of queues take at most half the queue slots
+    /// and its share of the rest; another tenant's new queue still gets a
+    /// slot of its own, and the hog's further queues count in the bucket.
+    #[test]
+    fn one_role_cannot_take_every_other_roles_slots() {
+        let mut t = Table::new_boxed();
+        for i in 0..1000 {
+            let queue = format!("hog{i}");
+            assert!(t.add_new(
+                1,
+                &Owner::Queue(&queue),
+                &one(Counter::Enqueued, 1),
+                0,
+                tenant(100)
+            ));
+        }
+        let named = |t: &Table| t.snapshot(1).iter().filter(|s| s.queue.is_some()).count();
+        let held = named(&t);
+        assert_eq!(held, (SLOTS - OVERFLOW_RESERVE) / 2);
+        assert!(held < SLOTS - OVERFLOW_RESERVE);
+        assert!(t.add_new(
+            1,
+            &Owner::Queue("other"),
+            &one(Counter::Enqueued, 1),
+            0,
+            tenant(200)
+        ));
+        assert_eq!(
+            counts_of(&t, 1, Some("other")),
+            Some(one(Counter::Enqueued, 1))
+        );
+        assert_eq!(
+            counts_of(&t, 1, None),
+            Some(one(Counter::Enqueued, 1000 - held as u64))
+        );
+        // Exempt takers (superusers, the reapers) are not held to a share.
+        assert!(t.add_new(
+            1,
+            &Owner::Queue("root"),
+            &one(Counter::Enqueued, 1),
+            0,
+            ROOT
+        ));
+        assert_eq!(
+            counts_of(&t, 1, Some("root")),
+            Some(one(Counter::Enqueued, 1))
+        );
+        // Below half the table, a role takes what it needs.
+        let mut t = Table::new_boxed();
+        for i in 0..ROLE_SHARE + 10 {
+            t.add_new(
+                1,
+                &Owner::Queue(&format!("q{i}")),
+                &one(Counter::Enqueued, 1),
+                0,
+                tenant(100),
+            );
+        }
+        assert_eq!(named(&t), ROLE_SHARE + 10);
     }
 
     #[test]
     fn a_full_table_drops_counts_instead_of_looping() {
         let mut t = Table::new_boxed();
         for db in 1..=SLOTS as u32 {
-            t.add_new(db, &Owner::Overflow, &one(Counter::Enqueued, 1), 0);
+            t.add_new(db, &Owner::Overflow, &one(Counter::Enqueued, 1), 0, ROOT);
         }
         assert!(!t.add_new(
             SLOTS as u32 + 1,
             &Owner::Queue("a"),
             &one(Counter::Enqueued, 1),
-            0
+            0,
+            ROOT
         ));
         // Slots already taken still count.
         assert!(t.add_existing(1, &Owner::Overflow, &one(Counter::Enqueued, 1)));
