@@ -7,6 +7,7 @@ use pgrx::pg_sys::panic::CaughtError;
 use pgrx::pg_sys::{self, PgTryBuilder};
 
 use crate::errors::Result;
+use aedb_queue_core::error::bounded;
 
 /// Runs `body` in a subtransaction, as a PL/pgSQL EXCEPTION block does:
 /// committed into the caller's transaction if it succeeds, rolled back
@@ -22,9 +23,11 @@ pub(crate) fn in_subtransaction<T>(
         let owner = pg_sys::CurrentResourceOwner;
         pg_sys::BeginInternalSubTransaction(std::ptr::null());
         pg_sys::MemoryContextSwitchTo(context);
-        let outcome = PgTryBuilder::new(AssertUnwindSafe(|| body().map_err(|e| e.to_string())))
-            .catch_others(|caught| Err(message_of(caught)))
-            .execute();
+        let outcome = PgTryBuilder::new(AssertUnwindSafe(|| {
+            body().map_err(|e| bounded(&e.to_string()).into_owned())
+        }))
+        .catch_others(|caught| Err(message_of(caught)))
+        .execute();
         if outcome.is_ok() {
             pg_sys::ReleaseCurrentSubTransaction();
         } else {
@@ -36,13 +39,15 @@ pub(crate) fn in_subtransaction<T>(
     }
 }
 
-/// The message of an error caught at a `PgTryBuilder` boundary.
+/// The message of an error caught at a `PgTryBuilder` boundary, bounded:
+/// it goes on into WARNINGs, LOGs and a schedule's `last_error`, and a
+/// PostgreSQL error may echo a value of any size.
 pub(crate) fn message_of(caught: CaughtError) -> String {
     match caught {
         CaughtError::PostgresError(report)
         | CaughtError::ErrorReport(report)
         | CaughtError::RustPanic {
             ereport: report, ..
-        } => report.message().to_string(),
+        } => bounded(report.message()).into_owned(),
     }
 }

@@ -2,6 +2,7 @@
 //! `queue_reap()` in this database (docs/pg_cron.md). The job spans every
 //! queue, so only unconfined admins may change it.
 
+use aedb_queue_core::error::quoted;
 use aedb_queue_core::{reaper, QueueError};
 use pgrx::datum::Interval;
 use pgrx::prelude::*;
@@ -48,17 +49,18 @@ fn cron_expression(every: Option<Interval>) -> Result<String> {
 fn require_pg_cron() -> Result<()> {
     let state = store::pg_cron_state()?;
     let db = &state.database;
+    let shown_db = quoted(db);
     let problem = match &state.cron_database {
         None => Some((
-            format!("pg_cron is not installed in database \"{db}\": install pg_cron and add it to shared_preload_libraries"),
+            format!("pg_cron is not installed in database {shown_db}: install pg_cron and add it to shared_preload_libraries"),
             format!("On Debian: apt-get install postgresql-15-cron; in postgresql.conf: shared_preload_libraries = 'pg_cron' and cron.database_name = '{db}'; restart PostgreSQL; then CREATE EXTENSION pg_cron in this database."),
         )),
         Some(cron_db) if cron_db != db => Some((
-            format!("pg_cron serves database \"{cron_db}\" (cron.database_name), not \"{db}\""),
+            format!("pg_cron serves database {} (cron.database_name), not {shown_db}", quoted(cron_db)),
             format!("Set cron.database_name = '{db}' in postgresql.conf, restart PostgreSQL, then CREATE EXTENSION pg_cron in this database."),
         )),
         Some(_) if !state.extension => Some((
-            format!("pg_cron is not installed in database \"{db}\": run CREATE EXTENSION pg_cron"),
+            format!("pg_cron is not installed in database {shown_db}: run CREATE EXTENSION pg_cron"),
             "CREATE EXTENSION pg_cron".to_string(),
         )),
         Some(_) => None,

@@ -108,9 +108,9 @@ pub(super) fn fire_due(queue: Option<&str>, max: i32) -> Result<i64> {
             Ok(tasks) => made += tasks,
             Err(message) => {
                 pgrx::warning!(
-                    "aedb_queue: schedule {:?} of queue {:?} made no task: {message}",
-                    plan.due.name,
-                    plan.due.queue
+                    "aedb_queue: schedule {} of queue {} made no task: {message}",
+                    aedb_queue_core::error::quoted(&plan.due.name),
+                    aedb_queue_core::error::quoted(&plan.due.queue)
                 );
                 let moved = (
                     plan.due,

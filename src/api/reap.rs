@@ -86,7 +86,8 @@ fn reap_all(max: i32) -> Result<Reaped> {
                     }
                 }
                 Err(message) => {
-                    pgrx::warning!("aedb_queue: queue_reap() skipped queue {queue:?}: {message}")
+                    let queue = aedb_queue_core::error::quoted(queue);
+                    pgrx::warning!("aedb_queue: queue_reap() skipped queue {queue}: {message}")
                 }
             }
         }
