@@ -3,7 +3,7 @@
 use std::fmt;
 
 /// Most bytes of a value that [`quoted`] shows between its quotes.
-pub const QUOTED_MAX_BYTES: usize = 48;
+pub const QUOTED_MAX_BYTES: usize = 64;
 
 /// Most bytes of one reported message ([`bounded`]): a last defence, since
 /// every value in a message is [`quoted`] already.
