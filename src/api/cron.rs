@@ -35,8 +35,8 @@ fn interval_output_function() -> pg_sys::Oid {
     function
 }
 
-/// The cron expression for `every`, checked before anything else (a bad
-/// argument is reported as such whether or not pg_cron is there).
+/// The cron expression for `every`, checked before pg_cron is looked for
+/// (a bad argument is reported as such whether or not pg_cron is there).
 fn cron_expression(every: Option<Interval>) -> Result<String> {
     let total = every.map(micros).unwrap_or(-1);
     reaper::cron_expression(total / 1_000_000, total % 1_000_000 == 0, &shown(every))
@@ -75,8 +75,9 @@ fn require_pg_cron() -> Result<()> {
 #[pg_extern]
 fn schedule_reaper(every: default!(Option<Interval>, "'1 minute'")) -> i64 {
     run(|| {
-        let expression = cron_expression(every)?;
+        // Rights first: the interval's error echoes it.
         security::require_unconfined("schedule the reaper")?;
+        let expression = cron_expression(every)?;
         require_pg_cron()?;
         store::schedule_reaper(&expression)
     })
