@@ -8,7 +8,7 @@
 //! `role` option at connect time, nor calling through someone else's
 //! SECURITY DEFINER function sheds a confinement.
 
-use aedb_queue_core::error::quoted;
+use aedb_queue_core::error::{clipped, quoted};
 use aedb_queue_core::grants::{self, Action, Pattern, Rights};
 use aedb_queue_core::QueueError;
 use pgrx::pg_sys::{self, Oid};
@@ -121,7 +121,7 @@ pub fn rights_of(role: Oid) -> Result<Rights> {
 /// PostgreSQL's own message would echo all of it) when there is none.
 pub fn role_oid(name: &str) -> Result<Oid> {
     let unknown = || QueueError::UnknownRole {
-        role: name.to_string(),
+        role: clipped(name).to_string(),
     };
     if name.len() >= pg_sys::NAMEDATALEN as usize {
         return Err(unknown());

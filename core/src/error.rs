@@ -42,6 +42,18 @@ pub fn quoted(value: &str) -> String {
     shown
 }
 
+/// The start of `value` that [`quoted`] shows, and a few bytes more so it
+/// still shows the ellipsis: what an error keeps of a value it quotes
+/// later, so that no argument is copied whole (a copy of hundreds of MB
+/// could fail to allocate, and Rust aborts the backend then).
+pub fn clipped(value: &str) -> &str {
+    let mut end = value.len().min(QUOTED_MAX_BYTES + 4);
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    &value[..end]
+}
+
 /// `message` cut at a character boundary after [`MESSAGE_MAX_BYTES`], with
 /// an ellipsis: for messages made elsewhere (a caught PostgreSQL error).
 pub fn bounded(message: &str) -> std::borrow::Cow<'_, str> {
@@ -293,6 +305,22 @@ mod tests {
             quoted(&tail),
             format!("\"{}\u{2026}\"", "x".repeat(QUOTED_MAX_BYTES - 2))
         );
+    }
+
+    #[test]
+    fn a_clipped_value_is_quoted_as_the_whole_value() {
+        for value in [
+            "short".to_string(),
+            "x".repeat(QUOTED_MAX_BYTES + 4),
+            "x".repeat(QUOTED_MAX_BYTES + 5),
+            "\u{1f600}".repeat(1_000),
+            "\n".repeat(1_000),
+            "a".to_string() + &"\u{20ac}".repeat(1_000),
+        ] {
+            let kept = clipped(&value);
+            assert!(kept.len() <= QUOTED_MAX_BYTES + 4);
+            assert_eq!(quoted(kept), quoted(&value), "{value:?}");
+        }
     }
 
     #[test]

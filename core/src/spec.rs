@@ -6,7 +6,7 @@
 //! Durations are a number of seconds (`90`, `0.5`) or text made of
 //! `<number> <unit>` pairs (`"5 minutes"`, `"1 hour 30 min"`, `"250 ms"`).
 
-use crate::error::quoted;
+use crate::error::{clipped, quoted};
 use crate::validate::at_most;
 use crate::QueueError;
 
@@ -96,7 +96,7 @@ pub fn parse_spec(path: &str, fields: &[(&str, Json<'_>)]) -> Result<EnqueueSpec
     let at = |key: &str| format!("{path}{key}");
     if let Some((unknown, _)) = fields.iter().find(|(k, _)| !KNOWN_KEYS.contains(k)) {
         return Err(QueueError::invalid(
-            at(unknown),
+            at(clipped(unknown)),
             format!(
                 "is not a known key (expected one of {})",
                 KNOWN_KEYS.join(", ")
