@@ -1,5 +1,6 @@
 //! Turns a [`QueueError`] into a Postgres ERROR with its SQLSTATE.
 
+use aedb_queue_core::error::bounded;
 use aedb_queue_core::QueueError;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::{PgLogLevel, PgSqlErrorCode};
@@ -55,10 +56,13 @@ pub fn run<T>(body: impl FnOnce() -> Result<T>) -> T {
     }
 }
 
+/// Raises `error`; its message is bounded once more here, the last
+/// defence behind the quoting of every value in it.
 pub fn raise(error: QueueError) -> ! {
-    let mut report = ErrorReport::new(code(&error), error.to_string(), "aedb_queue");
+    let message = bounded(&error.to_string()).into_owned();
+    let mut report = ErrorReport::new(code(&error), message, "aedb_queue");
     if let Some(hint) = hint(&error) {
-        report = report.set_hint(hint);
+        report = report.set_hint(bounded(&hint).into_owned());
     }
     report.report(PgLogLevel::ERROR);
     unreachable!("an ERROR report does not return")

@@ -34,6 +34,8 @@ mod subtransaction;
 #[cfg(any(test, feature = "pg_test"))]
 mod tests;
 #[cfg(any(test, feature = "pg_test"))]
+mod tests_bounded;
+#[cfg(any(test, feature = "pg_test"))]
 mod tests_bulk;
 #[cfg(any(test, feature = "pg_test"))]
 mod tests_cron;

@@ -8,6 +8,7 @@
 //! `role` option at connect time, nor calling through someone else's
 //! SECURITY DEFINER function sheds a confinement.
 
+use aedb_queue_core::error::{clipped, quoted};
 use aedb_queue_core::grants::{self, Action, Pattern, Rights};
 use aedb_queue_core::QueueError;
 use pgrx::pg_sys::{self, Oid};
@@ -67,7 +68,7 @@ pub fn identity_rights() -> Result<Vec<Rights>> {
 
 /// Follow-ups are enqueues: the calling role needs what `queue_enqueue`
 /// needs, EXECUTE on it (normally through aedb_queue_producer).
-pub fn require_enqueue_right(arg: &str) -> Result<()> {
+pub fn require_enqueue_right(arg: &'static str) -> Result<()> {
     let Some(function) = catalog::function_oid(c"queue_enqueue") else {
         return Ok(());
     };
@@ -82,9 +83,7 @@ pub fn require_enqueue_right(arg: &str) -> Result<()> {
     if result == pg_sys::AclResult::ACLCHECK_OK {
         Ok(())
     } else {
-        Err(QueueError::NoEnqueueRight {
-            arg: arg.to_string(),
-        })
+        Err(QueueError::NoEnqueueRight { arg })
     }
 }
 
@@ -118,12 +117,23 @@ pub fn rights_of(role: Oid) -> Result<Rights> {
     store::rights_of(role)
 }
 
-/// The oid of the role named `name` (an error naming it when there is none).
+/// The oid of the role named `name`; 42704 naming it (quoted, so bounded:
+/// PostgreSQL's own message would echo all of it) when there is none.
 pub fn role_oid(name: &str) -> Result<Oid> {
-    let name = std::ffi::CString::new(name)
+    let unknown = || QueueError::UnknownRole {
+        role: clipped(name).to_string(),
+    };
+    if name.len() >= pg_sys::NAMEDATALEN as usize {
+        return Err(unknown());
+    }
+    let c_name = std::ffi::CString::new(name)
         .map_err(|_| QueueError::invalid("role", "must not contain NUL bytes"))?;
-    // SAFETY: a catalog lookup; with missing_ok false it raises 42704 itself.
-    Ok(unsafe { pg_sys::get_role_oid(name.as_ptr(), false) })
+    // SAFETY: a catalog lookup; with missing_ok true it returns InvalidOid.
+    let oid = unsafe { pg_sys::get_role_oid(c_name.as_ptr(), true) };
+    if oid == pg_sys::InvalidOid {
+        return Err(unknown());
+    }
+    Ok(oid)
 }
 
 /// Refuses roles that may never hold grants or be confined: the
@@ -133,14 +143,14 @@ pub fn check_grantee(name: &str, role: Oid) -> Result<()> {
     if GROUP_ROLES.contains(&name) {
         return Err(QueueError::invalid(
             "role",
-            format!("{name} is one of the extension's roles, which every application role is a member of; confine a role of your own"),
+            format!("{} is one of the extension's roles, which every application role is a member of; confine a role of your own", quoted(name)),
         ));
     }
     // SAFETY: a catalog check on a role oid.
     if unsafe { pg_sys::superuser_arg(role) } {
         return Err(QueueError::invalid(
             "role",
-            format!("{name} is a superuser, which is never confined"),
+            format!("{} is a superuser, which is never confined", quoted(name)),
         ));
     }
     Ok(())

@@ -8,6 +8,7 @@ use pgrx::pg_sys::{self, PgTryBuilder};
 use pgrx::PgSqlErrorCode;
 
 use crate::errors::Result;
+use aedb_queue_core::error::bounded;
 
 /// Why a piece of work run by [`in_subtransaction`] was rolled back.
 #[derive(Debug)]
@@ -40,7 +41,7 @@ pub(crate) fn in_subtransaction<T>(
         pg_sys::MemoryContextSwitchTo(context);
         let outcome = PgTryBuilder::new(AssertUnwindSafe(|| {
             body().map_err(|e| Failed {
-                message: e.to_string(),
+                message: bounded(&e.to_string()).into_owned(),
                 lock_wait: false,
             })
         }))
@@ -57,7 +58,9 @@ pub(crate) fn in_subtransaction<T>(
     }
 }
 
-/// What an error caught at a `PgTryBuilder` boundary says.
+/// What an error caught at a `PgTryBuilder` boundary says, its message
+/// bounded: it goes on into WARNINGs, LOGs and a schedule's `last_error`,
+/// and a PostgreSQL error may echo a value of any size.
 pub(crate) fn failed(caught: CaughtError) -> Failed {
     match caught {
         CaughtError::PostgresError(report)
@@ -65,7 +68,7 @@ pub(crate) fn failed(caught: CaughtError) -> Failed {
         | CaughtError::RustPanic {
             ereport: report, ..
         } => Failed {
-            message: report.message().to_string(),
+            message: bounded(report.message()).into_owned(),
             lock_wait: report.sql_error_code() == PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
         },
     }

@@ -1,6 +1,7 @@
 //! Task dependencies: which parents a new task waits for, and what it is
 //! when enqueued, given where each parent stands.
 
+use crate::error::quoted;
 use crate::QueueError;
 
 /// Most parents one task may wait for.
@@ -25,7 +26,7 @@ impl OnParentFailure {
             "run" => Ok(OnParentFailure::Run),
             _ => Err(QueueError::invalid(
                 arg,
-                format!("must be 'dead_letter' or 'run', got {value:?}"),
+                format!("must be 'dead_letter' or 'run', got {}", quoted(value)),
             )),
         }
     }

@@ -10,6 +10,7 @@
 //! every identity it has (current role, the role SET ROLE chose, the login
 //! role), so switching roles cannot shed confinement (docs/security.md).
 
+use crate::error::quoted;
 use crate::validate;
 use crate::QueueError;
 
@@ -42,7 +43,10 @@ impl Privilege {
             "admin" => Ok(Privilege::Admin),
             _ => Err(QueueError::invalid(
                 arg,
-                format!("must be one of producer, worker, admin; got {value:?}"),
+                format!(
+                    "must be one of producer, worker, admin; got {}",
+                    quoted(value)
+                ),
             )),
         }
     }

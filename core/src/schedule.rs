@@ -16,12 +16,31 @@ use chrono_tz::Tz;
 use croner::parser::{CronParser, Seconds};
 use croner::Cron;
 
-use crate::error::QueueError;
+use crate::error::{quoted, QueueError};
 
 /// How many fire times one call may return, whatever the policy: a
 /// schedule left unfired for years must not make one reaper pass enqueue
 /// millions of tasks.
 pub const MAX_CATCH_UP: u32 = 1_000;
+
+/// 0001-01-01 and 5000-01-01 UTC, in microseconds since the Unix epoch:
+/// croner searches fire times within these years only, so a start outside
+/// them could yield nothing but silence.
+pub const SEARCH_FROM: i64 = -62_135_596_800_000_000;
+pub const SEARCH_UNTIL: i64 = 95_617_584_000_000_000;
+
+/// Checks an instant fire times are searched from (`queue_cron_preview`'s
+/// `after`): SQLSTATE 22008 outside the years 1 to 4999.
+pub fn search_start(arg: &str, at: i64) -> Result<i64, QueueError> {
+    if (SEARCH_FROM..SEARCH_UNTIL).contains(&at) {
+        Ok(at)
+    } else {
+        Err(QueueError::TimeOutOfRange {
+            arg: arg.to_string(),
+            reason: "must be in the years 1 to 4999 (UTC), where fire times are searched".into(),
+        })
+    }
+}
 
 /// A parsed schedule: when it fires, and in which time zone its pattern's
 /// wall times are read.
@@ -82,14 +101,20 @@ impl Schedule {
     /// Parses a pattern of 5 fields (minute hour day-of-month month
     /// day-of-week) or 6 (seconds first), and an IANA zone name.
     pub fn parse(pattern: &str, zone: &str) -> Result<Schedule, QueueError> {
-        let zone = Tz::from_str(zone)
-            .map_err(|_| QueueError::invalid("time_zone", format!("unknown time zone {zone:?}")))?;
+        let zone = Tz::from_str(zone).map_err(|_| {
+            QueueError::invalid("time_zone", format!("unknown time zone {}", quoted(zone)))
+        })?;
         let cron = CronParser::builder()
             .seconds(Seconds::Optional)
             .build()
             .parse(pattern)
             .map_err(|e| {
-                QueueError::invalid("cron", format!("{pattern:?} is not a cron pattern: {e}"))
+                // croner's text may hold the pattern or a part of it.
+                let why = quoted(&e.to_string());
+                QueueError::invalid(
+                    "cron",
+                    format!("{} is not a cron pattern: {why}", quoted(pattern)),
+                )
             })?;
         Ok(Schedule { cron, zone })
     }
@@ -357,6 +382,30 @@ mod tests {
         );
         let never = Schedule::parse("0 0 30 2 *", "UTC").unwrap();
         assert!(never.upcoming(at(2026, 1, 1, 0, 0, 0), 3).is_empty());
+    }
+
+    #[test]
+    fn fire_times_are_searched_from_the_years_1_to_4999_only() {
+        assert_eq!(SEARCH_FROM, at(1, 1, 1, 0, 0, 0));
+        assert_eq!(SEARCH_UNTIL, at(5000, 1, 1, 0, 0, 0));
+        for ok in [SEARCH_FROM, 0, SEARCH_UNTIL - 1] {
+            assert_eq!(search_start("after", ok), Ok(ok));
+        }
+        for bad in [i64::MIN, SEARCH_FROM - 1, SEARCH_UNTIL, i64::MAX] {
+            let e = search_start("after", bad).unwrap_err();
+            assert_eq!(e.sqlstate(), "22008");
+            assert!(
+                e.to_string()
+                    .starts_with("argument \"after\" must be in the years 1 to 4999"),
+                "{e}"
+            );
+        }
+        // Just inside the range the search ends quietly at croner's limit.
+        let every_minute = Schedule::parse("* * * * *", "UTC").unwrap();
+        assert_eq!(
+            every_minute.upcoming(SEARCH_UNTIL - 60 * MICROS, 5),
+            vec![SEARCH_UNTIL]
+        );
     }
 
     #[test]

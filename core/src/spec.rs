@@ -6,6 +6,7 @@
 //! Durations are a number of seconds (`90`, `0.5`) or text made of
 //! `<number> <unit>` pairs (`"5 minutes"`, `"1 hour 30 min"`, `"250 ms"`).
 
+use crate::error::{clipped, quoted};
 use crate::validate::at_most;
 use crate::QueueError;
 
@@ -95,7 +96,7 @@ pub fn parse_spec(path: &str, fields: &[(&str, Json<'_>)]) -> Result<EnqueueSpec
     let at = |key: &str| format!("{path}{key}");
     if let Some((unknown, _)) = fields.iter().find(|(k, _)| !KNOWN_KEYS.contains(k)) {
         return Err(QueueError::invalid(
-            at(unknown),
+            at(clipped(unknown)),
             format!(
                 "is not a known key (expected one of {})",
                 KNOWN_KEYS.join(", ")
@@ -137,7 +138,10 @@ pub fn parse_spec(path: &str, fields: &[(&str, Json<'_>)]) -> Result<EnqueueSpec
             Some(Json::String(text)) => parse_duration_text(text).map(Some).ok_or_else(|| {
                 QueueError::invalid(
                     at(key),
-                    format!("{text:?} is not a duration like \"5 minutes\" or \"1 hour 30 min\""),
+                    format!(
+                        "{} is not a duration like \"5 minutes\" or \"1 hour 30 min\"",
+                        quoted(text)
+                    ),
                 )
             }),
             Some(Json::Number(text)) => text

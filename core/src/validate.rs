@@ -4,6 +4,7 @@
 use crate::backoff::{
     DEFAULT_BACKOFF_BASE_MICROS, DEFAULT_BACKOFF_MAX_MICROS, DEFAULT_MAX_ATTEMPTS,
 };
+use crate::error::quoted;
 use crate::QueueError;
 
 pub const MAX_NAME_BYTES: usize = 128;
@@ -145,7 +146,8 @@ pub fn listed_state(value: &str) -> Result<(), QueueError> {
             QueueError::invalid(
                 "state",
                 format!(
-                    "must be one of waiting, scheduled, blocked, ready, in_flight, dead, completed; got {value:?}"
+                    "must be one of waiting, scheduled, blocked, ready, in_flight, dead, completed; got {}",
+                    quoted(value)
                 ),
             )
         }),
@@ -169,7 +171,7 @@ pub fn ordering_on_dead<'a>(arg: &str, value: &'a str) -> Result<&'a str, QueueE
         "block" | "release" => Ok(value),
         _ => Err(QueueError::invalid(
             arg,
-            format!("must be block or release, got {value:?}"),
+            format!("must be block or release, got {}", quoted(value)),
         )),
     }
 }
@@ -179,7 +181,10 @@ pub fn state(value: &str) -> Result<(), QueueError> {
         "scheduled" | "ready" | "in_flight" | "dead" => Ok(()),
         _ => Err(QueueError::invalid(
             "state",
-            format!("must be one of scheduled, ready, in_flight, dead; got {value:?}"),
+            format!(
+                "must be one of scheduled, ready, in_flight, dead; got {}",
+                quoted(value)
+            ),
         )),
     }
 }

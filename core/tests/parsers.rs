@@ -399,3 +399,47 @@ proptest! {
         }
     }
 }
+
+/// Instants near the edges of the calendars involved: croner's search
+/// limits (years 1 and 5000), chrono's range (years ±262143), PostgreSQL's
+/// (4713 BC to 294276 AD) and i64's ends, a few days either side.
+fn edge_instant() -> impl Strategy<Value = i64> {
+    const YEAR: i64 = 31_556_952_000_000;
+    const UNIX_YEAR_0: i64 = -62_167_219_200_000_000;
+    let edges = [
+        i64::MIN,
+        i64::MAX,
+        UNIX_YEAR_0,
+        UNIX_YEAR_0 + YEAR,
+        UNIX_YEAR_0 + 5000 * YEAR,
+        UNIX_YEAR_0 + 262_143 * YEAR,
+        UNIX_YEAR_0 - 262_143 * YEAR,
+        UNIX_YEAR_0 - 4713 * YEAR,
+    ];
+    (
+        proptest::sample::select(edges.to_vec()),
+        -10 * YEAR..10 * YEAR,
+    )
+        .prop_map(|(edge, offset)| edge.saturating_add(offset))
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn fire_times_near_the_calendar_edges_never_panic(
+        pattern in cron_like(),
+        zone in zone(),
+        after in edge_instant(),
+        span in 0i64..1 << 50,
+        n in 1usize..20,
+    ) {
+        if let Ok(schedule) = Schedule::parse(&pattern, &zone) {
+            let times = schedule.upcoming(after, n);
+            prop_assert!(times.len() <= n && times.iter().all(|&t| t > after));
+            let due = schedule.due(after, after.saturating_add(span), Missed::CatchUp(3));
+            prop_assert!(due.len() <= 3);
+            let _ = aedb_queue_core::schedule::fire_time_text(after);
+        }
+    }
+}

@@ -122,6 +122,8 @@ fn configure_v060(
 > {
     run(|| {
         let queue = checked_name("queue", queue)?;
+        // Rights first: ordering_on_dead's error echoes the argument.
+        security::authorize(Action::Administer, queue)?;
         let change = SettingsChange {
             max_attempts: at_least_one("max_attempts", max_attempts)?,
             backoff_base: positive("backoff_base", backoff_base)?,
@@ -301,6 +303,8 @@ fn queue_purge(
 ) -> i64 {
     run(|| {
         let queue = checked_name("queue", queue)?;
+        // Rights first: the state's error echoes the argument.
+        security::authorize(Action::Administer, queue)?;
         let state = required("state", state)?;
         validate::listed_state(state)?;
         if state == "in_flight" && !required("force", force)? {
@@ -309,7 +313,6 @@ fn queue_purge(
                 "in_flight tasks belong to running workers; pass force => true to purge them",
             ));
         }
-        security::authorize(Action::Administer, queue)?;
         let (purged, woken) = store::purge(queue, state)?;
         super::wake(woken)?;
         Ok(purged)
@@ -339,8 +342,8 @@ fn queue_revoke(queue_pattern: Option<&str>, role: Option<&str>, privilege: Opti
 #[pg_extern]
 fn queue_confine(role: Option<&str>) -> bool {
     run(|| {
-        let (_, role_oid) = grantee(role)?;
         security::require_unconfined("confine roles")?;
+        let (_, role_oid) = grantee(role)?;
         store::confine(role_oid)
     })
 }
@@ -350,8 +353,8 @@ fn queue_confine(role: Option<&str>) -> bool {
 #[pg_extern]
 fn queue_unconfine(role: Option<&str>) -> bool {
     run(|| {
-        let (_, role_oid) = grantee(role)?;
         security::require_unconfined("unconfine roles")?;
+        let (_, role_oid) = grantee(role)?;
         store::unconfine(role_oid)
     })
 }
@@ -372,9 +375,10 @@ fn change_grant(
 ) -> Result<bool> {
     let text = required("queue_pattern", queue_pattern)?;
     let pattern = Pattern::parse("queue_pattern", text)?;
+    // Rights first: the privilege's and the role's errors echo them.
+    security::authorize_pattern(Action::Administer, &pattern, text)?;
     let privilege = Privilege::parse("privilege", required("privilege", privilege)?)?;
     let (name, role_oid) = grantee(role)?;
-    security::authorize_pattern(Action::Administer, &pattern, text)?;
     let target = security::rights_of(role_oid)?;
     for admin in security::identity_rights()? {
         if !admin.may_change_grants_of(&target, &pattern) {

@@ -2,6 +2,7 @@
 //! `queue_reap()` in this database (docs/pg_cron.md). The job spans every
 //! queue, so only unconfined admins may change it.
 
+use aedb_queue_core::error::quoted;
 use aedb_queue_core::{reaper, QueueError};
 use pgrx::datum::Interval;
 use pgrx::prelude::*;
@@ -34,8 +35,8 @@ fn interval_output_function() -> pg_sys::Oid {
     function
 }
 
-/// The cron expression for `every`, checked before anything else (a bad
-/// argument is reported as such whether or not pg_cron is there).
+/// The cron expression for `every`, checked before pg_cron is looked for
+/// (a bad argument is reported as such whether or not pg_cron is there).
 fn cron_expression(every: Option<Interval>) -> Result<String> {
     let total = every.map(micros).unwrap_or(-1);
     reaper::cron_expression(total / 1_000_000, total % 1_000_000 == 0, &shown(every))
@@ -48,17 +49,18 @@ fn cron_expression(every: Option<Interval>) -> Result<String> {
 fn require_pg_cron() -> Result<()> {
     let state = store::pg_cron_state()?;
     let db = &state.database;
+    let shown_db = quoted(db);
     let problem = match &state.cron_database {
         None => Some((
-            format!("pg_cron is not installed in database \"{db}\": install pg_cron and add it to shared_preload_libraries"),
+            format!("pg_cron is not installed in database {shown_db}: install pg_cron and add it to shared_preload_libraries"),
             format!("On Debian: apt-get install postgresql-15-cron; in postgresql.conf: shared_preload_libraries = 'pg_cron' and cron.database_name = '{db}'; restart PostgreSQL; then CREATE EXTENSION pg_cron in this database."),
         )),
         Some(cron_db) if cron_db != db => Some((
-            format!("pg_cron serves database \"{cron_db}\" (cron.database_name), not \"{db}\""),
+            format!("pg_cron serves database {} (cron.database_name), not {shown_db}", quoted(cron_db)),
             format!("Set cron.database_name = '{db}' in postgresql.conf, restart PostgreSQL, then CREATE EXTENSION pg_cron in this database."),
         )),
         Some(_) if !state.extension => Some((
-            format!("pg_cron is not installed in database \"{db}\": run CREATE EXTENSION pg_cron"),
+            format!("pg_cron is not installed in database {shown_db}: run CREATE EXTENSION pg_cron"),
             "CREATE EXTENSION pg_cron".to_string(),
         )),
         Some(_) => None,
@@ -73,8 +75,9 @@ fn require_pg_cron() -> Result<()> {
 #[pg_extern]
 fn schedule_reaper(every: default!(Option<Interval>, "'1 minute'")) -> i64 {
     run(|| {
-        let expression = cron_expression(every)?;
+        // Rights first: the interval's error echoes it.
         security::require_unconfined("schedule the reaper")?;
+        let expression = cron_expression(every)?;
         require_pg_cron()?;
         store::schedule_reaper(&expression)
     })

@@ -513,6 +513,9 @@ fn enqueue_batch_v060(
 ) -> SetOfIterator<'static, i64> {
     run(|| {
         let queue = checked_name("queue", queue)?;
+        // Rights first: on_parent_failure's error echoes the argument
+        // (enqueue_many checks again, for the fires that call it alone).
+        security::authorize(Action::Enqueue, queue)?;
         let payloads = required("payloads", payloads)?;
         let on_parent_failure = required("on_parent_failure", on_parent_failure)?;
         let wait_for = wait_for

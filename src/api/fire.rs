@@ -177,9 +177,9 @@ pub(super) fn fire_due(queue: Option<&str>, max: i32) -> Result<i64> {
             Err(failed) if failed.lock_wait => {}
             Err(failed) => {
                 pgrx::warning!(
-                    "aedb_queue: schedule {:?} of queue {:?} made no task: {failed}",
-                    plan.due.name,
-                    plan.due.queue
+                    "aedb_queue: schedule {} of queue {} made no task: {failed}",
+                    aedb_queue_core::error::quoted(&plan.due.name),
+                    aedb_queue_core::error::quoted(&plan.due.queue)
                 );
                 let moved = (
                     plan.due,

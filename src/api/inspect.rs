@@ -33,11 +33,12 @@ fn queue_list(
 ) -> SetOfIterator<'static, RawTaskRow> {
     run(|| {
         let queue = checked_name("queue", queue)?;
+        // Rights first: the state's error echoes the argument.
+        security::authorize(Action::Read, queue)?;
         if let Some(state) = state {
             validate::listed_state(state)?;
         }
         let limit = validate::list_limit(required("limit", limit)?)?;
-        security::authorize(Action::Read, queue)?;
         Ok(SetOfIterator::new(store::list_tasks(queue, state, limit)?))
     })
 }

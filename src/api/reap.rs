@@ -76,10 +76,12 @@ fn reap_all(max: i32) -> Result<Reaped> {
                 // Someone holds a lock this queue's reap needs: its work
                 // waits for a later pass, unlike a real failure.
                 Err(failed) if failed.lock_wait => {
-                    pgrx::debug1!("aedb_queue: queue_reap() passed over queue {queue:?}: {failed}")
+                    let queue = aedb_queue_core::error::quoted(queue);
+                    pgrx::debug1!("aedb_queue: queue_reap() passed over queue {queue}: {failed}")
                 }
                 Err(failed) => {
-                    pgrx::warning!("aedb_queue: queue_reap() skipped queue {queue:?}: {failed}")
+                    let queue = aedb_queue_core::error::quoted(queue);
+                    pgrx::warning!("aedb_queue: queue_reap() skipped queue {queue}: {failed}")
                 }
             }
         }

@@ -3,8 +3,9 @@
 //! the admin privilege on its queue; its fires are enqueues into that
 //! queue (`fire`).
 
+use aedb_queue_core::error::quoted;
 use aedb_queue_core::grants::{Action, Pattern};
-use aedb_queue_core::schedule::{Missed, Schedule, MAX_CATCH_UP};
+use aedb_queue_core::schedule::{search_start, Missed, Schedule, MAX_CATCH_UP};
 use aedb_queue_core::validate::{self, EnqueueOptions};
 use aedb_queue_core::QueueError;
 use pgrx::datum::{Interval, TimestampWithTimeZone};
@@ -51,7 +52,7 @@ fn next_fire_time(schedule: &Schedule, cron: &str) -> Result<TimestampWithTimeZo
     schedule
         .next_after(unix_micros(clock::now()))
         .map(from_unix_micros)
-        .ok_or_else(|| QueueError::invalid("cron", format!("{cron:?} never fires")))
+        .ok_or_else(|| QueueError::invalid("cron", format!("{} never fires", quoted(cron))))
 }
 
 /// Creates the schedule `name` of `queue`, or replaces what it makes and
@@ -77,9 +78,10 @@ fn queue_schedule_upsert(
     run(|| {
         let queue = checked_name("queue", queue)?;
         let name = checked_name("name", name)?;
+        // Rights first: the pattern's and the zone's errors echo them.
+        security::authorize(Action::Administer, queue)?;
         let cron = checked_cron(cron)?;
         let time_zone = required("time_zone", time_zone)?;
-        security::authorize(Action::Administer, queue)?;
         let schedule = Schedule::parse(cron, time_zone)?;
         let missed_policy = required("missed", missed)?;
         Missed::parse(missed_policy, catch_up_limit)?;
@@ -207,7 +209,7 @@ fn queue_cron_preview(
 ) -> SetOfIterator<'static, TimestampWithTimeZone> {
     run(|| {
         let schedule = Schedule::parse(checked_cron(cron)?, required("time_zone", time_zone)?)?;
-        let after = required("after", after)?;
+        let after = search_start("after", unix_micros(required("after", after)?))?;
         let count = required("count", count)?;
         if !(1..=MAX_CATCH_UP as i32).contains(&count) {
             return Err(QueueError::invalid(
@@ -215,7 +217,7 @@ fn queue_cron_preview(
                 format!("must be between 1 and {MAX_CATCH_UP}, got {count}"),
             ));
         }
-        let times = schedule.upcoming(unix_micros(after), count as usize);
+        let times = schedule.upcoming(after, count as usize);
         Ok(SetOfIterator::new(times.into_iter().map(from_unix_micros)))
     })
 }
