@@ -60,7 +60,8 @@ mod tests {
         ("aedb_queue.queue_revoke('q', {v}, 'worker')", "42704"),
         ("aedb_queue.queue_confine({v})", "42704"),
         ("aedb_queue.queue_unconfine({v})", "42704"),
-        ("aedb_queue.queue_schedule_upsert('q', 's', {v})", "22023"),
+        // Over aedb_queue.max_cron_pattern_bytes.
+        ("aedb_queue.queue_schedule_upsert('q', 's', {v})", "54000"),
         (
             "aedb_queue.queue_schedule_upsert('q', {v}, '* * * * *')",
             "22023",
@@ -73,7 +74,7 @@ mod tests {
             "aedb_queue.queue_schedule_upsert('q', 's', '* * * * *', missed => {v})",
             "22023",
         ),
-        ("aedb_queue.queue_cron_preview({v})", "22023"),
+        ("aedb_queue.queue_cron_preview({v})", "54000"),
         ("aedb_queue.queue_cron_preview('* * * * *', {v})", "22023"),
         ("aedb_queue.queue_fail('q', {id}, {token}, {v})", "54000"),
         (
