@@ -15,8 +15,8 @@ mod tests {
     use pgrx::prelude::*;
 
     use crate::tests::tests::{
-        assert_task_invariants, claim_one, count, enqueue, error_of, exec, expect_error,
-        ints, make_due, one, state_of, text_field,
+        assert_task_invariants, claim_one, count, enqueue, error_of, exec, expect_error, ints,
+        make_due, one, state_of, text_field,
     };
 
     fn sqlstate_of(query: &str) -> Option<String> {

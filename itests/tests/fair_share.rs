@@ -73,14 +73,21 @@ fn enqueue_key(p: &mut Client, queue: &str, key: &str, n: usize) -> Vec<i64> {
 /// Claims at most one task and completes it; the claim, if any.
 fn claim_and_complete(c: &mut Client, queue: &str, worker: usize) -> Option<Claim> {
     let t = claim_one(c, queue, &format!("w{worker}"), "5 minutes")?;
-    let key = t.payload.as_ref().and_then(|p| p["key"].as_str()).expect("key in payload");
+    let key = t
+        .payload
+        .as_ref()
+        .and_then(|p| p["key"].as_str())
+        .expect("key in payload");
     let claim = Claim {
         worker,
         id: t.task_id,
         key: key.to_string(),
         attempts: t.attempts,
     };
-    assert_eq!(complete(c, queue, t.task_id, t.fencing_token), Outcome::Applied);
+    assert_eq!(
+        complete(c, queue, t.task_id, t.fencing_token),
+        Outcome::Applied
+    );
     Some(claim)
 }
 
@@ -95,7 +102,11 @@ fn assert_each_claimed_once(
     let mut seen = BTreeSet::new();
     for c in claims {
         assert!(seen.insert(c.id), "task {} claimed twice", c.id);
-        assert_eq!(c.attempts, 1, "task {} claimed on attempt {}", c.id, c.attempts);
+        assert_eq!(
+            c.attempts, 1,
+            "task {} claimed on attempt {}",
+            c.id, c.attempts
+        );
         assert!(
             enqueued[&c.key].contains(&c.id),
             "task {} claimed as key {}",
@@ -107,7 +118,10 @@ fn assert_each_claimed_once(
     let lost: Vec<_> = all.difference(&seen).collect();
     assert!(lost.is_empty(), "never claimed: {lost:?}");
     let left: i64 = su
-        .query_one("SELECT count(*) FROM aedb_queue.task WHERE queue = $1", &[&queue])
+        .query_one(
+            "SELECT count(*) FROM aedb_queue.task WHERE queue = $1",
+            &[&queue],
+        )
         .unwrap()
         .get(0);
     assert_eq!(left, 0, "tasks left in {queue}");
@@ -248,7 +262,10 @@ fn a_newcomer_key_is_served_at_once_among_free_running_workers() {
     let queue = fair_queue(cluster, "fair_free", &[]);
     let mut p = cluster.connect_as(PRODUCER);
     let mut enqueued = BTreeMap::new();
-    enqueued.insert("big".to_string(), enqueue_key(&mut p, &queue, "big", BACKLOG));
+    enqueued.insert(
+        "big".to_string(),
+        enqueue_key(&mut p, &queue, "big", BACKLOG),
+    );
 
     let ledger: Mutex<Vec<Claim>> = Mutex::new(Vec::new());
     let all_enqueued = AtomicBool::new(false);

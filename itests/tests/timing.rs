@@ -373,7 +373,11 @@ fn reap_promotes_due_timers_and_reclaims_expired_leases() {
     );
     for (id, attempts) in [(lost, 2), (timer2, 0)] {
         let t = get(&mut c, &queue, id).unwrap();
-        assert_eq!((t.state.as_str(), t.attempts), ("ready", attempts), "task {id}");
+        assert_eq!(
+            (t.state.as_str(), t.attempts),
+            ("ready", attempts),
+            "task {id}"
+        );
     }
 }
 

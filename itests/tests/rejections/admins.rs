@@ -40,20 +40,28 @@ fn a_confined_admin_changes_nothing_outside_its_queues() {
         vec![
             then_key(
                 Case::new("configure_key of another tenant's queue", CADMIN, "42501")
-                    .warm_up(format!("SELECT aedb_queue.queue_configure_key('{a}', 'warm', 2)"))
-                    .call(format!("SELECT aedb_queue.queue_configure_key('{b}', 'acct', 50)")),
+                    .warm_up(format!(
+                        "SELECT aedb_queue.queue_configure_key('{a}', 'warm', 2)"
+                    ))
+                    .call(format!(
+                        "SELECT aedb_queue.queue_configure_key('{b}', 'acct', 50)"
+                    )),
             ),
-            Case::new("configure_fairness of another tenant's queue", CADMIN, "42501")
-                .call(format!(
-                    "SELECT aedb_queue.queue_configure_fairness('{b}', 'acct', 1000)"
-                ))
-                .then(format!(
-                    "SELECT aedb_queue.queue_configure_fairness('{a}', 'acct', 1000)"
-                ))
-                .then_check(format!(
-                    "SELECT EXISTS (SELECT FROM aedb_queue.fairness_key \
+            Case::new(
+                "configure_fairness of another tenant's queue",
+                CADMIN,
+                "42501",
+            )
+            .call(format!(
+                "SELECT aedb_queue.queue_configure_fairness('{b}', 'acct', 1000)"
+            ))
+            .then(format!(
+                "SELECT aedb_queue.queue_configure_fairness('{a}', 'acct', 1000)"
+            ))
+            .then_check(format!(
+                "SELECT EXISTS (SELECT FROM aedb_queue.fairness_key \
                      WHERE queue = '{a}' AND key = 'acct' AND weight = 1000)"
-                )),
+            )),
             Case::new("purge of another tenant's queue", CADMIN, "42501")
                 .call(format!("SELECT aedb_queue.queue_purge('{b}', 'ready')"))
                 .then(format!("SELECT aedb_queue.queue_purge('{a}', 'ready')"))
@@ -85,9 +93,8 @@ fn a_confined_admin_changes_nothing_outside_its_queues() {
                     .call("SELECT aedb_queue.queue_grant('t_a.x', 'app_worker', 'worker')"),
             ),
             then_grant(
-                Case::new("grant to one of the extension's roles", CADMIN, "22023").call(
-                    "SELECT aedb_queue.queue_grant('t_a.x', 'aedb_queue_worker', 'worker')",
-                ),
+                Case::new("grant to one of the extension's roles", CADMIN, "22023")
+                    .call("SELECT aedb_queue.queue_grant('t_a.x', 'aedb_queue_worker', 'worker')"),
             ),
             then_grant(
                 Case::new("grant to a superuser", CADMIN, "22023")
@@ -129,12 +136,12 @@ fn an_admin_that_revoked_its_own_grant_administers_nothing() {
         let shed = |c: Case| {
             // It still reads what it may: nothing.
             c.then("SELECT count(*) FROM aedb_queue.queue_stats")
-            .then_check(format!(
-                "SELECT EXISTS (SELECT FROM aedb_queue.confined_role \
+                .then_check(format!(
+                    "SELECT EXISTS (SELECT FROM aedb_queue.confined_role \
                  WHERE role = '{CADMIN_SHED}'::regrole) \
                  AND NOT EXISTS (SELECT FROM aedb_queue.queue_grant \
                  WHERE role = '{CADMIN_SHED}'::regrole)"
-            ))
+                ))
         };
         vec![
             shed(
@@ -151,8 +158,9 @@ fn an_admin_that_revoked_its_own_grant_administers_nothing() {
                 ),
             ),
             shed(
-                Case::new("unconfine itself", CADMIN_SHED, "42501")
-                    .call(format!("SELECT aedb_queue.queue_unconfine('{CADMIN_SHED}')")),
+                Case::new("unconfine itself", CADMIN_SHED, "42501").call(format!(
+                    "SELECT aedb_queue.queue_unconfine('{CADMIN_SHED}')"
+                )),
             ),
         ]
     });

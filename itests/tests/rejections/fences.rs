@@ -40,8 +40,11 @@ fn fenced_out_and_bad_settlements_change_nothing() {
         };
         vec![
             then_release(
-                Case::new("strict release with a stale token", WORKER, "40002")
-                    .call(release_sql(a, stale, ", strict => true")),
+                Case::new("strict release with a stale token", WORKER, "40002").call(release_sql(
+                    a,
+                    stale,
+                    ", strict => true",
+                )),
             ),
             then_release(
                 Case::expecting(
@@ -52,8 +55,11 @@ fn fenced_out_and_bad_settlements_change_nothing() {
                 .call(release_sql(a, stale, "")),
             ),
             then_complete(
-                Case::new("release with a negative delay", WORKER, "22023")
-                    .call(release_sql(a, held, ", delay => '-1 second'")),
+                Case::new("release with a negative delay", WORKER, "22023").call(release_sql(
+                    a,
+                    held,
+                    ", delay => '-1 second'",
+                )),
             ),
             null_release("queue", format!("NULL, {}, {}", held.id, held.token)),
             null_release("task_id", format!("'{a}', NULL, {}", held.token)),
@@ -69,13 +75,16 @@ fn fenced_out_and_bad_settlements_change_nothing() {
                 )),
             ),
             then_complete(
-                Case::new("strict complete_and_claim with a stale token", WORKER, "40002").call(
-                    format!(
-                        "SELECT * FROM aedb_queue.queue_complete_and_claim('{a}', 'w', {}, {}, \
+                Case::new(
+                    "strict complete_and_claim with a stale token",
+                    WORKER,
+                    "40002",
+                )
+                .call(format!(
+                    "SELECT * FROM aedb_queue.queue_complete_and_claim('{a}', 'w', {}, {}, \
                          strict => true)",
-                        stale.id, stale.token
-                    ),
-                ),
+                    stale.id, stale.token
+                )),
             ),
         ]
     });
@@ -90,11 +99,16 @@ fn waiting_for_another_tenants_task_changes_nothing() {
     run_cases(cluster, |fx| {
         let a = &fx.a.name;
         let wait_for = |id: i64| {
-            format!("SELECT * FROM aedb_queue.queue_enqueue('{a}', '{{}}', wait_for => ARRAY[{id}])")
+            format!(
+                "SELECT * FROM aedb_queue.queue_enqueue('{a}', '{{}}', wait_for => ARRAY[{id}])"
+            )
         };
         let ok = r#"{"ok": 1}"#;
-        let then_enqueue =
-            |c: Case| c.then(enqueue_sql(a, ok)).then_check(task_exists(a, ok)).then_notifies(a);
+        let then_enqueue = |c: Case| {
+            c.then(enqueue_sql(a, ok))
+                .then_check(task_exists(a, ok))
+                .then_notifies(a)
+        };
         vec![
             then_enqueue(
                 Case::new("wait for another tenant's held task", CPRODUCER, "22023")

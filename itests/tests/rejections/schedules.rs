@@ -7,9 +7,7 @@
 use super::*;
 
 fn upsert_sql(queue: &str, args: &str) -> String {
-    format!(
-        "SELECT 1 FROM aedb_queue.queue_schedule_upsert('{queue}', '{SCHEDULE}', {args})"
-    )
+    format!("SELECT 1 FROM aedb_queue.queue_schedule_upsert('{queue}', '{SCHEDULE}', {args})")
 }
 
 /// The valid upsert that follows, and what it must have written.
@@ -41,25 +39,47 @@ fn refused_schedule_upserts_change_nothing() {
                 .call(upsert_sql(&fx.fresh, "'* * * * *'"))
                 .then(enqueue_sql(a, "{}")),
             then_upsert(
-                Case::new("a confined admin upserts into another tenant's queue", CADMIN, "42501")
-                    .warm_up(upsert_sql(a, "'0 0 1 1 *'"))
-                    .call(upsert_sql(b, "'* * * * *'")),
+                Case::new(
+                    "a confined admin upserts into another tenant's queue",
+                    CADMIN,
+                    "42501",
+                )
+                .warm_up(upsert_sql(a, "'0 0 1 1 *'"))
+                .call(upsert_sql(b, "'* * * * *'")),
                 a,
             ),
             then_upsert(
-                Case::new("a confined admin upserts into a fresh queue outside its grant", CADMIN, "42501")
-                    .call(upsert_sql(&fx.b_fresh, "'* * * * *'")),
+                Case::new(
+                    "a confined admin upserts into a fresh queue outside its grant",
+                    CADMIN,
+                    "42501",
+                )
+                .call(upsert_sql(&fx.b_fresh, "'* * * * *'")),
                 a,
             ),
             bad("a minute of 61", "22023", "'61 * * * *'"),
-            bad("an unknown time zone", "22023", "'* * * * *', time_zone => 'Nowhere/Land'"),
-            bad("an unknown missed policy", "22023", "'* * * * *', missed => 'later'"),
+            bad(
+                "an unknown time zone",
+                "22023",
+                "'* * * * *', time_zone => 'Nowhere/Land'",
+            ),
+            bad(
+                "an unknown missed policy",
+                "22023",
+                "'* * * * *', missed => 'later'",
+            ),
             bad("max_attempts 0", "22023", "'* * * * *', max_attempts => 0"),
             bad("a NULL pattern", "22004", "NULL"),
             then_upsert(
-                Case::new("upsert with a payload over the queue's limit", ADMIN, "54000").call(
-                    upsert_sql(a, &format!("'* * * * *', payload => {}", big(2000))),
-                ),
+                Case::new(
+                    "upsert with a payload over the queue's limit",
+                    ADMIN,
+                    "54000",
+                )
+                .call(upsert_sql(
+                    a,
+                    &format!("'* * * * *', payload => {}", big(2000)),
+                )),
                 a,
             ),
         ]

@@ -20,7 +20,9 @@ fn set_role_to_a_group_role_frees_no_confined_login() {
         let hb = fx.b.held;
         let as_admin = |c: Case| {
             c.warm_up(set_role("aedb_queue_admin"))
-                .then(format!("SELECT aedb_queue.queue_configure_key('{a}', 'acct', 7)"))
+                .then(format!(
+                    "SELECT aedb_queue.queue_configure_key('{a}', 'acct', 7)"
+                ))
                 .then_check(format!(
                     "SELECT EXISTS (SELECT FROM aedb_queue.concurrency_slot \
                      WHERE queue = '{a}' AND key = 'acct' AND concurrency_limit = 7)"
@@ -101,16 +103,28 @@ fn set_role_to_another_tenants_role_narrows_the_login() {
         };
         vec![
             back(
-                Case::new("SET ROLE app_tenant_b, claim in its login's queue", BOTH, "42501")
-                    .call(claim_sql(a)),
+                Case::new(
+                    "SET ROLE app_tenant_b, claim in its login's queue",
+                    BOTH,
+                    "42501",
+                )
+                .call(claim_sql(a)),
             ),
             back(
-                Case::new("SET ROLE app_tenant_b, complete in its login's queue", BOTH, "42501")
-                    .call(complete_sql(a, held)),
+                Case::new(
+                    "SET ROLE app_tenant_b, complete in its login's queue",
+                    BOTH,
+                    "42501",
+                )
+                .call(complete_sql(a, held)),
             ),
             back(
-                Case::new("SET ROLE app_tenant_b, read its login's queue", BOTH, "42501")
-                    .call(format!("SELECT * FROM aedb_queue.queue_list('{a}')")),
+                Case::new(
+                    "SET ROLE app_tenant_b, read its login's queue",
+                    BOTH,
+                    "42501",
+                )
+                .call(format!("SELECT * FROM aedb_queue.queue_list('{a}')")),
             ),
         ]
     });
