@@ -101,26 +101,28 @@ mod tests {
 
     #[pg_test]
     fn failing_frees_the_slot_unless_the_task_stays_ready() {
+        // The fail must apply and leave the holder in `state`, or the
+        // waiter's state would say nothing about the fail's path.
+        let failed = |queue: &'static str, extra: &'static str, state: &'static str| {
+            move |id: i64, t: i64| {
+                assert_eq!(fail(queue, id, t, extra), "applied", "{queue}");
+                assert_eq!(state_of(queue, id).as_deref(), Some(state), "{queue}");
+            }
+        };
         frees_the_slot(
             "fl.retry_later",
-            |id, t| {
-                fail("fl.retry_later", id, t, ", retry_in => '1 hour'");
-            },
+            failed("fl.retry_later", ", retry_in => '1 hour'", "scheduled"),
             true,
         );
         frees_the_slot(
             "fl.dead",
-            |id, t| {
-                fail("fl.dead", id, t, ", dead_letter => true");
-            },
+            failed("fl.dead", ", dead_letter => true", "dead"),
             true,
         );
         // Retried at once, it is ready again and keeps its slot.
         frees_the_slot(
             "fl.retry_now",
-            |id, t| {
-                fail("fl.retry_now", id, t, ", retry_in => '0'");
-            },
+            failed("fl.retry_now", ", retry_in => '0'", "ready"),
             false,
         );
     }
@@ -233,8 +235,12 @@ mod tests {
                  SELECT * FROM aedb_queue.queue_claim('{queue}', 'w')"
             ));
             let top = &plan.0[0]["Plan"];
-            top["Shared Hit Blocks"].as_i64().unwrap_or(0)
-                + top["Shared Read Blocks"].as_i64().unwrap_or(0)
+            let blocks = |key: &str| {
+                top[key]
+                    .as_i64()
+                    .unwrap_or_else(|| panic!("no {key:?} in the plan of {queue}: {top}"))
+            };
+            blocks("Shared Hit Blocks") + blocks("Shared Read Blocks")
         };
         exec("SELECT aedb_queue.queue_enqueue('fl.clean', '{}')");
         exec("SELECT aedb_queue.queue_enqueue('fl.clutter', '{}', concurrency_key => 'hot')");
@@ -251,6 +257,7 @@ mod tests {
         exec("SELECT aedb_queue.queue_enqueue('fl.clean', '{}')");
         let clean = read("fl.clean");
         let clutter = read("fl.clutter");
+        assert!(clean > 0, "a claim that read no buffers measured nothing");
         assert!(
             clutter <= clean + 2,
             "a claim behind 2,000 blocked tasks read {clutter} buffers, a clean one {clean}"

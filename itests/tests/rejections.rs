@@ -18,7 +18,8 @@
 //!
 //! Every queue involved has live state that a call reaching too far would
 //! change: a ready task, a due timer, an expired lease and a live lease held
-//! by `app_worker` (whose token the failing calls present).
+//! by `app_worker` (whose token the failing calls present), and the queues
+//! of `t_a` and `t_b` a yearly schedule.
 //!
 //! The tests compare whole tables and the sequence, so they take turns
 //! ([`exclusive`]); the binary has its own cluster, so no other test writes.
@@ -29,6 +30,17 @@ use std::time::Duration;
 
 use aedb_queue_itests::*;
 
+// More cases, on the same harness: confined admins, SET ROLE after a
+// login, schedule upserts, fenced-out and bad settlements.
+#[path = "rejections/admins.rs"]
+mod admins;
+#[path = "rejections/fences.rs"]
+mod fences;
+#[path = "rejections/schedules.rs"]
+mod schedules;
+#[path = "rejections/set_role.rs"]
+mod set_role;
+
 /// A worker confined to `t_a.*` (grant `worker`).
 const CWORKER: &str = "app_cworker";
 /// A producer confined to `t_a.*` (grant `producer`).
@@ -36,6 +48,19 @@ const CPRODUCER: &str = "app_cproducer";
 /// A producer and worker confined to `worker` on `t_a.*` and `producer` on
 /// `t_a.out.*`: it may complete with follow-ups into `t_a.out.*` only.
 const CSERVICE: &str = "app_cservice";
+
+/// An admin confined to `t_a.*` (grant `admin`).
+const CADMIN: &str = "app_cadmin";
+/// An admin confined to `t_a.*` that revoked its own grant (at set-up), so
+/// it may administer no queue at all.
+const CADMIN_SHED: &str = "app_cadmin_shed";
+/// Another tenant's worker, confined to `t_b.*`.
+const BWORKER: &str = "app_bworker";
+/// A NOLOGIN role of tenant B (worker on `t_b.*`).
+const TENANT_B: &str = "app_tenant_b";
+/// A login with a worker grant on `t_a.*` of its own, member of
+/// [`TENANT_B`]: after `SET ROLE app_tenant_b` it may work in `t_b.*` only.
+const BOTH: &str = "app_both";
 
 /// Every fixture queue's own payload limit (bytes).
 const PAYLOAD_LIMIT: i32 = 1000;
@@ -55,7 +80,12 @@ fn confined_roles(cluster: &Cluster) {
             .batch_execute(&format!(
                 "CREATE ROLE {CWORKER} LOGIN IN ROLE aedb_queue_worker;
                  CREATE ROLE {CPRODUCER} LOGIN IN ROLE aedb_queue_producer;
-                 CREATE ROLE {CSERVICE} LOGIN IN ROLE aedb_queue_producer, aedb_queue_worker;"
+                 CREATE ROLE {CSERVICE} LOGIN IN ROLE aedb_queue_producer, aedb_queue_worker;
+                 CREATE ROLE {CADMIN} LOGIN IN ROLE aedb_queue_admin;
+                 CREATE ROLE {CADMIN_SHED} LOGIN IN ROLE aedb_queue_admin;
+                 CREATE ROLE {BWORKER} LOGIN IN ROLE aedb_queue_worker;
+                 CREATE ROLE {TENANT_B} NOLOGIN IN ROLE aedb_queue_worker;
+                 CREATE ROLE {BOTH} LOGIN IN ROLE {TENANT_B};"
             ))
             .unwrap();
         let mut admin = cluster.connect_as(ADMIN);
@@ -64,6 +94,11 @@ fn confined_roles(cluster: &Cluster) {
             ("t_a.*", CPRODUCER, "producer"),
             ("t_a.*", CSERVICE, "worker"),
             ("t_a.out.*", CSERVICE, "producer"),
+            ("t_a.*", CADMIN, "admin"),
+            ("t_a.*", CADMIN_SHED, "admin"),
+            ("t_b.*", BWORKER, "worker"),
+            ("t_b.*", TENANT_B, "worker"),
+            ("t_a.*", BOTH, "worker"),
         ] {
             let changed: bool = admin
                 .query_one(
@@ -74,6 +109,15 @@ fn confined_roles(cluster: &Cluster) {
                 .get(0);
             assert!(changed, "queue_grant({pattern}, {role}, {privilege})");
         }
+        let revoked: bool = cluster
+            .connect_as(CADMIN_SHED)
+            .query_one(
+                "SELECT aedb_queue.queue_revoke('t_a.*', $1::text, 'admin')",
+                &[&CADMIN_SHED],
+            )
+            .unwrap_or_else(|e| panic!("{CADMIN_SHED} revokes its grant: {}", describe(&e)))
+            .get(0);
+        assert!(revoked, "{CADMIN_SHED} revoked its own grant");
     });
 }
 
@@ -83,6 +127,10 @@ struct Held {
     id: i64,
     token: i64,
 }
+
+/// The name of the yearly schedule every fixture queue of `t_a` and `t_b`
+/// has (payload `{"v": 1}`), which a wrongly accepted upsert would change.
+const SCHEDULE: &str = "nightly";
 
 /// One queue with a task in every state a call could disturb.
 #[derive(Debug, Clone)]
@@ -197,6 +245,14 @@ impl<'c> Setup<'c> {
         let a_other = format!("t_a.other_{tag}");
         self.configure(&a_out);
         self.configure(&a_other);
+        for queue in [&a.name, &b.name] {
+            self.admin
+                .batch_execute(&format!(
+                    "SELECT aedb_queue.queue_schedule_upsert('{queue}', '{SCHEDULE}', '0 0 1 1 *', \
+                     payload => '{{\"v\": 1}}')"
+                ))
+                .unwrap_or_else(|e| panic!("schedule of {queue}: {}", describe(&e)));
+        }
         Fixture {
             a,
             b,

@@ -343,9 +343,42 @@ fn reap_promotes_due_timers_and_reclaims_expired_leases() {
     served.sort();
     assert_eq!(served, vec![(lost, 2), (timer, 1)]);
 
-    // The all-queues form runs too (counts depend on other tests' queues).
+    // The all-queues form reaches this queue too: give it an expired lease
+    // (the reclaimed task's, backdated) and a due timer (backdated). Other
+    // tests' queues may add to the counts, never take from them.
+    let mut su = cluster.connect();
+    let timer2 = enqueue_with(
+        &mut p,
+        &queue,
+        Some(&json!("timer2")),
+        &EnqueueOpts::default().delay("1 hour"),
+    )
+    .task_id;
+    su.execute(
+        "UPDATE aedb_queue.task SET lease_deadline = now() - interval '1 minute' \
+         WHERE task_id = $1",
+        &[&lost],
+    )
+    .unwrap();
+    su.execute(
+        "UPDATE aedb_queue.task SET not_before = now() - interval '1 minute' \
+         WHERE task_id = $1",
+        &[&timer2],
+    )
+    .unwrap();
     let all = reap(&mut admin, None);
-    assert!(all.promoted >= 0 && all.reclaimed >= 0 && all.dead_lettered >= 0);
+    assert!(
+        all.promoted >= 1 && all.reclaimed >= 1,
+        "the all-queues reap missed this queue's due timer or expired lease: {all:?}"
+    );
+    for (id, attempts) in [(lost, 2), (timer2, 0)] {
+        let t = get(&mut c, &queue, id).unwrap();
+        assert_eq!(
+            (t.state.as_str(), t.attempts),
+            ("ready", attempts),
+            "task {id}"
+        );
+    }
 }
 
 #[test]
