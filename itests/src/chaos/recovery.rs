@@ -208,6 +208,12 @@ fn without_section(text: &str, section: &str) -> String {
 /// Appends one row to this binary's section of the report (the section is
 /// started afresh by the first row of a test process) and prints it.
 pub fn report(scenario: &str, fault: &str, reference: &str, figure: &str) {
+    report_in(&section_name(), scenario, fault, reference, figure);
+}
+
+/// As [`report`], in the section `section`: for a test binary whose name
+/// another package's binary has too (one section per test process).
+pub fn report_in(section: &str, scenario: &str, fault: &str, reference: &str, figure: &str) {
     static SECTION: Once = Once::new();
     let path = report_path();
     SECTION.call_once(|| {
@@ -215,8 +221,7 @@ pub fn report(scenario: &str, fault: &str, reference: &str, figure: &str) {
             fs::create_dir_all(dir).expect("create the report's directory");
         }
         let old = fs::read_to_string(&path).unwrap_or_else(|_| HEADER.to_string());
-        let section = section_name();
-        let mut text = without_section(&old, &section).trim_end().to_string();
+        let mut text = without_section(&old, section).trim_end().to_string();
         text.push('\n');
         text.push_str(&format!(
             "\n## {section}\n\n| scenario | fault | measured from | recovery |\n| --- | --- | --- | --- |\n"
