@@ -286,7 +286,7 @@ fn a_killed_worker_process_s_tasks_are_reclaimed_after_their_lease() {
             .run(until_empty(
                 cluster.dsn(SUPERUSER),
                 "rt.kill",
-                Duration::from_secs(30),
+                Duration::from_secs(60),
             ))
             .await
             .unwrap()
@@ -390,8 +390,9 @@ fn steal_until_gone(cluster: &'static Cluster, queue: &str) -> (usize, usize) {
     (stolen, past_lease)
 }
 
-/// An idle runtime with a 60 s poll picks up a task enqueued into a
-/// notifying queue at once: the LISTEN wake-up, not the poll, started it.
+/// An idle runtime with a 600 s poll picks up a task enqueued into a
+/// notifying queue within 60 s (generous for a loaded machine, far short of
+/// the poll): the LISTEN wake-up, not the poll, started it.
 #[test]
 fn a_notify_wakes_an_idle_runtime_long_before_its_poll() {
     let cluster = Cluster::shared();
@@ -420,7 +421,7 @@ fn a_notify_wakes_an_idle_runtime_long_before_its_poll() {
         Worker::builder(&cluster.dsn(WORKER))
             .unwrap()
             .queue(
-                QueueOptions::new("rt.wake").poll_interval(Duration::from_secs(60)),
+                QueueOptions::new("rt.wake").poll_interval(Duration::from_secs(600)),
                 handler(move |_t: Task<serde_json::Value>| {
                     *picked2.lock().unwrap() = Some(Instant::now());
                     async { Ok(Done::new()) }
@@ -430,7 +431,7 @@ fn a_notify_wakes_an_idle_runtime_long_before_its_poll() {
             .unwrap()
             .run(async {
                 let start = Instant::now();
-                while picked.lock().unwrap().is_none() && start.elapsed() < Duration::from_secs(30)
+                while picked.lock().unwrap().is_none() && start.elapsed() < Duration::from_secs(90)
                 {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
@@ -445,8 +446,8 @@ fn a_notify_wakes_an_idle_runtime_long_before_its_poll() {
     );
     let waited = picked.saturating_duration_since(enqueued);
     assert!(
-        waited < Duration::from_secs(10),
-        "woken after {waited:?}, the poll is 60 s"
+        waited < Duration::from_secs(60),
+        "woken after {waited:?}, the poll is 600 s"
     );
 }
 
