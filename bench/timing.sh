@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Timing targets the tests do not assert (issue 42: a loaded machine misses a
 # tight bound with nothing wrong): the reaper's lateness, DROP DATABASE's time,
-# the retention catch-up, the rate limit's use, the failover recovery and the
-# chaos recovery times. The integration tests that exercise them measure them
+# the retention catch-up, the rate limit's use, the failover recovery (the
+# SQL loop's and the Rust worker runtime's) and the chaos recovery times. The integration tests that exercise them measure them
 # and report (itests/src/chaos/recovery.rs `report`); this runs those tests and
 # writes the figures, each beside its target, to bench/results/timing.md.
 #   bash bench/timing.sh            (as root; runs scripts/install.sh first)
@@ -15,9 +15,11 @@ cd "$ROOT"
 [ "${AEDB_BENCH_NO_INSTALL:-}" = 1 ] || bash scripts/install.sh
 raw=$(mktemp)
 trap 'rm -f "$raw"' EXIT
-for t in reaper_worker rate_limits failover chaos chaos_timeouts; do
-    log "cargo test -p aedb_queue_itests --test $t"
-    AEDB_CHAOS_REPORT="$raw" cargo test -p aedb_queue_itests --test "$t" -- --test-threads=1
+for t in aedb_queue_itests:reaper_worker aedb_queue_itests:rate_limits \
+    aedb_queue_itests:failover aedb_queue_itests:chaos aedb_queue_itests:chaos_timeouts \
+    aedb_queue_client:failover; do
+    log "cargo test -p ${t%%:*} --test ${t#*:}"
+    AEDB_CHAOS_REPORT="$raw" cargo test -p "${t%%:*}" --test "${t#*:}" -- --test-threads=1
 done
 {
     echo "# Timing: the targets the tests report instead of asserting"

@@ -8,8 +8,9 @@
 //! follow-up enqueued and completed once, nothing left) and amcheck over
 //! every index of the extension. The recovery time after each fault is
 //! measured from the ledger, printed and written to
-//! `<target>/chaos/recovery.md` (or `$AEDB_CHAOS_REPORT`); only a generous
-//! bound ([`RECOVERY_BOUND`]) is asserted.
+//! `<target>/chaos/recovery.md` (or `$AEDB_CHAOS_REPORT`; bench/timing.sh
+//! collects it); asserted is only that the workers work again, a
+//! completion within a generous bound (`recovery::WORKING_BOUND`).
 //!
 //! Also here, without load: `statement_timeout` and `lock_timeout` firing
 //! inside our calls, and a tablespace on a small tmpfs that fills.
@@ -26,14 +27,16 @@ use aedb_queue_itests::chaos::ledger::{amcheck_all, check_ledger, wait_drained, 
 use aedb_queue_itests::chaos::load::{Names, Producers};
 use aedb_queue_itests::chaos::long_run;
 use aedb_queue_itests::chaos::pool::WorkerPool;
-use aedb_queue_itests::chaos::recovery::{measure, report, server_epoch, Recovery, PRE_WINDOW};
+use aedb_queue_itests::chaos::recovery::{
+    measure, report, server_epoch, Recovery, PRE_WINDOW, WORKING_BOUND,
+};
 use aedb_queue_itests::*;
 
 const WORKER_EXE: &str = env!("CARGO_BIN_EXE_chaos_worker");
 const WORKERS: usize = 8;
-/// The workers must be working again (at a quarter of the rate before)
-/// within this; the time back at 80 % is reported against the issue's
-/// target of 10 s, not asserted (a shared machine swings the rate by itself).
+/// How long the time back at 80 % of the rate is measured for; it is
+/// reported against the target of 10 s, not asserted (a shared
+/// machine swings the rate by itself).
 const RECOVERY_BOUND: f64 = 30.0;
 /// Backlog the producers keep (they enqueue while it is below this).
 const BACKLOG: i64 = 4_000;
@@ -92,8 +95,8 @@ impl Ctx<'_> {
             "{scenario} {fault}: no completions before the fault"
         );
         assert!(
-            r.resumed_after.is_some(),
-            "{scenario} {fault}: the workers were not working again within {RECOVERY_BOUND} s: {}",
+            r.first_after.is_some(),
+            "{scenario} {fault}: the workers completed nothing within {WORKING_BOUND} s: {}",
             r.describe()
         );
         // The next fault's "before" must not hold this one's dip.

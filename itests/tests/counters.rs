@@ -53,6 +53,17 @@ struct Ledger {
     abandoned: AtomicI64,
 }
 
+impl Ledger {
+    fn enqueued(&self) -> i64 {
+        self.enqueued.load(Ordering::SeqCst)
+    }
+
+    /// Committed completions and failures.
+    fn settled(&self) -> i64 {
+        self.completed.load(Ordering::SeqCst) + self.failed.load(Ordering::SeqCst)
+    }
+}
+
 /// Producer `p`: tasks whose payload says "fail" are dead-lettered on their
 /// one attempt; the others complete (10 attempts, enough for every abandon).
 fn produce(queue: &str, p: usize, ledger: &Ledger) {
@@ -81,28 +92,25 @@ fn produce(queue: &str, p: usize, ledger: &Ledger) {
     }
 }
 
-/// Claims one task at a time until the queue has been empty for a while
-/// after the producers finished; settles each in its own transaction.
+/// Claims one task at a time until, the producers finished, the ledger
+/// holds a settle for every committed enqueue (an abandoned lease comes
+/// back however late, no idle time is guessed); settles each in its own
+/// transaction.
 fn work(queue: &str, w: usize, ledger: &Ledger, producing: &AtomicI64) {
     let mut c = cluster().connect_as(WORKER);
     let until = Instant::now() + BOUND;
-    let mut idle_since: Option<Instant> = None;
     let mut claimed = 0usize;
     while Instant::now() < until {
         let mut tx = c.transaction().unwrap();
         let Some(task) = claim_one(&mut tx, queue, &format!("w{w}"), LEASE) else {
             tx.rollback().unwrap();
-            if producing.load(Ordering::Relaxed) == 0 {
-                let since = *idle_since.get_or_insert_with(Instant::now);
-                if since.elapsed() > Duration::from_secs(3) {
-                    return;
-                }
+            if producing.load(Ordering::SeqCst) == 0 && ledger.settled() >= ledger.enqueued() {
+                return;
             }
             thread::sleep(Duration::from_millis(20));
             continue;
         };
         tx.commit().unwrap();
-        idle_since = None;
         claimed += 1;
         let fails = task.payload.as_ref().and_then(|p| p["fail"].as_bool()) == Some(true);
         let mut tx = c.transaction().unwrap();
@@ -129,7 +137,11 @@ fn work(queue: &str, w: usize, ledger: &Ledger, producing: &AtomicI64) {
         };
         counter.fetch_add(1, Ordering::Relaxed);
     }
-    panic!("worker {w} hit the {BOUND:?} bound");
+    panic!(
+        "worker {w} hit the {BOUND:?} bound: {} settled of {} enqueued",
+        ledger.settled(),
+        ledger.enqueued()
+    );
 }
 
 #[test]
@@ -145,7 +157,7 @@ fn counters_equal_the_ledger_of_committed_work() {
             let (ledger, producing, queue) = (&ledger, &producing, &queue);
             s.spawn(move || {
                 produce(queue, p, ledger);
-                producing.fetch_sub(1, Ordering::Relaxed);
+                producing.fetch_sub(1, Ordering::SeqCst);
             });
         }
         for w in 0..WORKERS {

@@ -728,11 +728,13 @@ fn tenants_chosen_per_transaction_share_a_server_connection() {
 
 /// LISTEN needs a session: the worker listens on a direct connection and
 /// works through the pooler; an enqueue committed through the pooler wakes
-/// it long before the poll it would otherwise wait for.
+/// it (a notification naming the queue), so it need not wait for its poll.
+/// How soon is not asserted: NOTIFY is sent at commit or never.
 #[test]
 fn listen_on_a_direct_session_wakes_a_worker_that_works_through_the_pooler() {
     use postgres::fallible_iterator::FallibleIterator;
-    const POLL: Duration = Duration::from_secs(30);
+    /// Generous: only a missing notification misses it.
+    const WAKE_BOUND: Duration = Duration::from_secs(60);
     let cluster = Cluster::shared();
     let pooler = pooler(cluster);
     let queue = unique_queue("pooled_wake");
@@ -759,7 +761,7 @@ fn listen_on_a_direct_session_wakes_a_worker_that_works_through_the_pooler() {
     });
     let waiting = Instant::now();
     let mut notifications = listener.notifications();
-    let mut incoming = notifications.timeout_iter(POLL);
+    let mut incoming = notifications.timeout_iter(WAKE_BOUND);
     let woken = loop {
         match incoming.next().expect("notifications") {
             Some(n) if n.payload() == queue => break Some(waiting.elapsed()),
@@ -768,9 +770,8 @@ fn listen_on_a_direct_session_wakes_a_worker_that_works_through_the_pooler() {
         }
     };
     let id = producer.join().unwrap();
-    let woken = woken.expect("no wake-up within the poll interval");
+    let woken = woken.expect("no wake-up");
     eprintln!("woken {woken:?} after starting to wait (the enqueue came after 300 ms)");
-    assert!(woken < POLL / 3, "woken after {woken:?}");
     let task = claim_one(&mut work, &queue, "w", "1 minute").expect("the task that woke it");
     assert_eq!(task.task_id, id);
     assert_eq!(

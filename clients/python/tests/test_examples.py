@@ -45,7 +45,7 @@ def test_producer_and_worker_examples_run(cluster, su, tmp_path):
         wait_until(lambda: su.execute("SELECT count(*) FROM sent_emails WHERE order_id = %s",
                                       (order_id,)).fetchone()[0] == 1, 30,
                    f"the audit row; worker output: {(tmp_path / 'worker.log').read_text()}")
-        wait_until(lambda: live(su, "emails") == 0 and live(su, "email-audit") == 0, 10, "both queues empty")
+        wait_until(lambda: live(su, "emails") == 0 and live(su, "email-audit") == 0, 60, "both queues empty")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
     finally:

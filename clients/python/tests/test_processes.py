@@ -64,7 +64,7 @@ def test_sigterm_completes_or_hands_back_every_task(cluster, admin, su, producer
             return all((task_row(su, t) or {}).get("progress") == {"by": "w"}
                        for q in tasks for t in tasks[q]["long"]) and \
                 all(states(su, q).get("in_flight") == 4 for q in tasks)
-        wait_until(checkpointed, 20, f"4 tasks per queue in flight, long ones checkpointed; {w.output()}")
+        wait_until(checkpointed, 60, f"4 tasks per queue in flight, long ones checkpointed; {w.output()}")
         w.signal(signal.SIGTERM)
         assert w.wait(30) == 0, w.output()
         output = w.output()
@@ -85,20 +85,26 @@ def test_sigterm_completes_or_hands_back_every_task(cluster, admin, su, producer
 
 def test_sigkilled_workers_tasks_are_reclaimed_after_the_lease(cluster, su, producer, queue, tmp_path):
     dsn = cluster.dsn("app_service")
-    env = {"AEDB_TEST_QUEUE": queue, "AEDB_TEST_LEASE": "2", "AEDB_TEST_POLL": "0.3",
+    # A 4 s lease: a heartbeat (every 1.3 s) may come more than 2 s late.
+    env = {"AEDB_TEST_QUEUE": queue, "AEDB_TEST_LEASE": "4", "AEDB_TEST_POLL": "0.3",
            "AEDB_TEST_CONCURRENCY": "4"}
     ids = enqueue_batch(producer, queue, [{"sleep_if": {"victim": 600}}] * 4)
     with worker("apps.ledger_app:app", dsn, tmp_path, env={**env, "AEDB_TEST_WORKER": "victim"}) as victim:
         wait_until(lambda: su.execute(
             "SELECT count(*) FROM aedb_queue.task WHERE queue = %s AND state = 'in_flight' "
-            "AND owner_id LIKE 'victim-%%'", (queue,)).fetchone()[0] == 4, 20,
+            "AND owner_id LIKE 'victim-%%'", (queue,)).fetchone()[0] == 4, 60,
             f"the victim holds every task; {victim.output()}")
-        time.sleep(2.5)  # heartbeats have kept the 2 s leases alive meanwhile
+        first = su.execute("SELECT max(lease_deadline) FROM aedb_queue.task WHERE queue = %s",
+                           (queue,)).fetchone()[0]
+        wait_until(lambda: su.execute("SELECT now() > %s", (first,)).fetchone()[0], 60, "past the first leases")
+        # heartbeats have kept the leases alive meanwhile
         assert states(su, queue) == {"in_flight": 4}
+        assert su.execute("SELECT bool_and(lease_deadline > now()) FROM aedb_queue.task WHERE queue = %s",
+                          (queue,)).fetchone()[0], "the leases were not extended"
         victim.signal(signal.SIGKILL)
         victim.wait(10)
     with worker("apps.ledger_app:app", dsn, tmp_path, env={**env, "AEDB_TEST_WORKER": "rescuer"}) as rescuer:
-        wait_until(lambda: live(su, queue) == 0, 30, f"tasks reclaimed; {rescuer.output()}")
+        wait_until(lambda: live(su, queue) == 0, 60, f"tasks reclaimed; {rescuer.output()}")
         assert stop_worker(rescuer) == 0
     rows = sorted(ledger(su, queue))
     assert rows == [(t, "rescuer", 2) for t in sorted(ids)]
@@ -111,7 +117,7 @@ def test_entry_point_runs_an_app_with_its_options(cluster, su, admin, producer, 
     with worker("apps.plain_app:app", cluster.dsn("app_service"), tmp_path,
                 "--concurrency", "2", "--queues", queue, "--shutdown-timeout", "5", env=env) as w:
         peak = 0
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         while not all(completed(su, t) for t in ids):
             assert time.monotonic() < deadline, w.output()
             peak = max(peak, states(su, queue).get("in_flight", 0))
