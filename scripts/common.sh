@@ -13,5 +13,10 @@ log() { printf '\n== %s\n' "$*"; }
 # the DETAIL of errors raised inside the extension (docs/chaos.md).
 as_postgres() { runuser -u postgres -- env -u RUST_BACKTRACE -u RUST_LIB_BACKTRACE "$@"; }
 
+# Runs CMD (a string, evaluated then) when the script exits, and fails the
+# script when CMD fails: a test cluster's stop fails when its server log shows
+# a process that died (scripts/cluster.sh, scripts/check_server_log.sh).
+stop_at_exit() { trap "rc=\$?; $1 || rc=1; exit \$rc" EXIT; }
+
 # A directory the postgres user owns, created if missing.
 postgres_dir() { mkdir -p "$1" && chown postgres:postgres "$1"; }
