@@ -377,7 +377,7 @@ impl Drop for Cluster {
         }
         unregister(&self.root);
         let deaths =
-            server_log::check_server_log(&self.log, self.sigkill_expected.load(Ordering::SeqCst));
+            server_log::check_and_keep(&self.log, self.sigkill_expected.load(Ordering::SeqCst));
         let _ = fs::remove_dir_all(&self.root);
         if let Err(lines) = deaths {
             if std::thread::panicking() {
@@ -543,7 +543,7 @@ extern "C" fn cleanup_at_exit() {
             let _ = stop_data_dir(&l.data, "fast");
         }
         let sigkill_expected = l.sigkill_expected.load(Ordering::SeqCst);
-        if let Err(lines) = server_log::check_server_log(&l.log, sigkill_expected) {
+        if let Err(lines) = server_log::check_and_keep(&l.log, sigkill_expected) {
             eprintln!("{lines}");
             deaths = true;
         }

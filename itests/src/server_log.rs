@@ -16,8 +16,7 @@ const CHECKER: &str = concat!(
 );
 
 /// `Ok` when the server log at `log` shows no process of the cluster that
-/// died; else the offending lines, and where a copy of the log was kept (the
-/// cluster's directory is removed). With `sigkill_expected` (a test that kills
+/// died; else the offending lines. With `sigkill_expected` (a test that kills
 /// processes on purpose, [`crate::Cluster::expect_backend_deaths`]) deaths by
 /// SIGKILL are tolerated; any other signal, a PANIC or a panic never is.
 pub fn check_server_log(log: &Path, sigkill_expected: bool) -> Result<(), String> {
@@ -33,11 +32,14 @@ pub fn check_server_log(log: &Path, sigkill_expected: bool) -> Result<(), String
     if out.status.success() {
         return Ok(());
     }
-    Err(format!(
-        "{}(the whole log: {})",
-        String::from_utf8_lossy(&out.stderr),
-        keep_copy(log).display()
-    ))
+    Err(String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// [`check_server_log`] of a cluster about to be removed: the error also
+/// says where a copy of the whole log was kept.
+pub(crate) fn check_and_keep(log: &Path, sigkill_expected: bool) -> Result<(), String> {
+    check_server_log(log, sigkill_expected)
+        .map_err(|lines| format!("{lines}(the whole log: {})", keep_copy(log).display()))
 }
 
 /// A copy of `log` in the temp directory, which outlives the cluster's.
@@ -58,7 +60,21 @@ fn keep_copy(log: &Path) -> PathBuf {
 mod tests {
     use super::*;
 
-    fn log_with(text: &str) -> PathBuf {
+    /// A log file with `text`, removed when dropped.
+    struct TempLog(PathBuf);
+    impl Drop for TempLog {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+    impl std::ops::Deref for TempLog {
+        type Target = Path;
+        fn deref(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    fn log_with(text: &str) -> TempLog {
         static SEQ: AtomicU64 = AtomicU64::new(0);
         let p = std::env::temp_dir().join(format!(
             "aedb_server_log_test_{}_{}.log",
@@ -66,7 +82,7 @@ mod tests {
             SEQ.fetch_add(1, Ordering::SeqCst)
         ));
         std::fs::write(&p, text).unwrap();
-        p
+        TempLog(p)
     }
 
     const CLEAN: &str = "LOG:  database system is ready to accept connections\n\
