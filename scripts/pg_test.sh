@@ -26,6 +26,8 @@ if [ -f "$AEDB_PGTEST_LOG.tee-pid" ]; then
     for _ in $(seq 1 300); do kill -0 "$tee_pid" 2>/dev/null || break; sleep 0.1; done
 fi
 if ! grep -q "database system is ready to accept connections" "$AEDB_PGTEST_LOG" 2>/dev/null; then
+    # Failed before its server started (a build error), or the log went uncopied.
+    [ "$status" -ne 0 ] && exit "$status"
     echo "pg_test: no server log in $AEDB_PGTEST_LOG (did cargo-pgrx change how it starts its server? scripts/pgrx_test/sudo)" >&2
     exit 1
 fi
