@@ -55,7 +55,8 @@ mapped_inode() { # the inode of the aedb_queue.so that backend $1 has mapped
     awk -v lib="$LIB" '$6 == lib { print $5; exit }' "/proc/$1/maps"
 }
 
-# Every state the library's name is in while an install runs.
+# Every state the library's name is in while an install runs (niced: the
+# loop takes whatever the build before the copies leaves of a core).
 watch_name() {
     local last= now
     while [ ! -e "$WORK/watch.stop" ]; do
@@ -80,6 +81,7 @@ installs() {
     rm -f "$WORK/watch.stop"
     watch_name >"$WORK/watch.seen" &
     local watcher=$!
+    renice -n 19 -p "$watcher" >/dev/null
     "$@" >"$WORK/install.out" 2>&1 || { cat "$WORK/install.out"; fail "$what failed"; }
     touch "$WORK/watch.stop"
     wait "$watcher"
