@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Starts (or reuses) the local demo cluster: run as root, serves as postgres on 127.0.0.1.
 #   scripts/cluster.sh start | restart | stop | status
+# A test cluster (any but the demo's) has its server log checked when it stops
+# (scripts/check_server_log.sh, from the size the log had when this script
+# started the server): stop fails when a process of the cluster died.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
@@ -37,6 +40,7 @@ start)
         fi
     fi
     if ! as_postgres "$PG_BIN/pg_ctl" -D "$DIR/data" status >/dev/null 2>&1; then
+        stat -c %s "$DIR/server.log" >"$DIR/server.log.from" 2>/dev/null || echo 0 >"$DIR/server.log.from"
         as_postgres "$PG_BIN/pg_ctl" -D "$DIR/data" -l "$DIR/server.log" -w start \
             -o "-p $PORT -c listen_addresses=127.0.0.1 -c unix_socket_directories=$DIR $preload_opts" >/dev/null
     fi
@@ -50,7 +54,12 @@ restart)
     fi
     exec bash "$0" start ;;
 stop)
-    as_postgres "$PG_BIN/pg_ctl" -D "$DIR/data" -m fast stop ;;
+    status=0
+    as_postgres "$PG_BIN/pg_ctl" -D "$DIR/data" -m fast stop || status=$?
+    if [ "$DIR" != "$DEMO_DIR" ]; then
+        bash "$ROOT/scripts/check_server_log.sh" --since "$(cat "$DIR/server.log.from" 2>/dev/null || echo 0)" "$DIR/server.log" || status=1
+    fi
+    exit $status ;;
 status)
     as_postgres "$PG_BIN/pg_ctl" -D "$DIR/data" status ;;
 *)

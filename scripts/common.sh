@@ -13,5 +13,27 @@ log() { printf '\n== %s\n' "$*"; }
 # the DETAIL of errors raised inside the extension (docs/chaos.md).
 as_postgres() { runuser -u postgres -- env -u RUST_BACKTRACE -u RUST_LIB_BACKTRACE "$@"; }
 
+# Runs CMD (a string, evaluated then) when the script exits, and fails the
+# script when CMD fails: a test cluster's stop fails when its server log shows
+# a process that died (scripts/cluster.sh, scripts/check_server_log.sh).
+stop_at_exit() { trap "rc=\$?; $1 || rc=1; exit \$rc" EXIT; }
+
+# Installs file SRC as DEST (a path, or a directory to put it in) with MODE:
+# written beside DEST under a temporary name, then renamed onto it. The name
+# then always refers to a whole file, and the installed file is a new inode:
+# a server that has the old library mapped keeps running on it, where writing
+# it in place would kill it (SIGBUS) and a backend loading it meanwhile could
+# map half a file (scripts/install_test.sh).
+install_beside() { # MODE SRC DEST
+    local mode=$1 src=$2 dest=$3 tmp
+    [ -d "$dest" ] && dest=$dest/$(basename "$src")
+    tmp=$(mktemp "$dest.XXXXXX")   # the same directory: the rename is atomic
+    if cp "$src" "$tmp" && chmod "$mode" "$tmp" && mv -f "$tmp" "$dest"; then
+        return 0
+    fi
+    rm -f "$tmp"
+    return 1
+}
+
 # A directory the postgres user owns, created if missing.
 postgres_dir() { mkdir -p "$1" && chown postgres:postgres "$1"; }

@@ -35,7 +35,7 @@ PORT=${AEDB_ISOLATION_PORT:-54333}
 postgres_dir "$(dirname "$WORK")"
 # The library preloaded: queue_counters() (overview.sql) needs its shared memory.
 AEDB_PRELOAD=aedb_queue AEDB_CLUSTER_DIR=$WORK AEDB_PORT=$PORT bash scripts/cluster.sh start >/dev/null
-trap 'AEDB_CLUSTER_DIR=$WORK bash scripts/cluster.sh stop >/dev/null' EXIT
+stop_at_exit 'AEDB_CLUSTER_DIR=$WORK bash scripts/cluster.sh stop >/dev/null'
 
 if [ ${#names[@]} -eq 0 ]; then
     for f in tests/isolation/specs/*.spec; do

@@ -21,7 +21,7 @@ PORT=${AEDB_ROUTER_REGRESS_PORT:-54370}
 postgres_dir "$(dirname "$WORK")"
 export AEDB_SHARDS_DIR=$WORK/clusters AEDB_SHARDS_PORT=$PORT
 bash scripts/shards.sh start --shards 3 --fresh >/dev/null
-trap 'bash scripts/shards.sh stop >/dev/null 2>&1' EXIT
+stop_at_exit 'bash scripts/shards.sh stop >/dev/null'
 
 # Login roles on every cluster (roles are per cluster), as applications
 # have them: a producer, a worker, an admin, two tenants (confined to their

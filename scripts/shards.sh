@@ -58,8 +58,11 @@ start)
     echo "router up: psql -h 127.0.0.1 -p $BASE -U postgres $ROUTER_DB ($shards shards on ports $((BASE + 1))-$((BASE + shards)), database $SHARD_DB)"
     ;;
 stop)
-    cluster router "$BASE" stop || true
-    for i in $(seq 1 "$shards"); do cluster "shard$i" $((BASE + i)) stop || true; done
+    # Every cluster is stopped; the status says whether one failed to stop or died on the way.
+    status=0
+    cluster router "$BASE" stop || status=1
+    for i in $(seq 1 "$shards"); do cluster "shard$i" $((BASE + i)) stop || status=1; done
+    exit $status
     ;;
 status)
     cluster router "$BASE" status && sql "$BASE" "$ROUTER_DB" -c "SELECT * FROM aedb_queue.queue_router_shards()"

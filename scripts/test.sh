@@ -4,6 +4,9 @@
 # multi-connection integration tests against a real cluster, and the
 # clients' tests (Rust runtime and CLI, Python package), and the dashboard
 # in headless Chromium.
+# Every cluster a step starts has its server log checked when it is torn down
+# (scripts/check_server_log.sh, docs/testing.md): a process of the cluster that
+# died by a signal, a PANIC or a Rust panic fails the step, naming the line.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 cd "$ROOT"
@@ -12,16 +15,16 @@ bash scripts/setup.sh
 WORK=${AEDB_TEST_DIR:-/var/tmp/aedb_queue_test}
 postgres_dir "$WORK"
 
-log "1/9 pure unit tests (the rules, and the bench's report: medians, ratios, tables, the chart's legend)"
+log "1/9 pure unit tests (the rules, and the bench's report: medians, ratios, tables, the chart's legend); the guard on server logs fails when a backend dies (scripts/guard_test.sh)"
 cargo test -p aedb_queue_core
 cargo test -p aedb_queue_bench --bins
+bash scripts/guard_test.sh
 
 log "2/9 pg_test (single-session semantics, every error case)"
-postgres_dir "$WORK/pg_test"
-cargo pgrx test pg$PG_MAJOR --runas postgres --pgdata "$WORK/pg_test/data"
+bash scripts/pg_test.sh
 
-log "3/9 pg_regress (the SQL surface as examples; installs the extension into PostgreSQL $PG_MAJOR)"
-bash scripts/install.sh
+log "3/9 pg_regress (the SQL surface as examples; installs the extension into PostgreSQL $PG_MAJOR, leaving running servers alone: scripts/install_test.sh)"
+bash scripts/install_test.sh
 bash scripts/regress.sh
 # The same examples of the worker surface through the router over three shards, and the router's own.
 bash scripts/router_regress.sh

@@ -40,7 +40,7 @@ done
 
 postgres_dir "$(dirname "$WORK")"
 AEDB_CLUSTER_DIR=$WORK AEDB_PORT=$PORT bash scripts/cluster.sh start >/dev/null
-trap 'AEDB_CLUSTER_DIR=$WORK bash scripts/cluster.sh stop >/dev/null' EXIT
+stop_at_exit 'AEDB_CLUSTER_DIR=$WORK bash scripts/cluster.sh stop >/dev/null'
 sql() { "$PG_BIN/psql" -h 127.0.0.1 -p "$PORT" -U postgres -X -q -v ON_ERROR_STOP=1 "$@"; }
 for db in upgraded updated fresh confined refused; do
     PGOPTIONS='-c client_min_messages=warning' sql -d postgres -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db"

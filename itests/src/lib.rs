@@ -31,6 +31,7 @@ pub mod chaos;
 mod fault_drain;
 pub use fault_drain::*;
 pub mod pgbouncer;
+pub mod server_log;
 pub mod shards;
 pub mod standby;
 
@@ -38,7 +39,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, Once, OnceLock};
+use std::sync::{Arc, Mutex, Once, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use postgres::types::{ToSql, Type};
@@ -110,12 +111,19 @@ const PORT_RANGE: std::ops::Range<u16> = 29000..30000;
 /// every live cluster is also registered for an `atexit` cleanup, and a small
 /// watchdog shell stops it if the test process dies without running
 /// `atexit` (SIGKILL, abort).
+///
+/// When it is torn down (dropped, or at exit), its server log is checked for
+/// a process that died ([`server_log::check_server_log`]): a test that left
+/// one fails (a shared cluster's fails the test binary), naming the line.
 pub struct Cluster {
     root: PathBuf,
     data: PathBuf,
     log: PathBuf,
     port: u16,
     running: AtomicBool,
+    /// Set by [`Cluster::expect_backend_deaths`]; shared with the `atexit`
+    /// cleanup.
+    sigkill_expected: Arc<AtomicBool>,
 }
 
 impl Cluster {
@@ -166,13 +174,7 @@ impl Cluster {
         for _ in 0..8 {
             let port = pick_free_port();
             write_conf(&data, port, conf);
-            let cluster = Cluster {
-                root: root.clone(),
-                data: data.clone(),
-                log: log.clone(),
-                port,
-                running: AtomicBool::new(false),
-            };
+            let cluster = Cluster::unstarted(root.clone(), port);
             match cluster.pg_ctl_start() {
                 Ok(()) => {
                     register_for_cleanup(&cluster);
@@ -193,8 +195,28 @@ impl Cluster {
         panic!("could not start the test cluster: {last_err}\n--- server log ---\n{log_text}");
     }
 
+    /// A cluster value for `root` (its `data` and `server.log`), not running.
+    pub(crate) fn unstarted(root: PathBuf, port: u16) -> Cluster {
+        Cluster {
+            data: root.join("data"),
+            log: root.join("server.log"),
+            root,
+            port,
+            running: AtomicBool::new(false),
+            sigkill_expected: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// Declares that the test kills processes of this cluster with SIGKILL
+    /// on purpose (a crash test): the guard on the server log then tolerates
+    /// deaths by SIGKILL, and only those (a SIGSEGV, a PANIC or a Rust panic
+    /// still fail). For a shared cluster it holds for the rest of the binary.
+    pub fn expect_backend_deaths(&self) {
+        self.sigkill_expected.store(true, Ordering::SeqCst);
     }
 
     /// The connection string of login role `user` to the test database,
@@ -354,7 +376,16 @@ impl Drop for Cluster {
             eprintln!("{e}");
         }
         unregister(&self.root);
+        let deaths =
+            server_log::check_and_keep(&self.log, self.sigkill_expected.load(Ordering::SeqCst));
         let _ = fs::remove_dir_all(&self.root);
+        if let Err(lines) = deaths {
+            if std::thread::panicking() {
+                eprintln!("{lines}");
+            } else {
+                panic!("{lines}");
+            }
+        }
     }
 }
 
@@ -410,6 +441,7 @@ fn run_as_postgres(cmd: &mut Command, what: &str) -> Result<(), String> {
 extern "C" {
     fn geteuid() -> u32;
     fn atexit(cb: extern "C" fn()) -> i32;
+    fn _exit(status: i32) -> !;
 }
 
 fn is_root() -> bool {
@@ -467,9 +499,15 @@ fn write_conf(data: &Path, port: u16, extra: &str) {
     .expect("write postgresql.conf");
 }
 
-// Clusters that are still running, for the `atexit` cleanup (statics are
-// never dropped).
-static LIVE: Mutex<Vec<(PathBuf, PathBuf)>> = Mutex::new(Vec::new());
+/// A cluster that is still running, for the `atexit` cleanup (statics are
+/// never dropped).
+struct Live {
+    root: PathBuf,
+    data: PathBuf,
+    log: PathBuf,
+    sigkill_expected: Arc<AtomicBool>,
+}
+static LIVE: Mutex<Vec<Live>> = Mutex::new(Vec::new());
 
 fn register_for_cleanup(c: &Cluster) {
     static ATEXIT: Once = Once::new();
@@ -479,16 +517,19 @@ fn register_for_cleanup(c: &Cluster) {
             atexit(cleanup_at_exit);
         }
     });
-    LIVE.lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .push((c.root.clone(), c.data.clone()));
+    LIVE.lock().unwrap_or_else(|p| p.into_inner()).push(Live {
+        root: c.root.clone(),
+        data: c.data.clone(),
+        log: c.log.clone(),
+        sigkill_expected: c.sigkill_expected.clone(),
+    });
     spawn_watchdog(c);
 }
 
 fn unregister(root: &Path) {
     LIVE.lock()
         .unwrap_or_else(|p| p.into_inner())
-        .retain(|(r, _)| r != root);
+        .retain(|l| l.root != root);
 }
 
 extern "C" fn cleanup_at_exit() {
@@ -496,11 +537,23 @@ extern "C" fn cleanup_at_exit() {
         Ok(mut g) => std::mem::take(&mut *g),
         Err(_) => return, // the watchdog will do it
     };
-    for (root, data) in live {
-        if data.join("postmaster.pid").exists() {
-            let _ = stop_data_dir(&data, "fast");
+    let mut deaths = false;
+    for l in live {
+        if l.data.join("postmaster.pid").exists() {
+            let _ = stop_data_dir(&l.data, "fast");
         }
-        let _ = fs::remove_dir_all(&root);
+        let sigkill_expected = l.sigkill_expected.load(Ordering::SeqCst);
+        if let Err(lines) = server_log::check_and_keep(&l.log, sigkill_expected) {
+            eprintln!("{lines}");
+            deaths = true;
+        }
+        let _ = fs::remove_dir_all(&l.root);
+    }
+    if deaths {
+        // The tests passed, but a process of a shared cluster died: the
+        // binary fails (exit() must not be called again from atexit).
+        // SAFETY: _exit ends the process at once; nothing is left to run.
+        unsafe { _exit(1) }
     }
 }
 

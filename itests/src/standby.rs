@@ -15,7 +15,6 @@ pub mod load;
 
 use std::fs;
 use std::process::Command;
-use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use crate::{make_root_dir, pg_bin, pick_free_port, register_for_cleanup, run_as_postgres};
@@ -214,7 +213,6 @@ pub fn try_signal_process(pid: i32, signal: &str) -> bool {
 fn base_backup(primary: &Cluster) -> Cluster {
     let root = make_root_dir();
     let data = root.join("data");
-    let log = root.join("server.log");
     run_as_postgres(
         Command::new(format!("{}/pg_basebackup", pg_bin()))
             .args(["-h", "127.0.0.1", "-U", "postgres", "-p"])
@@ -240,13 +238,7 @@ fn base_backup(primary: &Cluster) -> Cluster {
         let _ = fs::remove_dir_all(&root);
         panic!("{e}")
     });
-    Cluster {
-        root,
-        data,
-        log,
-        port: 0,
-        running: AtomicBool::new(false),
-    }
+    Cluster::unstarted(root, 0)
 }
 
 /// Starts the standby on a free port (retried if another server takes it

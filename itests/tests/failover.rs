@@ -362,6 +362,7 @@ fn abandon_one(primary: &Cluster, acks: &Acks) {
 /// outright (it has sent nothing since it was stopped, and sends nothing
 /// now).
 fn crash_with_sender_stopped(primary: &Cluster, sender: i32) {
+    primary.expect_backend_deaths();
     thread::scope(|s| {
         let stopping = s.spawn(|| primary.stop_immediate());
         thread::sleep(Duration::from_millis(100));

@@ -211,6 +211,7 @@ fn the_background_reaper_serves_every_database_and_survives() {
 
     // A crash (SIGKILL: the postmaster resets every backend) brings it back.
     drop((su, admin, postgres_db));
+    cluster.expect_backend_deaths();
     std::process::Command::new("kill")
         .args(["-9", &second.to_string()])
         .status()

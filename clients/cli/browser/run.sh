@@ -48,27 +48,29 @@ if [ -z "${AEDB_QUEUE_BIN:-}" ]; then
 fi
 [ -x "$AEDB_QUEUE_BIN" ] || { echo "run.sh: no binary at $AEDB_QUEUE_BIN" >&2; exit 1; }
 
+# Fails when a server log shows a process that died (scripts/cluster.sh stop).
 stop_clusters() {
-    local d
+    local d status=0
     for d in "$WORK/preload" "$WORK/plain"; do
         if [ -f "$d/data/postmaster.pid" ]; then
-            AEDB_CLUSTER_DIR=$d bash "$ROOT/scripts/cluster.sh" stop >/dev/null 2>&1 || true
+            AEDB_CLUSTER_DIR=$d bash "$ROOT/scripts/cluster.sh" stop >/dev/null || status=1
         fi
     done
+    return $status
 }
 pids=()
 cleanup() {
     local rc=$?
     for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
     for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-    stop_clusters
+    stop_clusters || rc=1
     exit $rc
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # Fresh clusters every run: stop what an earlier run left, wipe, start.
-stop_clusters
+stop_clusters 2>/dev/null || true
 rm -rf "$WORK/preload" "$WORK/plain" "$WORK"/*.log "$WORK"/*.json "$WORK"/*.txt
 postgres_dir "$WORK"
 log "clusters: preloaded on $PORT, plain on $PLAIN_PORT"

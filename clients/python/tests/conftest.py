@@ -24,6 +24,8 @@ import psycopg
 import pytest
 
 HERE = pathlib.Path(__file__).resolve().parent
+# The suite's guard against backend deaths (docs/testing.md), run on the log at teardown.
+CHECK_SERVER_LOG = HERE.parents[2] / "scripts" / "check_server_log.sh"
 sys.path.insert(0, str(HERE))  # the worker apps (apps/) and helpers
 
 PG_BIN = pathlib.Path(os.environ.get("AEDB_PG_BIN", "/usr/lib/postgresql/15/bin"))
@@ -138,10 +140,15 @@ class Cluster:
                  "restart", "-m", "fast")
 
     def stop(self) -> None:
+        """Stops the server and fails when its log shows a process that died."""
         try:
             self._pg(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "stop", "-m", "immediate", timeout=60)
+            check = subprocess.run(["bash", str(CHECK_SERVER_LOG), str(self.log)],
+                                   capture_output=True, text=True, timeout=60)
         finally:
             shutil.rmtree(self.base, ignore_errors=True)
+        if check.returncode != 0:
+            raise AssertionError(check.stderr)
 
     def dsn(self, role: str, dbname: str = DBNAME) -> str:
         return f"host=127.0.0.1 port={self.port} dbname={dbname} user={role}"
