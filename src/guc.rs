@@ -1,5 +1,8 @@
 //! Server settings of the extension.
 
+use std::ffi::{c_int, CStr};
+
+use pgrx::pg_sys;
 use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
 
 /// Largest payload, progress or result accepted, in bytes of the jsonb value.
@@ -168,4 +171,44 @@ pub fn max_cron_pattern_bytes() -> usize {
 
 pub fn max_schedules_per_queue() -> i64 {
     MAX_SCHEDULES_PER_QUEUE.get().max(1) as i64
+}
+
+/// A GUC nest level with the given settings, as fmgr opens one for a
+/// function's `SET` clause; closed when dropped, or by the (sub)transaction
+/// abort on error.
+pub(crate) struct SetClause {
+    nest_level: c_int,
+}
+
+impl SetClause {
+    pub(crate) fn enter(settings: &[(&CStr, &CStr)]) -> Self {
+        // SAFETY: what fmgr_security_definer does for a function's SET clause.
+        unsafe {
+            let nest_level = pg_sys::NewGUCNestLevel();
+            for (name, value) in settings {
+                pg_sys::set_config_option(
+                    name.as_ptr(),
+                    value.as_ptr(),
+                    pg_sys::GucContext::PGC_USERSET,
+                    pg_sys::GucSource::PGC_S_SESSION,
+                    pg_sys::GucAction::GUC_ACTION_SAVE,
+                    true,
+                    0,
+                    false,
+                );
+            }
+            SetClause { nest_level }
+        }
+    }
+}
+
+impl Drop for SetClause {
+    fn drop(&mut self) {
+        // While unwinding, the abort restores them (and raising now would
+        // abort the backend).
+        if !std::thread::panicking() {
+            // SAFETY: closes the nest level `enter` opened.
+            unsafe { pg_sys::AtEOXact_GUC(true, self.nest_level) };
+        }
+    }
 }

@@ -6,7 +6,7 @@
 
 use std::ffi::CStr;
 
-use pgrx::pg_sys;
+use crate::guc::SetClause;
 
 /// How long the reaper waits for any one lock. Long enough for the locks
 /// a claim or settle holds for a moment, far too short to stall a pass.
@@ -16,23 +16,6 @@ const REAPER_LOCK_TIMEOUT: &CStr = c"10ms";
 /// setting is back afterwards, as after a function with a SET clause (and
 /// at the abort of the (sub)transaction, should `body` raise).
 pub(crate) fn with_short_lock_waits<T>(body: impl FnOnce() -> T) -> T {
-    // SAFETY: the sequence fmgr_security_definer uses for a function's
-    // SET clause: a new GUC nest level, a saved setting, then the level
-    // closed, which restores the value the caller had.
-    unsafe {
-        let level = pg_sys::NewGUCNestLevel();
-        pg_sys::set_config_option(
-            c"lock_timeout".as_ptr(),
-            REAPER_LOCK_TIMEOUT.as_ptr(),
-            pg_sys::GucContext::PGC_USERSET,
-            pg_sys::GucSource::PGC_S_SESSION,
-            pg_sys::GucAction::GUC_ACTION_SAVE,
-            true,
-            0,
-            false,
-        );
-        let value = body();
-        pg_sys::AtEOXact_GUC(true, level);
-        value
-    }
+    let _set = SetClause::enter(&[(c"lock_timeout", REAPER_LOCK_TIMEOUT)]);
+    body()
 }

@@ -4,7 +4,7 @@
 //! pg_regress `schedules.sql` shows the same as a readable example.
 
 #[pgrx::pg_schema]
-mod tests {
+pub(crate) mod tests {
     #[allow(unused_imports)]
     use crate::tests::tests::*;
     #[allow(unused_imports)]
@@ -18,11 +18,11 @@ mod tests {
 
     /// Every New Year's midnight: a fire time the tests can count on
     /// whenever they run (an hourly one could pass an hour mid-test).
-    const YEARLY: &str = "0 0 1 1 *";
+    pub(crate) const YEARLY: &str = "0 0 1 1 *";
 
     /// Moves a YEARLY schedule back as if nothing had fired it for `years`
     /// years (the test's stand-in for waiting): `years` fire times owed.
-    fn unfired_for(queue: &str, name: &str, years: i32) {
+    pub(crate) fn unfired_for(queue: &str, name: &str, years: i32) {
         exec(&format!(
             "UPDATE aedb_queue.schedule
              SET fired_up_to = date_trunc('year', clock_timestamp(), 'UTC') - interval '{years} years' + interval '1 second',

@@ -10,23 +10,11 @@ mod tests {
     #[allow(unused_imports)]
     use pgrx::prelude::*;
 
-    /// Every New Year's midnight (see tests_schedule.rs).
-    const YEARLY: &str = "0 0 1 1 *";
+    use crate::tests_schedule::tests::{unfired_for, YEARLY};
 
     fn upsert(queue: &str, name: &str, extra: &str) {
         exec(&format!(
             "SELECT aedb_queue.queue_schedule_upsert('{queue}', '{name}', '{YEARLY}'{extra})"
-        ));
-    }
-
-    /// As if nothing had fired the schedule for `years` years.
-    fn unfired_for(queue: &str, name: &str, years: i32) {
-        exec(&format!(
-            "UPDATE aedb_queue.schedule
-             SET fired_up_to = date_trunc('year', clock_timestamp(), 'UTC') - interval '{years} years' + interval '1 second',
-                 next_fire_at = date_trunc('year', clock_timestamp(), 'UTC') - interval '{} years'
-             WHERE queue = '{queue}' AND name = '{name}'",
-            years - 1
         ));
     }
 

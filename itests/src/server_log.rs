@@ -87,7 +87,8 @@ mod tests {
 
     const CLEAN: &str = "LOG:  database system is ready to accept connections\n\
                          FATAL:  terminating connection due to administrator command\n";
-    const SEGV: &str = "LOG:  server process (PID 42) was terminated by signal 11: Segmentation fault\n";
+    const SEGV: &str =
+        "LOG:  server process (PID 42) was terminated by signal 11: Segmentation fault\n";
     const KILLED: &str =
         "LOG:  background worker \"aedb_queue reaper\" (PID 7) was terminated by signal 9: Killed\n";
 

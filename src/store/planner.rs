@@ -21,6 +21,8 @@ use std::ffi::{c_char, c_int, CStr};
 
 use pgrx::pg_sys;
 
+use crate::guc::SetClause;
+
 /// The first bytes of every statement we prepare.
 const MARKER: &str = "/* aedb_queue */ ";
 
@@ -80,46 +82,6 @@ impl Drop for SeqscanOff {
     fn drop(&mut self) {
         // SAFETY: as in `enter`; writing a bool cannot raise.
         unsafe { pg_sys::enable_seqscan = self.saved };
-    }
-}
-
-/// A GUC nest level with the given settings, as fmgr opens one for a
-/// function's `SET` clause; closed when dropped, or by the (sub)transaction
-/// abort on error.
-struct SetClause {
-    nest_level: c_int,
-}
-
-impl SetClause {
-    fn enter(settings: &[(&CStr, &CStr)]) -> Self {
-        // SAFETY: what fmgr_security_definer does for a function's SET clause.
-        unsafe {
-            let nest_level = pg_sys::NewGUCNestLevel();
-            for (name, value) in settings {
-                pg_sys::set_config_option(
-                    name.as_ptr(),
-                    value.as_ptr(),
-                    pg_sys::GucContext::PGC_USERSET,
-                    pg_sys::GucSource::PGC_S_SESSION,
-                    pg_sys::GucAction::GUC_ACTION_SAVE,
-                    true,
-                    0,
-                    false,
-                );
-            }
-            SetClause { nest_level }
-        }
-    }
-}
-
-impl Drop for SetClause {
-    fn drop(&mut self) {
-        // While unwinding, the abort restores them (and raising now would
-        // abort the backend).
-        if !std::thread::panicking() {
-            // SAFETY: closes the nest level `enter` opened.
-            unsafe { pg_sys::AtEOXact_GUC(true, self.nest_level) };
-        }
     }
 }
 
