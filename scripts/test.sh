@@ -5,7 +5,7 @@
 # clients' tests (Rust runtime and CLI, Python package), and the dashboard
 # in headless Chromium.
 # Every cluster a step starts has its server log checked when it is torn down
-# (scripts/check_server_log.sh, docs/testing.md): a process of the cluster that
+# (scripts/check_server_log.sh, README, "The guard against backend deaths"): a process of the cluster that
 # died by a signal, a PANIC or a Rust panic fails the step, naming the line.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
