@@ -62,3 +62,6 @@ out=$(AEDB_CLUSTER_DIR=$WORK bash scripts/cluster.sh stop 2>&1 >/dev/null) &&
 named "$out" || fail "scripts/cluster.sh stop failed without naming the line: $out"
 echo "guard test passed: a backend killed with SIGSEGV fails the checker and the cluster's stop, naming it:"
 grep -F "$line" <<<"$out"
+# The log of the death caused on purpose goes with its cluster: no later
+# look for deaths in test logs should find it.
+rm -rf "$WORK"
