@@ -115,17 +115,14 @@ pub fn rights_of(role: Oid) -> Result<Rights> {
     let generation = cache::generation(Topic::Rights);
     // The newest rights, not the transaction snapshot's: a revoke committed
     // elsewhere applies to the next call of an open REPEATABLE READ or
-    // SERIALIZABLE transaction too (`latest`).
-    let rights = with_client(|client| {
+    // SERIALIZABLE transaction too (`latest`, inside the SPI connection
+    // and owner scope `with_client` opens).
+    let rights = with_client(|_connected| {
         let confined_statement = if level == SchemaLevel::V020 {
             &CONFINED_0_2_0
         } else {
             &CONFINED
         };
-        // The newest rights, not the transaction snapshot's: a revoke
-        // committed elsewhere applies to the next call of an open
-        // REPEATABLE READ or SERIALIZABLE transaction too.
-        let _ = client;
         let role_arg = [oid_arg(role).into()];
         let confined = read_latest(confined_statement, &role_arg)?
             .first()
