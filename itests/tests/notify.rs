@@ -34,16 +34,37 @@ fn configure_notify(c: &mut Client, queue: &str, on: bool) {
 // so no check made before a commit could fail; these check what the
 // extension decides: whether, for which queue, and with which settings.
 
+/// The sessions of a wake-up test: an admin, a worker that LISTENs, a
+/// producer.
+struct Sessions {
+    admin: Client,
+    listener: Client,
+    producer: Client,
+}
+
+fn sessions(cluster: &Cluster) -> Sessions {
+    let admin = cluster.connect_as(ADMIN);
+    let mut listener = cluster.connect_as(WORKER);
+    listener.batch_execute("LISTEN aedb_queue").unwrap();
+    let producer = cluster.connect_as(PRODUCER);
+    Sessions {
+        admin,
+        listener,
+        producer,
+    }
+}
+
 #[test]
 fn an_enqueue_wakes_listeners_once_when_it_commits() {
     let cluster = Cluster::shared();
     let queue = unique_queue("wake");
     let quiet = unique_queue("quiet");
-    let mut admin = cluster.connect_as(ADMIN);
+    let Sessions {
+        mut admin,
+        mut listener,
+        mut producer,
+    } = sessions(cluster);
     configure_notify(&mut admin, &queue, true);
-    let mut listener = cluster.connect_as(WORKER);
-    listener.batch_execute("LISTEN aedb_queue").unwrap();
-    let mut producer = cluster.connect_as(PRODUCER);
 
     let mut tx = producer.transaction().unwrap();
     enqueue(&mut tx, &queue, &json!({"n": 1}));
@@ -70,11 +91,12 @@ fn an_enqueue_wakes_listeners_once_when_it_commits() {
 fn an_enqueue_after_a_rolled_back_savepoint_wakes_listeners_at_commit() {
     let cluster = Cluster::shared();
     let queue = unique_queue("wake_sp");
-    let mut admin = cluster.connect_as(ADMIN);
+    let Sessions {
+        mut admin,
+        mut listener,
+        mut producer,
+    } = sessions(cluster);
     configure_notify(&mut admin, &queue, true);
-    let mut listener = cluster.connect_as(WORKER);
-    listener.batch_execute("LISTEN aedb_queue").unwrap();
-    let mut producer = cluster.connect_as(PRODUCER);
 
     let mut tx = producer.transaction().unwrap();
     let mut sp = tx.savepoint("s").unwrap();
@@ -97,10 +119,11 @@ fn an_enqueue_after_a_rolled_back_savepoint_wakes_listeners_at_commit() {
 fn a_notify_setting_changed_elsewhere_applies_to_the_next_enqueue() {
     let cluster = Cluster::shared();
     let queue = unique_queue("wake_late");
-    let mut admin = cluster.connect_as(ADMIN);
-    let mut listener = cluster.connect_as(WORKER);
-    listener.batch_execute("LISTEN aedb_queue").unwrap();
-    let mut producer = cluster.connect_as(PRODUCER);
+    let Sessions {
+        mut admin,
+        mut listener,
+        mut producer,
+    } = sessions(cluster);
 
     enqueue(&mut producer, &queue, &json!({"n": 1}));
     assert!(received(&mut listener, &[&queue], Duration::from_millis(300)).is_empty());
@@ -123,11 +146,12 @@ fn a_notify_setting_changed_elsewhere_applies_to_the_next_enqueue() {
 fn a_delayed_task_wakes_listeners_when_the_reaper_promotes_it() {
     let cluster = Cluster::shared();
     let queue = unique_queue("wake_timer");
-    let mut admin = cluster.connect_as(ADMIN);
+    let Sessions {
+        mut admin,
+        mut listener,
+        mut producer,
+    } = sessions(cluster);
     configure_notify(&mut admin, &queue, true);
-    let mut listener = cluster.connect_as(WORKER);
-    listener.batch_execute("LISTEN aedb_queue").unwrap();
-    let mut producer = cluster.connect_as(PRODUCER);
 
     let task = enqueue_with(
         &mut producer,
