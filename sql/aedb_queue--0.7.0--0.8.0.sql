@@ -37,6 +37,14 @@ STRICT STABLE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'queue_counters_wrapper';
 
+CREATE  FUNCTION "queue_write_path"() RETURNS TABLE (
+	"operation" TEXT,  /* String */
+	"direct" bool,  /* bool */
+	"reason" TEXT  /* Option < String > */
+)
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'queue_write_path_wrapper';
+
 CREATE  FUNCTION "queue_find"(
 	"task_id" bigint DEFAULT NULL, /* Option < i64 > */
 	"idempotency_key" TEXT DEFAULT NULL, /* Option < & str > */
@@ -194,7 +202,8 @@ $body$;
 
 -- 3. Grants, as sql/security.sql gives them on a fresh install.
 REVOKE ALL ON FUNCTION aedb_queue_internal.estimated_tasks FROM PUBLIC;
-REVOKE ALL ON FUNCTION "queue_overview", "queue_counters", "queue_access", "queue_find" FROM PUBLIC;
+REVOKE ALL ON FUNCTION "queue_overview", "queue_counters", "queue_access", "queue_find", "queue_write_path" FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION "queue_write_path" TO aedb_queue_admin;
 GRANT EXECUTE ON FUNCTION "queue_overview", "queue_counters", "queue_access", "queue_find"
     TO aedb_queue_worker, aedb_queue_admin;
 

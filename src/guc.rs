@@ -48,7 +48,37 @@ pub static MAX_CRON_PATTERN_BYTES: GucSetting<i32> = GucSetting::<i32>::new(256)
 /// reaper pass, and a tenant's queues must not take them all.
 pub static MAX_SCHEDULES_PER_QUEUE: GucSetting<i32> = GucSetting::<i32>::new(1000);
 
+/// Whether the hot calls write the task table through its access method
+/// (`store::am`) or run their statements (`store::direct` decides).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, pgrx::PostgresGucEnum)]
+pub enum DirectWrites {
+    /// Direct writes where the table allows them, except while an executor
+    /// hook is installed (pg_stat_statements, pgaudit, auto_explain, ...):
+    /// those hooks would not see the writes.
+    #[name = c"auto"]
+    Auto,
+    /// Direct writes where the table allows them, hooks or not.
+    #[name = c"on"]
+    On,
+    /// Every write runs its statement.
+    #[name = c"off"]
+    Off,
+}
+
+/// Superuser-only: `on` hides writes from executor hooks (audit), which an
+/// application must not choose for itself.
+pub static DIRECT_WRITES: GucSetting<DirectWrites> =
+    GucSetting::<DirectWrites>::new(DirectWrites::Auto);
+
 pub fn register() {
+    GucRegistry::define_enum_guc(
+        c"aedb_queue.direct_writes",
+        c"Whether enqueue, claim and complete write the task table through its access method or run INSERT, UPDATE and DELETE statements.",
+        c"auto: direct where the table allows it (docs/write-path.md) and no executor hook is installed; on: also under executor hooks, which then do not see the writes; off: always the statements (about a third more instructions per claim).",
+        &DIRECT_WRITES,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
     GucRegistry::define_int_guc(
         c"aedb_queue.max_cron_pattern_bytes",
         c"Longest cron pattern queue_schedule_upsert and queue_cron_preview accept, in bytes.",
@@ -133,6 +163,10 @@ pub fn register() {
         GucContext::Suset,
         GucFlags::default(),
     );
+}
+
+pub fn direct_writes() -> DirectWrites {
+    DIRECT_WRITES.get()
 }
 
 pub fn max_payload_bytes() -> usize {

@@ -80,7 +80,7 @@ pub extern "C-unwind" fn _PG_init() {
     guc::register();
     cache::register();
     store::planner::register();
-    store::index_cache::register();
+    store::am::register();
     bgworker::register();
     counters::register();
 }

@@ -9,7 +9,8 @@ mod tests {
     use pgrx::pg_sys;
     use pgrx::prelude::*;
 
-    use crate::store::bulk::{self, Values, WRITES};
+    use crate::store::am::insert::{self as bulk, Values, WRITES};
+    use crate::store::am::Admission;
     use crate::tests::tests::{count, exec, ints, one};
 
     /// id (primary key, positive), kind (NOT NULL), note; partial indexes on
@@ -43,7 +44,7 @@ mod tests {
             (c"id", Values::PerRow(&ids)),
             (c"kind", Values::PerRow(&kinds)),
         ];
-        bulk::write(relid(table), &columns, ids.len())
+        bulk::write(relid(table), &columns, ids.len(), &Admission::any()).is_ok()
     }
 
     fn amcheck(index: &str) {
@@ -200,7 +201,7 @@ mod tests {
             (c"id", Values::PerRow(&ids)),
             (c"colour", Values::Same(pg_sys::Datum::from(0usize))),
         ];
-        assert!(!bulk::write(relid("d5"), &columns, 1));
+        assert!(!bulk::write(relid("d5"), &columns, 1, &Admission::any()).is_ok());
         assert_eq!(count("d5"), 0);
     }
 
@@ -221,19 +222,19 @@ mod tests {
             (c"kind", Values::Same(kind)),
             (c"id", Values::PerRow(&ids)),
         ];
-        assert!(bulk::write(relid("o"), &columns, 2));
+        assert!(bulk::write(relid("o"), &columns, 2, &Admission::any()).is_ok());
         assert_eq!(
             count("o WHERE kind = 'a' AND note = 'n' AND kindness = 'n'"),
             2
         );
         let prefix = [(c"id", Values::PerRow(&ids)), (c"kin", Values::Same(kind))];
-        assert!(!bulk::write(relid("o"), &prefix, 2));
+        assert!(!bulk::write(relid("o"), &prefix, 2, &Admission::any()).is_ok());
         let twice = [
             (c"id", Values::PerRow(&ids)),
             (c"kind", Values::Same(kind)),
             (c"kind", Values::Same(kind)),
         ];
-        assert!(!bulk::write(relid("o"), &twice, 2));
+        assert!(!bulk::write(relid("o"), &twice, 2, &Admission::any()).is_ok());
         assert_eq!(count("o"), 2);
     }
 

@@ -90,7 +90,7 @@ mod tests {
     }
 
     fn direct_deletes() -> u64 {
-        crate::store::direct_delete::CALLS.with(|c| c.get())
+        crate::store::am::delete::CALLS.with(|c| c.get())
     }
 
     #[pg_test]

@@ -1,4 +1,4 @@
-//! `#[pg_test]`s of `store::direct_delete`, the statement-free DELETE behind
+//! `#[pg_test]`s of `store::am::delete`, the statement-free DELETE behind
 //! a completion: called directly on scratch tables (what it deletes, what
 //! it reads, when it declines), then through `queue_complete` and
 //! `queue_complete_batch` (the statement takes over when a trigger needs
@@ -12,7 +12,8 @@ mod tests {
     use pgrx::pg_sys;
     use pgrx::prelude::*;
 
-    use crate::store::direct_delete::{self, Row, CALLS};
+    use crate::store::am::delete::{self as direct_delete, CALLS};
+    use crate::store::am::{Admission, Row};
     use crate::tests::tests::{claim_one, count, enqueue, exec, one};
 
     fn scratch(name: &str) {
@@ -33,9 +34,11 @@ mod tests {
         direct_delete::delete_by_key(
             relid(table),
             id,
+            &Admission::any(),
             |row: &Row| row.text(c"kind").as_deref() == Some(kind),
             |row: &Row| row.int8(c"id").expect("id") * 1000,
         )
+        .ok()
     }
 
     fn ids(table: &str) -> String {
@@ -66,17 +69,24 @@ mod tests {
         let read = direct_delete::delete_by_keys(
             relid("s"),
             &[4, 9, 1, 2, 4],
+            &Admission::any(),
             |row: &Row| row.int8(c"n") != Some(20),
             |row: &Row| (row.int8(c"id").expect("id"), row.text(c"kind")),
         );
         assert_eq!(
             read,
-            Some(vec![(4, Some("k4".into())), (1, Some("k1".into()))]),
+            Ok(vec![(4, Some("k4".into())), (1, Some("k1".into()))]),
             "2 held by n = 20; 9 missing; 4 once"
         );
         assert_eq!(ids("s"), "2,3,5");
-        let none = direct_delete::delete_by_keys(relid("s"), &[], |_: &Row| true, |_: &Row| ());
-        assert_eq!(none, Some(vec![]));
+        let none = direct_delete::delete_by_keys(
+            relid("s"),
+            &[],
+            &Admission::any(),
+            |_: &Row| true,
+            |_: &Row| (),
+        );
+        assert_eq!(none, Ok(vec![]));
     }
 
     #[pg_test]
@@ -97,10 +107,11 @@ mod tests {
         let read = direct_delete::delete_by_key(
             relid("s"),
             1,
+            &Admission::any(),
             |row: &Row| row.text(c"kind").is_none() && row.get(c"colour").is_none(),
             |row: &Row| (row.text(c"kind"), row.int8(c"n")),
         );
-        assert_eq!(read, Some(Some((None, Some(10)))));
+        assert_eq!(read, Ok(Some((None, Some(10)))));
     }
 
     #[pg_test(error = "cannot execute DELETE in a read-only transaction")]

@@ -1,4 +1,4 @@
-//! `#[pg_test]`s of `store::direct_update`, the statement-free `SELECT ...
+//! `#[pg_test]`s of `store::am::update`, the statement-free `SELECT ...
 //! FOR UPDATE SKIP LOCKED` + `UPDATE` behind a claim: called directly on
 //! scratch tables (what it updates and in which order, what it reads, the
 //! constraints and indexes it keeps, when it declines), then through
@@ -13,8 +13,8 @@ mod tests {
     use pgrx::pg_sys::{self, Datum};
     use pgrx::prelude::*;
 
-    use crate::store::direct_delete::Row;
-    use crate::store::direct_update::{self, Changes, Key, CALLS};
+    use crate::store::am::update::{self as direct_update, Changes, Key, CALLS};
+    use crate::store::am::{Admission, Row};
     use crate::tests::tests::{claim, count, enqueue, exec, fail, field, one, text_field};
 
     /// Rows 1..=5 with n = 10 × id, an index on n, and the constraints a
@@ -70,6 +70,7 @@ mod tests {
             ranges,
             limit,
             &[],
+            &Admission::any(),
             |row: &Row| row.text(c"kind").as_deref() != Some(except),
             |row: &Row, new: &mut Changes<'_>| {
                 let n = row.get(c"n").expect("n").value() as i32;
@@ -80,6 +81,7 @@ mod tests {
                 (row.int8(c"id").expect("id"), n)
             },
         )
+        .ok()
     }
 
     fn rows(table: &str) -> String {
@@ -150,10 +152,12 @@ mod tests {
             &[&[at_least(1)]],
             1,
             &[],
+            &Admission::any(),
             |_: &Row| true,
             |_: &Row, new: &mut Changes<'_>| change(new),
             |_: &Row| (),
-        );
+        )
+        .expect("the scratch table is admitted");
     }
 
     #[pg_test(error = "new row for relation \"s\" violates check constraint \"s_n_check\"")]

@@ -1,16 +1,17 @@
 //! Writing new tasks: one enqueue, a batch, or a completion's follow-ups.
 //!
-//! Every path writes its rows through `bulk::write`, straight to the heap
-//! and indexes, without a statement: a statement's executor start and end,
-//! its planned expressions and the SPI connection around it cost more than
-//! the row itself. Only when `bulk::write` declines (a trigger or row-level
-//! security on the task table) do the rows go through `INSERT_TASKS`.
+//! Every path writes its rows through `am::insert::write`, straight to the
+//! heap and indexes, without a statement: a statement's executor start and
+//! end, its planned expressions and the SPI connection around it cost more
+//! than the row itself. Where the seam (`direct`) declines, the rows go
+//! through `INSERT_TASKS`.
 
 use pgrx::datum::TimestampWithTimeZone;
 use pgrx::spi::SpiClient;
 use pgrx::{pg_sys, FromDatum, IntoDatum};
 
-use super::bulk::{self, Values};
+use super::am::insert::{self as am_insert, Values};
+use super::direct::{self, Operation};
 use super::flow::SlotChanges;
 use super::owner::OwnerRights;
 use super::{
@@ -30,7 +31,7 @@ static REGISTER_QUEUE: Statement = Statement {
     clock: false,
 };
 
-/// The rows through the executor, when `bulk::write` declines. `$deps`
+/// The rows through the executor, where the direct write declines. `$deps`
 /// lists the dependency and key columns, which older schemas lack.
 macro_rules! insert_tasks {
     ($deps:literal, $values:literal) => {
@@ -182,7 +183,7 @@ fn insert(
     key: Option<&str>,
 ) -> Result<Vec<i64>> {
     // Before the ids are drawn, so the error names the INSERT.
-    bulk::refuse_in_read_only_transaction();
+    am_insert::refuse_in_read_only_transaction();
     if !task.registered {
         with_client(|client| register(client, task))?;
     }
@@ -352,15 +353,18 @@ impl RowDatums {
     }
 }
 
-/// The rows through `bulk::write`; false when it declined.
+/// The rows through `am::insert::write`; false when it declined.
 fn write(task: &NewTask<'_>, rows: &Rows<'_>, shared: &Shared) -> Result<bool> {
+    let Ok(admission) = direct::admission(Operation::Enqueue) else {
+        return Ok(false);
+    };
     let relid =
         crate::oids::relation_oid(c"task").ok_or_else(|| internal("no table aedb_queue.task"))?;
     let datum =
         |value: Option<pg_sys::Datum>| value.ok_or_else(|| internal("a task value is NULL"));
     let ids = RowDatums::of(&rows.ids, |id| id.into_datum());
     let payloads = RowDatums::of(rows.payloads, |p| p.and_then(IntoDatum::into_datum));
-    // In the table's column order, which `bulk::write` finds fastest; room
+    // In the table's column order, which `am::insert::write` finds fastest; room
     // for every column, so pushing never reallocates.
     let mut columns = Vec::with_capacity(COLUMNS_MAX);
     columns.extend([
@@ -418,7 +422,7 @@ fn write(task: &NewTask<'_>, rows: &Rows<'_>, shared: &Shared) -> Result<bool> {
     if !vts.is_empty() {
         columns.push((c"fair_vt", Values::PerRow(&vts)));
     }
-    Ok(bulk::write(relid, &columns, rows.ids.len()))
+    Ok(am_insert::write(relid, &columns, rows.ids.len(), &admission).is_ok())
 }
 
 fn insert_through_executor(

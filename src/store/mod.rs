@@ -35,22 +35,18 @@ macro_rules! archive_done {
 }
 
 mod admin;
-pub(crate) mod bulk;
-mod cron;
+pub(crate) mod cron;
 mod dependency;
-mod direct_claim;
-pub(crate) mod direct_delete;
-pub(crate) mod direct_update;
+pub(crate) mod am;
+mod claimed;
+pub(crate) mod direct;
 mod fence;
 pub(crate) mod flow;
-pub(crate) mod index_cache;
-mod insert;
+pub(crate) mod insert;
 mod latest;
-mod memory;
 mod overview;
 mod owner;
 pub(crate) mod planner;
-mod refute;
 mod rights;
 mod rows;
 mod schedule;
@@ -64,6 +60,7 @@ pub use insert::*;
 pub use overview::*;
 pub use rights::*;
 pub use schedule::*;
+pub use claimed::ClaimedTask;
 pub use tasks::*;
 
 use rustc_hash::FxHashMap;

@@ -85,7 +85,7 @@ thread_local! {
 }
 
 /// The owner of `aedb_queue.task`, looked up once per catalog invalidation.
-fn tables_owner() -> Result<Oid> {
+pub(super) fn tables_owner() -> Result<Oid> {
     let generation = cache::generation(Topic::Catalog);
     if let Some((seen, owner)) = OWNER.with(Cell::get) {
         if seen == generation {

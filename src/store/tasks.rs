@@ -9,8 +9,8 @@ use aedb_queue_core::scan_hint::ScanHints;
 use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::spi::SpiClient;
 
-use super::direct_claim;
-use super::direct_delete;
+use super::claimed::ClaimedTask;
+use super::direct::{self, claim::From};
 use super::flow::{self, SlotChanges};
 use super::{
     execute, with_client, Rows, SchemaLevel, Statement, Versioned, INT4, INT8, INT8_ARRAY,
@@ -718,27 +718,6 @@ fn reap_in(
     Ok(reaped)
 }
 
-pub struct ClaimedTask {
-    pub task_id: i64,
-    pub payload: Option<RawJsonb>,
-    pub attempts: i32,
-    pub fencing_token: i64,
-    pub lease_deadline: TimestampWithTimeZone,
-    pub priority: i64,
-    pub enqueued_at: TimestampWithTimeZone,
-    pub progress: Option<RawJsonb>,
-    /// Its place after priority in service order: its virtual start time
-    /// in a fair-share queue, else its id.
-    pub rank: i64,
-}
-
-impl ClaimedTask {
-    /// Where the task stands in service order (the ready index's).
-    fn service_order(&self) -> (std::cmp::Reverse<i64>, i64, i64) {
-        (std::cmp::Reverse(self.priority), self.rank, self.task_id)
-    }
-}
-
 type Hints = ScanHints<TimestampWithTimeZone>;
 
 /// Queues whose hints one backend keeps; past this many, it starts over.
@@ -827,17 +806,10 @@ fn claim_fair(
             let mut hints = Hints::new(Instant::now());
             reap_if_due(client, queue, limit, &mut hints)?;
         }
-        let direct = direct_claim::claim(
-            queue,
-            owner_id,
-            &lease,
-            max,
-            direct_claim::From::Head,
-            token_floor(),
-        )?;
+        let direct = direct::claim::claim(queue, owner_id, &lease, max, From::Head, token_floor())?;
         let mut tasks = match direct {
-            Some(tasks) => tasks,
-            None => {
+            Ok(tasks) => tasks,
+            Err(_) => {
                 let args = [
                     queue.into(),
                     max.into(),
@@ -870,8 +842,8 @@ fn claim_in(
     }
 }
 
-/// `claim_in` without statements (`direct_claim`); None, with nothing
-/// claimed, where the schema or the table needs the statements.
+/// `claim_in` without statements (`direct::claim`); None, with nothing
+/// claimed, where the statements must run.
 fn claim_directly(
     queue: &str,
     owner_id: &str,
@@ -883,8 +855,8 @@ fn claim_directly(
     let floor = token_floor();
     let mut tasks = Vec::new();
     if let Some((priority, rank)) = position {
-        let from = direct_claim::From::After(priority, rank);
-        let Some(claimed) = direct_claim::claim(queue, owner_id, lease, max, from, floor)? else {
+        let from = From::After(priority, rank);
+        let Ok(claimed) = direct::claim::claim(queue, owner_id, lease, max, from, floor)? else {
             return Ok(None);
         };
         tasks = claimed;
@@ -894,12 +866,11 @@ fn claim_directly(
     }
     let missing = max - tasks.len() as i32;
     if missing > 0 {
-        let from = direct_claim::From::Head;
-        match direct_claim::claim(queue, owner_id, lease, missing, from, floor)? {
-            Some(claimed) => tasks.extend(claimed),
-            None if tasks.is_empty() => return Ok(None),
+        match direct::claim::claim(queue, owner_id, lease, missing, From::Head, floor)? {
+            Ok(claimed) => tasks.extend(claimed),
+            Err(_) if tasks.is_empty() => return Ok(None),
             // Both calls judge the same table in the same transaction.
-            None => return Err(internal("the direct claim declined after it had claimed")),
+            Err(_) => return Err(internal("the direct claim declined after it had claimed")),
         }
     }
     Ok(Some(tasks))
@@ -1030,7 +1001,7 @@ pub fn complete(
     let direct = if keep {
         None
     } else {
-        complete_directly(queue, task_id, fencing_token)?
+        direct::complete::one(queue, task_id, fencing_token)?.ok()
     };
     let done = match direct {
         Some(None) => None,
@@ -1046,34 +1017,6 @@ pub fn complete(
         counters::count(queue, Counter::Completed, 1);
     }
     Ok(done)
-}
-
-/// COMPLETE's fence and DELETE without the statement (`direct_delete`):
-/// the changes of the deleted task's keys, None (inside) when the fence did
-/// not hold, None when it declined.
-fn complete_directly(
-    queue: &str,
-    task_id: i64,
-    fencing_token: i64,
-) -> Result<Option<Option<SlotChanges>>> {
-    if super::schema_level() < super::SchemaLevel::V060 {
-        return Ok(None);
-    }
-    let (relid, completable) = completable_in(queue)?;
-    let fence_holds = |row: &direct_delete::Row| {
-        completable(row) && row.int8(c"fencing_token") == Some(fencing_token)
-    };
-    let keys = |row: &direct_delete::Row| {
-        let mut slots = SlotChanges::default();
-        keys_of_deleted(&mut slots, queue, task_id, row);
-        slots
-    };
-    Ok(direct_delete::delete_by_key(
-        relid,
-        task_id,
-        fence_holds,
-        keys,
-    ))
 }
 
 /// COMPLETE (or COMPLETE_KEEPING) as a statement: the queues where children
@@ -1131,7 +1074,7 @@ pub fn complete_many(
     task_ids: &[i64],
     fencing_tokens: &[i64],
 ) -> Result<(Vec<super::IdAndToken>, Vec<String>)> {
-    if let Some((pairs, slots)) = complete_many_directly(queue, task_ids, fencing_tokens)? {
+    if let Ok((pairs, slots)) = direct::complete::many(queue, task_ids, fencing_tokens)? {
         counters::count(queue, Counter::Completed, pairs.len() as u64);
         let woken = with_client(|client| flow::settle_in(client, slots))?;
         return Ok((pairs, woken));
@@ -1162,65 +1105,6 @@ pub fn complete_many(
         counters::count(queue, Counter::Completed, pairs.len() as u64);
         Ok((pairs, flow::settle_in(client, slots)?))
     })
-}
-
-/// COMPLETE_MANY's fence and DELETE without the statement
-/// (`direct_delete`), in task_id order as the statement's index scan goes:
-/// the (id, token) pairs deleted and their keys' changes, None when it
-/// declined.
-fn complete_many_directly(
-    queue: &str,
-    task_ids: &[i64],
-    fencing_tokens: &[i64],
-) -> Result<Option<(Vec<super::IdAndToken>, SlotChanges)>> {
-    if super::schema_level() < super::SchemaLevel::V060 {
-        return Ok(None);
-    }
-    let (relid, completable) = completable_in(queue)?;
-    let pairs = FencePairs::new(task_ids, fencing_tokens);
-    let mut ids = task_ids.to_vec();
-    ids.sort_unstable();
-    ids.dedup();
-    let fence_holds = |row: &direct_delete::Row| {
-        completable(row)
-            && matches!((row.int8(c"task_id"), row.int8(c"fencing_token")),
-                (Some(id), Some(token)) if pairs.contains(id, token))
-    };
-    let mut slots = SlotChanges::default();
-    let deleted = direct_delete::delete_by_keys(relid, &ids, fence_holds, |row| {
-        let task_id = row.int8(c"task_id").unwrap_or_default();
-        keys_of_deleted(&mut slots, queue, task_id, row);
-        (task_id, row.int8(c"fencing_token").unwrap_or_default())
-    });
-    Ok(deleted.map(|pairs| (pairs, slots)))
-}
-
-/// The task table, and the part of COMPLETE's fence that does not depend
-/// on the token: a task of `queue`, in flight, with no dependents.
-fn completable_in(
-    queue: &str,
-) -> Result<(pgrx::pg_sys::Oid, impl Fn(&direct_delete::Row) -> bool + '_)> {
-    let relid =
-        crate::oids::relation_oid(c"task").ok_or_else(|| internal("no table aedb_queue.task"))?;
-    let in_flight = crate::oids::enum_label_oid(c"task_state", c"in_flight");
-    let completable = move |row: &direct_delete::Row| {
-        row.oid(c"state") == Some(in_flight)
-            && row.bool(c"has_dependents") != Some(true)
-            && row.text_is(c"queue", queue)
-    };
-    Ok((relid, completable))
-}
-
-/// The key changes of a task deleted by `direct_delete` (see `keys_from`).
-fn keys_of_deleted(slots: &mut SlotChanges, queue: &str, task_id: i64, row: &direct_delete::Row) {
-    keys_from(
-        slots,
-        queue,
-        task_id,
-        row.text(c"concurrency_key"),
-        row.text(c"ordering_key"),
-        true,
-    );
 }
 
 pub struct FailingTask {
@@ -1385,8 +1269,7 @@ pub(super) fn keys_of(
     at: usize,
     frees: bool,
 ) -> Result<()> {
-    keys_from(
-        slots,
+    slots.settled(
         queue,
         task_id,
         row.get::<String>(at)?,
@@ -1394,21 +1277,4 @@ pub(super) fn keys_of(
         frees,
     );
     Ok(())
-}
-
-/// `keys_of` given the keys.
-fn keys_from(
-    slots: &mut SlotChanges,
-    queue: &str,
-    task_id: i64,
-    concurrency_key: Option<String>,
-    ordering_key: Option<String>,
-    frees: bool,
-) {
-    if let (Some(key), true) = (concurrency_key, frees) {
-        slots.freed(queue, &key);
-    }
-    if let Some(key) = ordering_key {
-        slots.head_left(queue, &key, task_id);
-    }
 }

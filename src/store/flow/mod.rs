@@ -90,6 +90,25 @@ impl SlotChanges {
     }
 
     /// A task of the key stopped holding one of its slots.
+    /// Task `task_id` of `queue` settled holding these keys: its
+    /// concurrency key's slot is freed when `frees`, and its ordering key's
+    /// line moves on past it.
+    pub(crate) fn settled(
+        &mut self,
+        queue: &str,
+        task_id: i64,
+        concurrency_key: Option<String>,
+        ordering_key: Option<String>,
+        frees: bool,
+    ) {
+        if let (Some(key), true) = (concurrency_key, frees) {
+            self.freed(queue, &key);
+        }
+        if let Some(key) = ordering_key {
+            self.head_left(queue, &key, task_id);
+        }
+    }
+
     pub(crate) fn freed(&mut self, queue: &str, key: &str) {
         *self
             .freed

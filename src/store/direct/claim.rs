@@ -1,4 +1,4 @@
-//! A claim of ready tasks without a statement (`direct_update`): the ready
+//! A claim of ready tasks without a statement (`am::update`): the ready
 //! index read in service order from the head or after a scan position,
 //! each task locked with SKIP LOCKED and put in flight as `CLAIM` and
 //! `CLAIM_AFTER` do, and its new version read back as their RETURNING.
@@ -7,15 +7,16 @@ use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::pg_sys::{self, Datum, Oid};
 use pgrx::{FromDatum, PgMemoryContexts};
 
-use super::direct_delete::Row;
-use super::direct_update::{self, Changes, Key};
-use super::tasks::ClaimedTask;
+use super::Operation;
 use crate::datum::RawJsonb;
+use crate::store::am::update::{self, Changes, Key};
+use crate::store::am::{Decline, Row};
+use crate::store::claimed::ClaimedTask;
 use crate::errors::{internal, Result};
 
 /// Where a claim reads the ready index.
 #[derive(Clone, Copy)]
-pub(super) enum From {
+pub(in crate::store) enum From {
     /// From the head of the queue's entries.
     Head,
     /// After the position (priority, rank) in service order: higher
@@ -26,20 +27,25 @@ pub(super) enum From {
 
 /// Claims up to `max` ready tasks of `queue` from `from`, each leased to
 /// `owner_id` until the call's clock + `lease` under a token of at least
-/// `token_floor`. None when the schema or the table needs the statements.
+/// `token_floor`. Declines (nothing claimed) where the statements must run
+/// (`direct`).
 ///
 /// Called with an SPI connection (inside `with_client`): the tasks' values
 /// are copied to the context around it, as `Rows` copies them.
-pub(super) fn claim(
+pub(in crate::store) fn claim(
     queue: &str,
     owner_id: &str,
     lease: &Interval,
     max: i32,
     from: From,
     token_floor: i64,
-) -> Result<Option<Vec<ClaimedTask>>> {
-    if super::schema_level() < super::SchemaLevel::V080 || max < 1 {
-        return Ok(None);
+) -> Result<std::result::Result<Vec<ClaimedTask>, Decline>> {
+    let admission = match super::admission(Operation::Claim) {
+        Ok(admission) => admission,
+        Err(decline) => return Ok(Err(decline)),
+    };
+    if max < 1 {
+        return Ok(Ok(Vec::new()));
     }
     let relid =
         crate::oids::relation_oid(c"task").ok_or_else(|| internal("no table aedb_queue.task"))?;
@@ -55,7 +61,7 @@ pub(super) fn claim(
     let queue_text = text_datum(queue);
     let owner = text_datum(owner_id);
     let now = crate::clock::now_datum();
-    let deadline = super::insert::timestamptz_plus(now, lease);
+    let deadline = crate::store::insert::timestamptz_plus(now, lease);
 
     let in_queue = key(
         1,
@@ -111,17 +117,21 @@ pub(super) fn claim(
     // a value that differs from call to call (the deadline) would make
     // `OpenIndexes` prove them again on every call.
     let constants = [(c"state", Some(in_flight))];
-    let claimed = direct_update::update_in_order(
+    let claimed = update::update_in_order(
         relid,
         index,
         &ranges,
         max as usize,
         &constants,
+        &admission,
         holds,
         change,
         read,
     );
-    claimed.map(|tasks| tasks.into_iter().collect()).transpose()
+    Ok(match claimed {
+        Ok(tasks) => Ok(tasks.into_iter().collect::<Result<_>>()?),
+        Err(decline) => Err(decline),
+    })
 }
 
 fn key(column: i16, strategy: u32, procedure: u32, argument: Datum) -> Key {

@@ -12,16 +12,19 @@
 //! follow a committed update to the newest version; a claim leaves that
 //! task to the next one); under REPEATABLE READ and SERIALIZABLE a row
 //! changed since the snapshot fails the call with 40001, as the statement's
-//! row lock does. It declines (the caller runs its statement) when the
-//! table needs the executor (`bulk::needs_executor`).
+//! row lock does. It declines (the caller runs its statement) where
+//! `guards` do.
 
 use std::ffi::CStr;
 
 use pgrx::pg_sys::{self, Datum, Oid};
 
-use super::direct_delete::{serialization_failure, unexpected, Row};
+use super::guards::{self, Decline, Write};
 use super::index_cache::OpenIndexes;
 use super::refute::Constant;
+use super::row::Row;
+use super::tm_result::{serialization_failure, unexpected};
+use super::Admission;
 
 /// One condition of an index scan: `column <op> argument`, with `procedure`
 /// the operator's function and `strategy` its btree strategy.
@@ -65,7 +68,7 @@ pub type Constants<'a> = &'a [(&'a CStr, Option<Datum>)];
 /// visible row `holds` of that this transaction can lock at once is locked
 /// and given the values `change` sets, and `read` of its new version is
 /// returned. A `change` that sets a column that does not exist fails the
-/// call. None (nothing done) when the table needs the executor.
+/// call. A decline (nothing done) where the statement must run.
 ///
 /// Runs as one statement would: after a command counter increment, with
 /// the snapshot a new statement gets; the updates are visible to the next
@@ -77,10 +80,11 @@ pub fn update_in_order<R>(
     ranges: &[&[Key]],
     limit: usize,
     constants: Constants<'_>,
+    admission: &Admission<'_>,
     holds: impl Fn(&Row) -> bool,
     mut change: impl FnMut(&Row, &mut Changes<'_>) -> bool,
     mut read: impl FnMut(&Row) -> R,
-) -> Option<Vec<R>> {
+) -> Result<Vec<R>, Decline> {
     // SAFETY: every pointer comes from Postgres and lives until the end of
     // this call (slots, scans, the executor state) or of the transaction
     // (the relations' locks, kept as the executor keeps them); an error
@@ -92,11 +96,18 @@ pub fn update_in_order<R>(
         }
         let lock = pg_sys::RowExclusiveLock as pg_sys::LOCKMODE;
         let rel = pg_sys::table_open(relid, lock);
-        if super::bulk::needs_executor(rel) {
+        if let Err(decline) = guards::table(Write::Update, rel, admission.role) {
             pg_sys::table_close(rel, lock);
-            return None;
+            return Err(decline);
         }
         let scanned = pg_sys::index_open(index, lock);
+        let judged =
+            guards::scan_index(scanned).and_then(|()| (admission.shape)(rel, Some(scanned)));
+        if let Err(decline) = judged {
+            pg_sys::index_close(scanned, lock);
+            pg_sys::table_close(rel, lock);
+            return Err(decline);
+        }
         pg_sys::CommandCounterIncrement();
         pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
         pg_sys::UpdateActiveSnapshotCommandId();
@@ -143,7 +154,7 @@ pub fn update_in_order<R>(
         pg_sys::CommandCounterIncrement();
         #[cfg(any(test, feature = "pg_test"))]
         CALLS.with(|c| c.set(c.get() + 1));
-        Some(updated)
+        Ok(updated)
     }
 }
 
@@ -276,7 +287,7 @@ impl Writer {
                 pgrx::error!("update_in_order: a change names a column the table does not have");
             }
             pg_sys::ExecStoreVirtualTuple(new);
-            super::bulk::reset_per_row_memory(self.estate);
+            super::insert::reset_per_row_memory(self.estate);
             if self.has_constraints {
                 pg_sys::ExecConstraints(self.result_rel, new, self.estate);
             }
@@ -353,7 +364,7 @@ unsafe fn refutable(rel: pg_sys::Relation, constants: Constants<'_>) -> Vec<Cons
         let mut out: Vec<Constant> = constants
             .iter()
             .filter_map(|(name, value)| {
-                let at = super::bulk::find_attribute(attrs, name, 0)?;
+                let at = super::insert::find_attribute(attrs, name, 0)?;
                 let value = match value {
                     None => None,
                     Some(datum) if attrs[at].attbyval => Some(datum.value()),

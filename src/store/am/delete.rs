@@ -1,5 +1,5 @@
 //! Rows deleted by their primary keys straight through the table's access
-//! method, as `bulk` writes rows: no statement, no SPI call, no executor
+//! method, as `insert` writes rows: no statement, no SPI call, no executor
 //! start and end, which were most of a one-task settle and much of a
 //! batch's.
 //!
@@ -9,113 +9,15 @@
 //! READ COMMITTED meets it: wait for the updater, lock the newest version
 //! and judge it again (what the executor's EvalPlanQual does); under
 //! REPEATABLE READ and SERIALIZABLE the call fails with 40001. It declines
-//! (the caller falls back to its DELETE statement) when the table needs the
-//! executor (triggers, row-level security, not a plain table) or its primary
-//! key is not one bigint column.
+//! (the caller falls back to its DELETE statement) where `guards` do, or
+//! when the primary key is not one bigint column.
 
-use std::cell::{Cell, RefCell};
-use std::ffi::{c_char, CStr};
-
-use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::pg_sys::{self, Datum};
-use pgrx::{PgLogLevel, PgSqlErrorCode};
 
-/// The version of the row the caller judges or reads.
-pub struct Row {
-    slot: *mut pg_sys::TupleTableSlot,
-    /// Column numbers found by name so far in this call: every row of the
-    /// call has the same descriptor, so each name is searched for once.
-    columns: RefCell<Vec<(*const c_char, Option<i32>)>>,
-    /// Where in `columns` the next name is looked for first: each row of a
-    /// call asks for its names in the same order.
-    next: Cell<usize>,
-}
-
-impl Row {
-    /// The row in `slot`, which stays valid while the `Row` is used.
-    pub(super) fn over(slot: *mut pg_sys::TupleTableSlot) -> Row {
-        Row {
-            slot,
-            columns: RefCell::new(Vec::new()),
-            next: Cell::new(0),
-        }
-    }
-
-    pub(super) fn slot(&self) -> *mut pg_sys::TupleTableSlot {
-        self.slot
-    }
-
-    /// Column `name`'s value; None when it is NULL or there is no such
-    /// column.
-    pub fn get(&self, name: &CStr) -> Option<Datum> {
-        let column = self.column(name)?;
-        // SAFETY: the slot holds a pinned version of a row of the open
-        // relation while `Row` is lent out; its values are read once
-        // deformed up to `column`, as slot_getattr does.
-        unsafe {
-            if i32::from((*self.slot).tts_nvalid) < column {
-                pg_sys::slot_getsomeattrs_int(self.slot, column);
-            }
-            let at = column as usize - 1;
-            (!*(*self.slot).tts_isnull.add(at)).then(|| *(*self.slot).tts_values.add(at))
-        }
-    }
-
-    /// Whether text column `name` holds `value` (false when NULL), without
-    /// copying it out.
-    pub fn text_is(&self, name: &CStr, value: &str) -> bool {
-        let Some(datum) = self.get(name) else {
-            return false;
-        };
-        // SAFETY: a text column's datum, not NULL; detoasted (a no-op for
-        // the short inline values of a row) for as long as this call.
-        unsafe {
-            let text = pg_sys::pg_detoast_datum_packed(datum.cast_mut_ptr());
-            pgrx::varlena::varlena_to_byte_slice(text) == value.as_bytes()
-        }
-    }
-
-    /// `name`'s column number, found in the descriptor on first use.
-    pub(super) fn column(&self, name: &CStr) -> Option<i32> {
-        let mut columns = self.columns.borrow_mut();
-        let next = self.next.get();
-        let at = match columns.get(next) {
-            Some(&(n, _)) if n == name.as_ptr() => Some(next),
-            _ => columns.iter().position(|(n, _)| *n == name.as_ptr()),
-        };
-        if let Some(at) = at {
-            self.next.set(at + 1);
-            return columns[at].1;
-        }
-        // SAFETY: the slot's descriptor is the open relation's.
-        let column = unsafe {
-            let desc = (*self.slot).tts_tupleDescriptor;
-            let attrs = (*desc).attrs.as_slice((*desc).natts as usize);
-            super::bulk::find_attribute(attrs, name, 0).map(|at| at as i32 + 1)
-        };
-        columns.push((name.as_ptr(), column));
-        self.next.set(columns.len());
-        column
-    }
-
-    pub fn text(&self, name: &CStr) -> Option<String> {
-        // SAFETY: a text column's datum, not NULL.
-        self.get(name)
-            .and_then(|d| unsafe { <String as pgrx::FromDatum>::from_datum(d, false) })
-    }
-
-    pub fn int8(&self, name: &CStr) -> Option<i64> {
-        self.get(name).map(|d| d.value() as i64)
-    }
-
-    pub fn bool(&self, name: &CStr) -> Option<bool> {
-        self.get(name).map(|d| d.value() != 0)
-    }
-
-    pub fn oid(&self, name: &CStr) -> Option<pg_sys::Oid> {
-        self.get(name).map(|d| pg_sys::Oid::from(d.value() as u32))
-    }
-}
+use super::guards::{self, Decline, Write};
+use super::row::Row;
+use super::tm_result::{serialization_failure, unexpected};
+use super::Admission;
 
 #[cfg(any(test, feature = "pg_test"))]
 thread_local! {
@@ -126,24 +28,25 @@ thread_local! {
 
 /// Deletes the row of `relid` whose primary key is `key` if `holds` of it,
 /// and returns `read` of the deleted version: `Some(None)` when no row
-/// with the key is visible or `holds` is false of it, `None` (nothing
-/// done) when the table needs the executor (see the module comment).
+/// with the key is visible or `holds` is false of it, a decline (nothing
+/// done) where the statement must run (see the module comment).
 pub fn delete_by_key<R>(
     relid: pg_sys::Oid,
     key: i64,
+    admission: &Admission<'_>,
     holds: impl Fn(&Row) -> bool,
     read: impl FnOnce(&Row) -> R,
-) -> Option<Option<R>> {
+) -> Result<Option<R>, Decline> {
     let mut read = Some(read);
-    let deleted = delete_by_keys(relid, &[key], holds, |row| {
+    let deleted = delete_by_keys(relid, &[key], admission, holds, |row| {
         read.take().map(|read| read(row))
     })?;
-    Some(deleted.into_iter().next().flatten())
+    Ok(deleted.into_iter().next().flatten())
 }
 
 /// Deletes each row of `relid` whose primary key is in `keys` if `holds`
 /// of it, in the order of `keys`, and returns `read` of each deleted
-/// version; None (nothing done) when the table needs the executor. A key
+/// version; a decline (nothing done) where the statement must run. A key
 /// named twice is met as a deleted row the second time.
 ///
 /// Runs as one statement would: after a command counter increment (so it
@@ -152,9 +55,10 @@ pub fn delete_by_key<R>(
 pub fn delete_by_keys<R>(
     relid: pg_sys::Oid,
     keys: &[i64],
+    admission: &Admission<'_>,
     holds: impl Fn(&Row) -> bool,
     mut read: impl FnMut(&Row) -> R,
-) -> Option<Vec<R>> {
+) -> Result<Vec<R>, Decline> {
     // SAFETY: every pointer comes from Postgres and lives until the end of
     // this call (the slot, the scan) or of the transaction (the relations'
     // locks, kept as the executor keeps them); an error raised by Postgres
@@ -164,9 +68,12 @@ pub fn delete_by_keys<R>(
         pg_sys::PreventCommandIfReadOnly(c"DELETE".as_ptr());
         let lock = pg_sys::RowExclusiveLock as pg_sys::LOCKMODE;
         let rel = pg_sys::table_open(relid, lock);
-        let Some(index) = open_bigint_primary_key(rel, lock) else {
-            pg_sys::table_close(rel, lock);
-            return None;
+        let index = match open_bigint_primary_key(rel, lock, admission) {
+            Ok(index) => index,
+            Err(decline) => {
+                pg_sys::table_close(rel, lock);
+                return Err(decline);
+            }
         };
         pg_sys::CommandCounterIncrement();
         pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
@@ -204,23 +111,23 @@ pub fn delete_by_keys<R>(
         pg_sys::CommandCounterIncrement();
         #[cfg(any(test, feature = "pg_test"))]
         CALLS.with(|c| c.set(c.get() + 1));
-        Some(deleted)
+        Ok(deleted)
     }
 }
 
-/// The table's primary key index, opened with `lock`, when the table needs
-/// no executor and the key is one bigint column.
+/// The table's primary key index, opened with `lock`, when the table and
+/// the index pass `guards` and the caller's shape, and the key is one
+/// bigint column.
 unsafe fn open_bigint_primary_key(
     rel: pg_sys::Relation,
     lock: pg_sys::LOCKMODE,
-) -> Option<pg_sys::Relation> {
+    admission: &Admission<'_>,
+) -> Result<pg_sys::Relation, Decline> {
     unsafe {
-        if super::bulk::needs_executor(rel) {
-            return None;
-        }
+        guards::table(Write::Delete, rel, admission.role)?;
         let pkey = pg_sys::RelationGetPrimaryKeyIndex(rel);
         if pkey == pg_sys::InvalidOid {
-            return None;
+            return Err(guards::declined(Decline::Shape));
         }
         let index = pg_sys::index_open(pkey, lock);
         let form = &*(*index).rd_index;
@@ -229,11 +136,15 @@ unsafe fn open_bigint_primary_key(
         let attrs = (*desc).attrs.as_slice((*desc).natts as usize);
         let bigint = matches!(columns, [column] if *column > 0
             && attrs[*column as usize - 1].atttypid == pg_sys::INT8OID);
-        if bigint {
-            return Some(index);
+        let judged = if bigint {
+            guards::scan_index(index).and_then(|()| (admission.shape)(rel, Some(index)))
+        } else {
+            Err(guards::declined(Decline::Shape))
+        };
+        if judged.is_err() {
+            pg_sys::index_close(index, lock);
         }
-        pg_sys::index_close(index, lock);
-        None
+        judged.map(|()| index)
     }
 }
 
@@ -250,7 +161,7 @@ unsafe fn delete_newest(
         let am = &*(*rel).rd_tableam;
         let command = pg_sys::GetCurrentCommandId(true);
         loop {
-            let mut tid = (*row.slot).tts_tid;
+            let mut tid = (*row.slot()).tts_tid;
             let mut failure: pg_sys::TM_FailureData = std::mem::zeroed();
             let deleted = am.tuple_delete.expect("table AM deletes")(
                 rel,
@@ -278,7 +189,7 @@ unsafe fn delete_newest(
                         rel,
                         &mut tid,
                         snapshot,
-                        row.slot,
+                        row.slot(),
                         command,
                         pg_sys::LockTupleMode::LockTupleExclusive,
                         pg_sys::LockWaitPolicy::LockWaitBlock,
@@ -299,23 +210,3 @@ unsafe fn delete_newest(
     }
 }
 
-/// What a DELETE statement raises in REPEATABLE READ or SERIALIZABLE when
-/// the row changed after the transaction's snapshot.
-pub(super) fn serialization_failure(result: pg_sys::TM_Result::Type) -> ! {
-    let what = if result == pg_sys::TM_Result::TM_Deleted {
-        "delete"
-    } else {
-        "update"
-    };
-    ErrorReport::new(
-        PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,
-        format!("could not serialize access due to concurrent {what}"),
-        "aedb_queue",
-    )
-    .report(PgLogLevel::ERROR);
-    unreachable!("an ERROR report does not return")
-}
-
-pub(super) fn unexpected(call: &str, result: pg_sys::TM_Result::Type) -> ! {
-    pgrx::error!("unexpected {call} result {result}")
-}

@@ -8,16 +8,17 @@
 //! scan into a tuplestore, a projection, a heap insert and WAL record per
 //! row). It does no SQL and knows nothing of tasks: the caller says what
 //! each column holds. It declines (and the caller falls back to its INSERT
-//! statement) when a row would need what only the executor does: triggers,
-//! row-level security, or a column left out that has a default or must not
-//! be NULL.
+//! statement) where `guards` do, or when a column left out has a default
+//! or must not be NULL.
 
 use std::ffi::CStr;
 
 use pgrx::pg_sys::{self, Datum};
 
+use super::guards::{self, Decline, Write};
 use super::index_cache::OpenIndexes;
 use super::refute::Constant;
+use super::Admission;
 
 /// What one column holds in every row written.
 pub enum Values<'a> {
@@ -34,12 +35,17 @@ const ROWS_PER_CALL: usize = 1000;
 const PINNED_SLOTS_MAX: usize = 16;
 
 /// Writes `rows` rows to `relid`, each column named in `columns` set from its
-/// `Values` and every other column NULL. Returns false, having written
-/// nothing, when the table needs the executor (see the module comment).
+/// `Values` and every other column NULL. Declines, having written nothing,
+/// where the statement must run (see the module comment).
 ///
 /// The caller holds an SPI connection or runs inside a function call: the
 /// rows are written as the current command and made visible to the next.
-pub fn write(relid: pg_sys::Oid, columns: &[(&CStr, Values<'_>)], rows: usize) -> bool {
+pub fn write(
+    relid: pg_sys::Oid,
+    columns: &[(&CStr, Values<'_>)],
+    rows: usize,
+    admission: &Admission<'_>,
+) -> Result<(), Decline> {
     // SAFETY: every pointer below comes from Postgres and lives in the
     // executor state's memory context or the current one; errors raised by
     // Postgres abort the transaction, which releases the relation, its
@@ -47,14 +53,15 @@ pub fn write(relid: pg_sys::Oid, columns: &[(&CStr, Values<'_>)], rows: usize) -
     unsafe {
         refuse_in_read_only_transaction();
         let rel = pg_sys::table_open(relid, pg_sys::RowExclusiveLock as pg_sys::LOCKMODE);
-        let layout = if needs_executor(rel) {
-            None
-        } else {
-            layout(rel, columns)
-        };
-        let Some(layout) = layout else {
-            pg_sys::table_close(rel, pg_sys::RowExclusiveLock as pg_sys::LOCKMODE);
-            return false;
+        let layout = guards::table(Write::Insert, rel, admission.role)
+            .and_then(|()| (admission.shape)(rel, None))
+            .and_then(|()| layout(rel, columns).ok_or_else(|| guards::declined(Decline::LeftOutColumn)));
+        let layout = match layout {
+            Ok(layout) => layout,
+            Err(decline) => {
+                pg_sys::table_close(rel, pg_sys::RowExclusiveLock as pg_sys::LOCKMODE);
+                return Err(decline);
+            }
         };
         insert_rows(rel, &layout, rows);
         // Keep the lock until commit, as the executor does.
@@ -62,7 +69,7 @@ pub fn write(relid: pg_sys::Oid, columns: &[(&CStr, Values<'_>)], rows: usize) -
         pg_sys::CommandCounterIncrement();
         #[cfg(any(test, feature = "pg_test"))]
         WRITES.with(|w| w.set(w.get() + 1));
-        true
+        Ok(())
     }
 }
 
@@ -82,15 +89,6 @@ pub fn refuse_in_read_only_transaction() {
 thread_local! {
     /// Completed `write` calls in this backend, for tests of who used it.
     pub(crate) static WRITES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-}
-
-pub(super) unsafe fn needs_executor(rel: pg_sys::Relation) -> bool {
-    unsafe {
-        let form = &*(*rel).rd_rel;
-        !(*rel).trigdesc.is_null()
-            || form.relrowsecurity
-            || form.relkind != pg_sys::RELKIND_RELATION as std::ffi::c_char
-    }
 }
 
 /// For each attribute of the table in order, the values it gets; `None` for
@@ -126,7 +124,7 @@ unsafe fn layout<'a>(
 
 /// The position of the live attribute named `name`, looked for from `from`
 /// to the end, then from the start.
-pub(super) fn find_attribute(
+pub(crate) fn find_attribute(
     attrs: &[pg_sys::FormData_pg_attribute],
     name: &CStr,
     from: usize,

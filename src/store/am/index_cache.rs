@@ -1,4 +1,4 @@
-//! The indexes `bulk::write` fills, kept per backend and relation: each
+//! The indexes `insert::write` and `update` fill, kept per backend and relation: each
 //! index's `IndexInfo` with its predicate and expressions compiled, in a
 //! memory context of its own under `CacheMemoryContext`. Building them
 //! (`ExecOpenIndices`, then compiling four partial-index predicates) was a
@@ -10,7 +10,11 @@
 //! processes pending invalidations, and no index can appear, change state
 //! or go away while the table is held (`CREATE INDEX` and `DROP INDEX` need
 //! locks that conflict with ours; `CONCURRENTLY` waits for our transaction
-//! between its steps). Only btree indexes are kept (no access-method state
+//! between its steps). A set is kept only if no invalidation was processed
+//! while it was built: opening its indexes takes their locks, which
+//! processes pending invalidations, and one of those may be about the
+//! table (a new index, one no longer ready) when the set is not yet there
+//! to be dropped. Only btree indexes are kept (no access-method state
 //! outlives a call); a relation with another kind is opened the executor's
 //! way on every call.
 
@@ -50,6 +54,7 @@ pub(crate) fn register() {
 
 #[pgrx::pg_guard]
 unsafe extern "C-unwind" fn on_relcache(_arg: pg_sys::Datum, relid: Oid) {
+    super::guards::invalidated(relid);
     SETS.with(|sets| {
         let Ok(mut sets) = sets.try_borrow_mut() else {
             return;
@@ -208,9 +213,12 @@ impl Drop for OpenIndexes {
 }
 
 /// Builds and caches the set of `rel`'s indexes; false (nothing cached)
-/// when one of them is not a btree.
+/// when one of them is not a btree, or an invalidation was processed while
+/// it was built (the set may be stale already; this call opens the indexes
+/// the executor's way, from the relation cache as it now is).
 unsafe fn build(rel: pg_sys::Relation) -> bool {
     unsafe {
+        let generation = super::guards::generation();
         let list = pg_sys::RelationGetIndexList(rel);
         let oids: Vec<Oid> = if list.is_null() {
             Vec::new()
@@ -233,7 +241,7 @@ unsafe fn build(rel: pg_sys::Relation) -> bool {
             pg_sys::index_close(index, pg_sys::NoLock as pg_sys::LOCKMODE);
         }
         pg_sys::MemoryContextSwitchTo(caller);
-        if !all_btree {
+        if !all_btree || super::guards::generation() != generation {
             pg_sys::MemoryContextDelete(context);
             return false;
         }
