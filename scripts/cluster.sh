@@ -25,6 +25,13 @@ elif [ -n "${AEDB_PRELOAD:-}" ]; then
     preload_opts="-c shared_preload_libraries=$AEDB_PRELOAD -c aedb_queue.reaper_interval=0"
 fi
 
+# AEDB_DIRECT_WRITES=off|on|auto sets aedb_queue.direct_writes (the test
+# command runs the regress, isolation and model suites with it off too).
+if [ -n "${AEDB_DIRECT_WRITES:-}" ]; then
+    preload_opts="$preload_opts -c aedb_queue.direct_writes=$AEDB_DIRECT_WRITES"
+fi
+started_with() { grep -o 'shared_preload_libraries=[^" ]*\|aedb_queue.direct_writes=[^" ]*' | tr '\n' ' ' || true; }
+
 case "${1:-start}" in
 start)
     postgres_dir "$DIR"
@@ -33,8 +40,8 @@ start)
     fi
     # Restart a running cluster whose preload is not the one wanted here.
     if as_postgres "$PG_BIN/pg_ctl" -D "$DIR/data" status >/dev/null 2>&1; then
-        running=$(grep -o 'shared_preload_libraries=[^" ]*' "$DIR/data/postmaster.opts" || true)
-        wanted=$(echo "$preload_opts" | grep -o 'shared_preload_libraries=[^" ]*' || true)
+        running=$(started_with <"$DIR/data/postmaster.opts")
+        wanted=$(echo "$preload_opts" | tr ' ' '\n' | started_with)
         if [ "$running" != "$wanted" ]; then
             as_postgres "$PG_BIN/pg_ctl" -D "$DIR/data" -m fast -w stop >/dev/null
         fi

@@ -483,6 +483,11 @@ fn pick_free_port() -> u16 {
 
 fn write_conf(data: &Path, port: u16, extra: &str) {
     use std::io::Write;
+    // `AEDB_DIRECT_WRITES=off` runs a suite on the statement path (the test
+    // command runs the model test both ways); a test's own `extra` wins.
+    let direct_writes = std::env::var("AEDB_DIRECT_WRITES")
+        .map(|v| format!("aedb_queue.direct_writes = '{v}'\n"))
+        .unwrap_or_default();
     // Later settings override earlier ones, so appending on a retry is fine.
     let mut f = fs::OpenOptions::new()
         .append(true)
@@ -493,7 +498,8 @@ fn write_conf(data: &Path, port: u16, extra: &str) {
         "\n# aedb_itests\nport = {port}\nlisten_addresses = '127.0.0.1'\n\
          unix_socket_directories = '{}'\nmax_connections = 100\nfsync = on\n\
          synchronous_commit = on\nlog_min_messages = warning\n\
-         shared_preload_libraries = 'pg_cron'\ncron.database_name = '{DB_NAME}'\n{extra}\n",
+         shared_preload_libraries = 'pg_cron'\ncron.database_name = '{DB_NAME}'\n\
+         {direct_writes}{extra}\n",
         data.display()
     )
     .expect("write postgresql.conf");
