@@ -25,4 +25,3 @@ impl ClaimedTask {
         (std::cmp::Reverse(self.priority), self.rank, self.task_id)
     }
 }
-

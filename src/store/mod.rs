@@ -35,10 +35,10 @@ macro_rules! archive_done {
 }
 
 mod admin;
-pub(crate) mod cron;
-mod dependency;
 pub(crate) mod am;
 mod claimed;
+pub(crate) mod cron;
+mod dependency;
 pub(crate) mod direct;
 mod fence;
 pub(crate) mod flow;
@@ -53,6 +53,7 @@ mod schedule;
 mod tasks;
 
 pub use admin::*;
+pub use claimed::ClaimedTask;
 pub use cron::*;
 pub use dependency::*;
 pub use fence::fence_holds;
@@ -60,7 +61,6 @@ pub use insert::*;
 pub use overview::*;
 pub use rights::*;
 pub use schedule::*;
-pub use claimed::ClaimedTask;
 pub use tasks::*;
 
 use rustc_hash::FxHashMap;

@@ -127,7 +127,7 @@ unsafe fn open_bigint_primary_key(
         guards::table(Write::Delete, rel, admission.role)?;
         let pkey = pg_sys::RelationGetPrimaryKeyIndex(rel);
         if pkey == pg_sys::InvalidOid {
-            return Err(guards::declined(Decline::Shape));
+            return Err(Decline::Shape);
         }
         let index = pg_sys::index_open(pkey, lock);
         let form = &*(*index).rd_index;
@@ -139,7 +139,7 @@ unsafe fn open_bigint_primary_key(
         let judged = if bigint {
             guards::scan_index(index).and_then(|()| (admission.shape)(rel, Some(index)))
         } else {
-            Err(guards::declined(Decline::Shape))
+            Err(Decline::Shape)
         };
         if judged.is_err() {
             pg_sys::index_close(index, lock);
@@ -209,4 +209,3 @@ unsafe fn delete_newest(
         }
     }
 }
-

@@ -103,25 +103,11 @@ impl Decline {
             Decline::Shape => "the task table or its ready index differs from the schema",
             Decline::ScanIndex => "an index the write reads is not valid, ready and live",
             Decline::LeftOutColumn => "a column the write leaves out has a default or is NOT NULL",
-            Decline::Schema => "the database has an older schema (ALTER EXTENSION aedb_queue UPDATE)",
+            Decline::Schema => {
+                "the database has an older schema (ALTER EXTENSION aedb_queue UPDATE)"
+            }
         }
     }
-}
-
-thread_local! {
-    /// The last decline in this backend, for tests and `queue_write_path`.
-    static LAST: Cell<Option<Decline>> = const { Cell::new(None) };
-}
-
-/// Records `decline` as this backend's last; returns it.
-pub fn declined(decline: Decline) -> Decline {
-    LAST.with(|last| last.set(Some(decline)));
-    decline
-}
-
-/// The last decline recorded in this backend, taken.
-pub fn take_last_decline() -> Option<Decline> {
-    LAST.with(|last| last.take())
 }
 
 /// Whether direct writes may run at all now: the switch, executor hooks,
@@ -129,15 +115,15 @@ pub fn take_last_decline() -> Option<Decline> {
 pub fn switched_on() -> Result<(), Decline> {
     let setting = guc::direct_writes();
     if setting == DirectWrites::Off {
-        return Err(declined(Decline::SwitchedOff));
+        return Err(Decline::SwitchedOff);
     }
     // SAFETY: reads the backend's hook pointers and parallel-mode flag.
     unsafe {
         if setting == DirectWrites::Auto && executor_hooked() {
-            return Err(declined(Decline::ExecutorHooks));
+            return Err(Decline::ExecutorHooks);
         }
         if pg_sys::IsInParallelMode() {
-            return Err(declined(Decline::ParallelMode));
+            return Err(Decline::ParallelMode);
         }
     }
     Ok(())
@@ -147,11 +133,21 @@ pub fn switched_on() -> Result<(), Decline> {
 /// to see every statement's execution, ours included.
 unsafe fn executor_hooked() -> bool {
     unsafe {
-        std::ptr::addr_of!(pg_sys::ExecutorStart_hook).read().is_some()
-            || std::ptr::addr_of!(pg_sys::ExecutorRun_hook).read().is_some()
-            || std::ptr::addr_of!(pg_sys::ExecutorFinish_hook).read().is_some()
-            || std::ptr::addr_of!(pg_sys::ExecutorEnd_hook).read().is_some()
-            || std::ptr::addr_of!(pg_sys::ExecutorCheckPerms_hook).read().is_some()
+        std::ptr::addr_of!(pg_sys::ExecutorStart_hook)
+            .read()
+            .is_some()
+            || std::ptr::addr_of!(pg_sys::ExecutorRun_hook)
+                .read()
+                .is_some()
+            || std::ptr::addr_of!(pg_sys::ExecutorFinish_hook)
+                .read()
+                .is_some()
+            || std::ptr::addr_of!(pg_sys::ExecutorEnd_hook)
+                .read()
+                .is_some()
+            || std::ptr::addr_of!(pg_sys::ExecutorCheckPerms_hook)
+                .read()
+                .is_some()
     }
 }
 
@@ -181,13 +177,13 @@ pub unsafe fn table(write: Write, rel: pg_sys::Relation, role: Oid) -> Result<()
             None
         };
         if let Some(decline) = refused {
-            return Err(declined(decline));
+            return Err(decline);
         }
         let wanted = write.privileges();
         let granted =
             pg_sys::pg_class_aclmask((*rel).rd_id, role, wanted, pg_sys::AclMaskHow::ACLMASK_ALL);
         if granted != wanted {
-            return Err(declined(Decline::Privileges));
+            return Err(Decline::Privileges);
         }
         // The executor's own check (CheckValidResultRel's): an update or
         // delete of a table published without a usable replica identity
@@ -219,7 +215,7 @@ pub unsafe fn scan_index(index: pg_sys::Relation) -> Result<(), Decline> {
         if form.indisvalid && form.indisready && form.indislive && btree {
             Ok(())
         } else {
-            Err(declined(Decline::ScanIndex))
+            Err(Decline::ScanIndex)
         }
     }
 }
@@ -278,5 +274,5 @@ pub fn verdict(relid: Oid, judge: impl FnOnce() -> Result<(), Decline>) -> Resul
             verdict
         }
     };
-    verdict.map_err(declined)
+    verdict
 }

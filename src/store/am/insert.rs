@@ -55,7 +55,7 @@ pub fn write(
         let rel = pg_sys::table_open(relid, pg_sys::RowExclusiveLock as pg_sys::LOCKMODE);
         let layout = guards::table(Write::Insert, rel, admission.role)
             .and_then(|()| (admission.shape)(rel, None))
-            .and_then(|()| layout(rel, columns).ok_or_else(|| guards::declined(Decline::LeftOutColumn)));
+            .and_then(|()| layout(rel, columns).ok_or_else(|| Decline::LeftOutColumn));
         let layout = match layout {
             Ok(layout) => layout,
             Err(decline) => {

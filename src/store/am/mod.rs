@@ -14,7 +14,7 @@ pub mod insert;
 mod memory;
 pub(crate) mod refute;
 pub mod row;
-// STEPS-PENDING pub(crate) mod steps;
+pub(crate) mod steps;
 mod tm_result;
 pub mod update;
 

@@ -102,4 +102,3 @@ impl Row {
         self.get(name).map(|d| pg_sys::Oid::from(d.value() as u32))
     }
 }
-

@@ -9,10 +9,10 @@ use pgrx::{FromDatum, PgMemoryContexts};
 
 use super::Operation;
 use crate::datum::RawJsonb;
+use crate::errors::{internal, Result};
 use crate::store::am::update::{self, Changes, Key};
 use crate::store::am::{Decline, Row};
 use crate::store::claimed::ClaimedTask;
-use crate::errors::{internal, Result};
 
 /// Where a claim reads the ready index.
 #[derive(Clone, Copy)]

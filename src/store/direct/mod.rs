@@ -47,11 +47,11 @@ const SCHEMA: SchemaLevel = SchemaLevel::V080;
 pub(super) fn admission(op: Operation) -> Result<Admission<'static>, Decline> {
     guards::switched_on()?;
     if schema_level() < SCHEMA {
-        return Err(guards::declined(Decline::Schema));
+        return Err(Decline::Schema);
     }
     // The statements run as the tables' owner (`owner`): so is the
     // direct write checked.
-    let role = super::owner::tables_owner().map_err(|_| guards::declined(Decline::Shape))?;
+    let role = super::owner::tables_owner().map_err(|_| Decline::Shape)?;
     let shape: &'static dyn Fn(_, _) -> _ = match op {
         Operation::Claim => &shape::task_table_and_ready_index,
         Operation::Enqueue | Operation::Complete => &shape::task_table,

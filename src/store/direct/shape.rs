@@ -72,7 +72,7 @@ pub(super) fn task_table_and_ready_index(
 ) -> Result<(), Decline> {
     task_table(rel, None)?;
     let Some(index) = index else {
-        return Err(guards::declined(Decline::Shape));
+        return Err(Decline::Shape);
     };
     // SAFETY: both are open and locked (`Admission::shape`).
     unsafe { guards::verdict((*index).rd_id, || ready_index(rel, index)) }
