@@ -42,6 +42,7 @@ CREATE  FUNCTION "queue_write_path"() RETURNS TABLE (
 	"direct" bool,  /* bool */
 	"reason" TEXT  /* Option < String > */
 )
+STRICT
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'queue_write_path_wrapper';
 
