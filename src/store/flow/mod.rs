@@ -179,3 +179,24 @@ where
         .flatten()
         .unwrap_or_default())
 }
+
+/// Reads the concurrency key (column `at`, its slot freed when `frees`) and
+/// the ordering key (column `at + 1`, whose line task `task_id` leaves) of a
+/// settled task.
+pub(super) fn keys_of(
+    slots: &mut SlotChanges,
+    queue: &str,
+    task_id: i64,
+    row: &super::Row<'_>,
+    at: usize,
+    frees: bool,
+) -> Result<()> {
+    slots.settled(
+        queue,
+        task_id,
+        row.get::<String>(at)?,
+        row.get::<String>(at + 1)?,
+        frees,
+    );
+    Ok(())
+}
