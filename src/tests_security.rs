@@ -547,7 +547,7 @@ mod tests {
              queue_heartbeat queue_list queue_overview queue_parents queue_pause queue_purge queue_reap queue_release queue_resume \
              queue_retry_dead queue_revoke queue_schedule_delete queue_schedule_list \
              queue_schedule_pause queue_schedule_resume queue_schedule_upsert queue_shard queue_shard_assign queue_unconfine \
-             schedule_reaper unschedule_reaper"
+             queue_write_path schedule_reaper unschedule_reaper"
         );
     }
 
