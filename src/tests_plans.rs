@@ -259,7 +259,7 @@ mod tests {
             }
             // And planned as execute plans it, through the planner hook.
             assert_eq!(
-                crate::store::planner::seq_scans_of(stmt),
+                crate::store::seq_scans_of(stmt),
                 0,
                 "{name}, as executed"
             );

@@ -312,7 +312,7 @@ pub(crate) mod tests {
              WHERE oid = 'aedb_queue.schedule'::regclass",
         );
         for (name, stmt) in crate::store::SCHEDULE_STATEMENTS {
-            assert_eq!(crate::store::planner::seq_scans_of(stmt), 0, "{name}");
+            assert_eq!(crate::store::seq_scans_of(stmt), 0, "{name}");
         }
     }
 }

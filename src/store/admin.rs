@@ -10,7 +10,7 @@ use pgrx::datum::Interval;
 use super::flow::SlotChanges;
 use super::{
     execute, first_i64, with_client, Row, SchemaLevel, Statement, Versioned, BOOL, INT4, INT8,
-    INTERVAL, JSONB, TEXT,
+    INTERVAL, TEXT,
 };
 use crate::cache::{self, Copies, Topic};
 use crate::datum::RawTaskRow;
@@ -268,54 +268,6 @@ static PURGE_COMPLETED: Statement = Statement {
           SELECT count(*) FROM purged",
     args: &[TEXT],
     clock: false,
-};
-
-/// COMPLETE that keeps the task, with its result, in the archive. A
-/// parent is left to `complete_parent`. Returns the task's id and
-/// concurrency key, as COMPLETE does.
-macro_rules! complete_keeping {
-    ($deps:literal, $key:literal) => {
-        concat!(
-            "WITH done AS (
-              DELETE FROM aedb_queue.task
-              WHERE task_id = $1 AND queue = $2 AND state = 'in_flight' AND fencing_token = $3
-                AND ",
-            $deps,
-            " IS NOT TRUE
-              RETURNING *), ",
-            archive_done!("$4", "$5"),
-            "
-          SELECT task_id, ",
-            $key,
-            " FROM done"
-        )
-    };
-}
-
-pub(super) static COMPLETE_KEEPING: Versioned = Versioned {
-    current: Statement {
-        sql: complete_keeping!("has_dependents", "concurrency_key, ordering_key"),
-        args: &[INT8, TEXT, INT8, JSONB],
-        clock: true,
-    },
-    older: &[
-        (
-            SchemaLevel::V060,
-            Statement {
-                sql: complete_keeping!("has_dependents", "NULL::text, NULL::text"),
-                args: &[INT8, TEXT, INT8, JSONB],
-                clock: true,
-            },
-        ),
-        (
-            SchemaLevel::V050,
-            Statement {
-                sql: complete_keeping!("NULL::boolean", "NULL::text, NULL::text"),
-                args: &[INT8, TEXT, INT8, JSONB],
-                clock: true,
-            },
-        ),
-    ],
 };
 
 /// Archived tasks completed longer than $2 ago, up to $3; rows someone

@@ -12,6 +12,7 @@ use aedb_queue_core::dependency::Parent;
 use aedb_queue_core::fence::FencePairs;
 use pgrx::spi::SpiClient;
 
+use super::fence::IdAndToken;
 use super::flow::{self, SlotChanges};
 use super::{
     execute, with_client, SchemaLevel, Statement, Versioned, BOOL, INT8, INT8_ARRAY, JSONB, TEXT,
@@ -416,7 +417,7 @@ pub fn complete_parent(
         let rows = execute(client, COMPLETE_PARENT.get(), &args)?;
         let mut slots = SlotChanges::default();
         if rows
-            .first(|row| super::tasks::keys_of(&mut slots, queue, task_id, row, 2, true))?
+            .first(|row| flow::keys_of(&mut slots, queue, task_id, row, 2, true))?
             .is_none()
         {
             return Ok(None);
@@ -424,9 +425,6 @@ pub fn complete_parent(
         release_children_in(client, vec![task_id], slots).map(Some)
     })
 }
-
-/// A task and the fencing token it was settled under.
-pub type IdAndToken = (i64, i64);
 
 /// The parent path for the (task, token) pairs a plain batch settle left
 /// (fenced out, or parents): one statement for the parents, one release;
@@ -452,7 +450,7 @@ pub fn complete_parents(
             )?
             .map(|row| {
                 let task_id = row.required::<i64>(1)?;
-                super::tasks::keys_of(&mut slots, queue, task_id, row, 3, true)?;
+                flow::keys_of(&mut slots, queue, task_id, row, 3, true)?;
                 Ok((task_id, row.required::<i64>(2)?))
             })?
         };

@@ -8,6 +8,9 @@ use std::cell::RefCell;
 
 use aedb_queue_core::fence::FencePairs;
 
+/// A task and the fencing token it was settled under.
+pub type IdAndToken = (i64, i64);
+
 thread_local! {
     /// A stack: a trigger that settles a batch inside our statement has its own.
     static ACTIVE: RefCell<Vec<FencePairs>> = const { RefCell::new(Vec::new()) };

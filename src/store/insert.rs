@@ -14,6 +14,7 @@ use super::am::insert::{self as am_insert, Values};
 use super::direct::{self, Operation};
 use super::flow::SlotChanges;
 use super::owner::OwnerRights;
+use super::timestamptz::{self, interval_datum};
 use super::{
     execute, first_i64, with_client, SchemaLevel, Statement, Versioned, INT4, INT8, INT8_ARRAY,
     INTERVAL, JSONB_ARRAY, TEXT, TIMESTAMPTZ,
@@ -252,11 +253,10 @@ fn register(client: &mut SpiClient<'_>, task: &NewTask<'_>) -> Result<()> {
     Ok(())
 }
 
-// Built-in SQL functions called directly; pgrx's bindings wrap them as Rust
-// functions, and DirectFunctionCall wants the C entry points.
+// A built-in SQL function called directly; pgrx's bindings wrap it as a Rust
+// function, and DirectFunctionCall wants the C entry point.
 extern "C-unwind" {
     fn nextval_oid(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum;
-    fn timestamptz_pl_interval(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum;
 }
 
 /// Appends `count` ids from the task sequence to `ids`, in order.
@@ -299,7 +299,7 @@ impl Shared {
             NewState::Dead(_) => ("dead", c"dead"),
         };
         let now = crate::clock::now_datum();
-        let not_before = timestamptz_plus(now, &task.delay);
+        let not_before = timestamptz::plus(now, &task.delay);
         Ok(Shared {
             now,
             not_before,
@@ -311,25 +311,6 @@ impl Shared {
 
 /// Columns `write` names at most (the task table's, with room to spare).
 const COLUMNS_MAX: usize = 32;
-
-/// `at + interval` for a timestamptz datum `at`, as SQL's `+` computes it.
-pub(super) fn timestamptz_plus(at: pg_sys::Datum, interval: &Interval) -> pg_sys::Datum {
-    // SAFETY: a built-in function called with arguments of its types.
-    unsafe {
-        pg_sys::DirectFunctionCall2Coll(
-            Some(timestamptz_pl_interval),
-            pg_sys::InvalidOid,
-            at,
-            interval_datum(interval),
-        )
-    }
-}
-
-/// An interval as a datum pointing at the value itself, which outlives the
-/// write: `into_datum` would copy it into palloc'd memory first.
-fn interval_datum(value: &Interval) -> pg_sys::Datum {
-    pg_sys::Datum::from(std::ptr::from_ref(value))
-}
 
 /// A column's datum for each row; a one-row enqueue's without allocating.
 enum RowDatums {

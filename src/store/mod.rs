@@ -47,21 +47,46 @@ mod latest;
 mod overview;
 mod owner;
 pub(crate) mod planner;
+#[cfg(any(test, feature = "pg_test"))]
+mod plans;
 mod rights;
 mod rows;
 mod schedule;
 mod tasks;
+mod timestamptz;
 
-pub use admin::*;
+pub use admin::{
+    configure, expire_completed, expire_keys, get_task, list_tasks, notify, notify_completed,
+    purge, retry_dead, set_paused, settings, QueueSettings, SettingsChange,
+};
 pub use claimed::ClaimedTask;
-pub use cron::*;
-pub use dependency::*;
+pub use cron::{pg_cron_state, schedule_reaper, unschedule_reaper};
+pub use dependency::{
+    children_of, complete_parents, insert_links, link_parents, parent_queues, parents_of,
+};
 pub use fence::fence_holds;
-pub use insert::*;
-pub use overview::*;
-pub use rights::*;
-pub use schedule::*;
-pub use tasks::*;
+pub use insert::{insert_batch, insert_task, lookup_key, reserve_key, NewState, NewTask};
+pub use overview::{errors_of, executable, queue_names, queue_of_task, tasks_of_key};
+pub use rights::{change_grant, confine, rights_of, unconfine};
+pub use schedule::{
+    advance_schedules, delete_schedule, is_json_object, list_schedules, lock_due_schedules,
+    lock_schedule, other_schedules, queues_with_due_schedules, queues_with_schedules,
+    set_schedule_paused, upsert_schedule, with_fire_times, DueSchedule, ScheduleSpec,
+};
+pub use tasks::{
+    cancel, claim, complete, complete_many, heartbeat, lock_for_fail, queues_with_work, reap,
+    release, settle_failure, Reaped,
+};
+
+/// What the plan tests inspect: every statement, by module.
+#[cfg(any(test, feature = "pg_test"))]
+pub(crate) use {
+    admin::LISTING_STATEMENTS,
+    plans::{explain, seq_scans_of},
+    rights::{CONFINED, GRANTS},
+    schedule::SCHEDULE_STATEMENTS,
+    tasks::{LIFECYCLE_STATEMENTS, QUEUES_WITH_WORK},
+};
 
 use rustc_hash::FxHashMap;
 use std::cell::RefCell;
@@ -217,61 +242,6 @@ pub(crate) fn execute<'conn>(
         .update(&*plan, None, args)
         .map(Rows::new)
         .map_err(internal)
-}
-
-/// The plan `stmt` runs with, as EXPLAIN (FORMAT JSON) shows it: prepared
-/// and explained under the same planner settings as `execute`, with NULL
-/// for every parameter (a generic plan does not depend on them).
-#[cfg(any(test, feature = "pg_test"))]
-pub(crate) fn explain(stmt: &Statement) -> Result<serde_json::Value> {
-    let types: Vec<String> = stmt
-        .parameter_types()
-        .into_iter()
-        .map(|oid| {
-            // SAFETY: a built-in type oid; the result is a palloc'd C string.
-            let name =
-                unsafe { std::ffi::CStr::from_ptr(pgrx::pg_sys::format_type_be(oid.into())) };
-            name.to_string_lossy().into_owned()
-        })
-        .collect();
-    let nulls = vec!["NULL"; types.len()].join(", ");
-    // EXPLAIN EXECUTE plans the PREPARE's text, which the planner hook does
-    // not recognise as ours: set what the hook sets for the same plan.
-    let _generic = planner::GenericPlans::enter();
-    let _seqscan = planner::SeqscanOffForExplain::enter();
-    Spi::connect_mut(|client| {
-        client
-            .update(
-                &if types.is_empty() {
-                    format!("PREPARE aedb_queue_explained AS {}", stmt.sql)
-                } else {
-                    format!(
-                        "PREPARE aedb_queue_explained({}) AS {}",
-                        types.join(", "),
-                        stmt.sql
-                    )
-                },
-                None,
-                &[],
-            )
-            .map_err(internal)?;
-        let execute = if types.is_empty() {
-            "EXECUTE aedb_queue_explained".to_string()
-        } else {
-            format!("EXECUTE aedb_queue_explained({nulls})")
-        };
-        let plan = client
-            .select(&format!("EXPLAIN (FORMAT JSON) {execute}"), None, &[])
-            .map_err(internal)?
-            .first()
-            .get_one::<pgrx::Json>()
-            .map_err(internal)?
-            .ok_or_else(|| internal("EXPLAIN returned no plan"))?;
-        client
-            .update("DEALLOCATE aedb_queue_explained", None, &[])
-            .map_err(internal)?;
-        Ok(plan.0)
-    })
 }
 
 /// Which version's schema the database has: between installing this

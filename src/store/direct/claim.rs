@@ -61,7 +61,7 @@ pub(in crate::store) fn claim(
     let queue_text = text_datum(queue);
     let owner = text_datum(owner_id);
     let now = crate::clock::now_datum();
-    let deadline = crate::store::insert::timestamptz_plus(now, lease);
+    let deadline = crate::store::timestamptz::plus(now, lease);
 
     let in_queue = key(
         1,

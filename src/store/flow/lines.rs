@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 
 use pgrx::spi::SpiClient;
 
-use super::super::{execute, Statement, INT8_ARRAY, TEXT, TEXT_ARRAY};
-use super::{lock_then_settle, settle_in, SlotChanges};
+use super::super::{Statement, INT8_ARRAY, TEXT_ARRAY};
+use super::lock::lock_then_settle;
 use crate::errors::Result;
 
 /// LOCK_SLOTS for ordering keys: their rows (a new one with no head yet),
@@ -65,29 +65,4 @@ pub(super) fn settle_lines_in(
         return Ok(Vec::new());
     }
     lock_then_settle(client, changes, &LOCK_LINES, &SETTLE_LINES)
-}
-
-/// The dead heads of queue $1's ordering keys.
-static DEAD_HEADS: Statement = Statement {
-    sql: "SELECT o.key, o.head FROM aedb_queue.ordering_slot o
-          JOIN aedb_queue.task t ON t.task_id = o.head
-          WHERE o.queue = $1 AND t.state = 'dead'
-          ORDER BY o.key",
-    args: &[TEXT],
-    clock: false,
-};
-
-/// The queue now releases dead heads: those dead already let their lines
-/// move on.
-pub(crate) fn release_dead_heads_in(
-    client: &mut SpiClient<'_>,
-    queue: &str,
-) -> Result<Vec<String>> {
-    let mut changes = SlotChanges::default();
-    for (key, head) in execute(client, &DEAD_HEADS, &[queue.into()])?
-        .map(|row| Ok((row.required::<String>(1)?, row.required::<i64>(2)?)))?
-    {
-        changes.head_left(queue, &key, head);
-    }
-    settle_in(client, changes)
 }

@@ -48,21 +48,27 @@ macro_rules! lock_key_rows {
     };
 }
 
+mod changed;
 mod fair;
 mod lines;
+mod lock;
 mod rate;
 mod slots;
 
-pub(crate) use fair::*;
-pub(crate) use lines::*;
-pub(crate) use rate::*;
-pub(crate) use slots::*;
+pub(crate) use changed::{limits_changed_in, release_dead_heads_in, set_key_limit};
+pub(crate) use fair::{
+    backfill_virtual_times_in, clear_virtual_times_in, set_fair_weight, take_virtual_times,
+};
+#[cfg(any(test, feature = "pg_test"))]
+pub(crate) use lines::{LOCK_LINES, SETTLE_LINES};
+pub(crate) use rate::{claim_with_tokens, rate_changed_in};
+#[cfg(any(test, feature = "pg_test"))]
+pub(crate) use slots::{LOCK_SLOTS, SETTLE_ONE_SLOT, SETTLE_SLOTS};
 
 use std::collections::BTreeMap;
 
 use pgrx::spi::SpiClient;
 
-use super::{execute, Statement};
 use crate::errors::Result;
 use lines::settle_lines_in;
 use slots::settle_slots_in;
@@ -151,31 +157,23 @@ pub(crate) fn settle_in(client: &mut SpiClient<'_>, changes: SlotChanges) -> Res
     Ok(woken)
 }
 
-/// Takes the rows of the changed keys with `lock` (its parameters: the
-/// queues and the keys, in key order), then runs `settle` in a statement of
-/// its own with each key's change as well; the queues where tasks became
-/// ready (`settle`'s first column).
-pub(super) fn lock_then_settle<T>(
-    client: &mut SpiClient<'_>,
-    changes: BTreeMap<(String, String), T>,
-    lock: &'static Statement,
-    settle: &'static Statement,
-) -> Result<Vec<String>>
-where
-    Vec<T>: pgrx::IntoDatum,
-{
-    let mut queues = Vec::with_capacity(changes.len());
-    let mut keys = Vec::with_capacity(changes.len());
-    let mut each = Vec::with_capacity(changes.len());
-    for ((queue, key), change) in changes {
-        queues.push(queue);
-        keys.push(key);
-        each.push(change);
-    }
-    execute(client, lock, &[queues.clone().into(), keys.clone().into()])?;
-    let rows = execute(client, settle, &[queues.into(), keys.into(), each.into()])?;
-    Ok(rows
-        .first(|row| row.get::<Vec<String>>(1))?
-        .flatten()
-        .unwrap_or_default())
+/// Reads the concurrency key (column `at`, its slot freed when `frees`) and
+/// the ordering key (column `at + 1`, whose line task `task_id` leaves) of a
+/// settled task.
+pub(super) fn keys_of(
+    slots: &mut SlotChanges,
+    queue: &str,
+    task_id: i64,
+    row: &super::Row<'_>,
+    at: usize,
+    frees: bool,
+) -> Result<()> {
+    slots.settled(
+        queue,
+        task_id,
+        row.get::<String>(at)?,
+        row.get::<String>(at + 1)?,
+        frees,
+    );
+    Ok(())
 }
