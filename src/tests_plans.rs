@@ -258,11 +258,7 @@ mod tests {
                 );
             }
             // And planned as execute plans it, through the planner hook.
-            assert_eq!(
-                crate::store::seq_scans_of(stmt),
-                0,
-                "{name}, as executed"
-            );
+            assert_eq!(crate::store::seq_scans_of(stmt), 0, "{name}, as executed");
         }
         // The planner settings are the statement's only: the session's are back.
         assert_eq!(

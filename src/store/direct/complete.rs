@@ -8,8 +8,8 @@ use pgrx::pg_sys::Oid;
 use super::Operation;
 use crate::errors::{internal, Result};
 use crate::store::am::{delete, Decline, Row};
-use crate::store::flow::SlotChanges;
 use crate::store::fence::IdAndToken;
+use crate::store::flow::SlotChanges;
 
 /// Deletes the task if it is in flight under `fencing_token` with no
 /// dependents: the changes of its keys, None when the fence did not hold;

@@ -12,6 +12,8 @@ pub(super) mod claim;
 pub(super) mod complete;
 mod shape;
 
+use pgrx::pg_sys;
+
 use super::am::{guards, Admission, Decline, Write};
 use super::{schema_level, SchemaLevel};
 
@@ -66,5 +68,35 @@ pub(crate) fn would_decline(op: Operation) -> crate::errors::Result<Option<Decli
         Ok(admission) => admission,
         Err(decline) => return Ok(Some(decline)),
     };
-    shape::judge_now(op, &admission)
+    judge_now(op, &admission)
+}
+
+/// `would_decline`'s judgement, with the table (and for a claim, the ready
+/// index) locked: only to read them, so that it runs on a standby too.
+fn judge_now(op: Operation, admission: &Admission<'_>) -> crate::errors::Result<Option<Decline>> {
+    use crate::errors::internal;
+    let relid =
+        crate::oids::relation_oid(c"task").ok_or_else(|| internal("no table aedb_queue.task"))?;
+    let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
+    // SAFETY: opened and closed here; the locks stay until the end of the
+    // transaction, as a statement's.
+    unsafe {
+        let rel = pg_sys::table_open(relid, lock);
+        let mut judged = guards::table(op.write(), rel, admission.role);
+        if judged.is_ok() {
+            judged = if op == Operation::Claim {
+                let index = crate::oids::relation_oid(c"task_ready_idx")
+                    .ok_or_else(|| internal("no index aedb_queue.task_ready_idx"))?;
+                let index = pg_sys::index_open(index, lock);
+                let judged =
+                    guards::scan_index(index).and_then(|()| (admission.shape)(rel, Some(index)));
+                pg_sys::index_close(index, pg_sys::NoLock as pg_sys::LOCKMODE);
+                judged
+            } else {
+                (admission.shape)(rel, None)
+            };
+        }
+        pg_sys::table_close(rel, pg_sys::NoLock as pg_sys::LOCKMODE);
+        Ok(judged.err())
+    }
 }

@@ -9,8 +9,7 @@ use std::ffi::CStr;
 
 use pgrx::pg_sys::{self, Oid};
 
-use super::Operation;
-use crate::store::am::{guards, Admission, Decline};
+use crate::store::am::{guards, Decline};
 
 /// Every column the direct writes set or read, and its type.
 const TASK_COLUMNS: &[(&CStr, Type)] = &[
@@ -221,38 +220,5 @@ unsafe fn nodes(list: *mut pg_sys::List) -> Vec<*mut pg_sys::Node> {
         (0..(*list).length as usize)
             .map(|i| (*(*list).elements.add(i)).ptr_value.cast())
             .collect()
-    }
-}
-
-/// `would_decline`'s judgement with the table (and for a claim, the ready
-/// index) locked: only to read them, so that it runs on a standby too.
-pub(super) fn judge_now(
-    op: Operation,
-    admission: &Admission<'_>,
-) -> crate::errors::Result<Option<Decline>> {
-    use crate::errors::internal;
-    let relid =
-        crate::oids::relation_oid(c"task").ok_or_else(|| internal("no table aedb_queue.task"))?;
-    let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
-    // SAFETY: opened and closed here; the locks stay until the end of the
-    // transaction, as a statement's.
-    unsafe {
-        let rel = pg_sys::table_open(relid, lock);
-        let mut judged = guards::table(op.write(), rel, admission.role);
-        if judged.is_ok() {
-            judged = if op == Operation::Claim {
-                let index = crate::oids::relation_oid(c"task_ready_idx")
-                    .ok_or_else(|| internal("no index aedb_queue.task_ready_idx"))?;
-                let index = pg_sys::index_open(index, lock);
-                let judged =
-                    guards::scan_index(index).and_then(|()| (admission.shape)(rel, Some(index)));
-                pg_sys::index_close(index, pg_sys::NoLock as pg_sys::LOCKMODE);
-                judged
-            } else {
-                (admission.shape)(rel, None)
-            };
-        }
-        pg_sys::table_close(rel, pg_sys::NoLock as pg_sys::LOCKMODE);
-        Ok(judged.err())
     }
 }
