@@ -30,7 +30,7 @@ fn queue_write_path() -> TableIterator<
             rows.push((
                 name.to_owned(),
                 decline.is_none(),
-                decline.map(|d| d.reason().to_owned()),
+                decline.map(|d| direct::reason(d).to_owned()),
             ));
         }
         Ok(TableIterator::new(rows))

@@ -84,32 +84,6 @@ pub enum Decline {
     Schema,
 }
 
-impl Decline {
-    /// Why, in words, for `queue_write_path()`.
-    pub fn reason(self) -> &'static str {
-        match self {
-            Decline::SwitchedOff => "aedb_queue.direct_writes is off",
-            Decline::ExecutorHooks => {
-                "an executor hook is installed and aedb_queue.direct_writes is auto"
-            }
-            Decline::ParallelMode => "the transaction is in parallel mode",
-            Decline::NotPlainTable => "the task table is not a plain table",
-            Decline::NotHeap => "the task table's access method is not heap",
-            Decline::Partition => "the task table is a partition",
-            Decline::Triggers => "the task table has triggers",
-            Decline::RowSecurity => "the task table has row-level security enabled",
-            Decline::StoredGenerated => "the task table has a stored generated column",
-            Decline::Privileges => "the tables' owner lacks a privilege on the task table",
-            Decline::Shape => "the task table or its ready index differs from the schema",
-            Decline::ScanIndex => "an index the write reads is not valid, ready and live",
-            Decline::LeftOutColumn => "a column the write leaves out has a default or is NOT NULL",
-            Decline::Schema => {
-                "the database has an older schema (ALTER EXTENSION aedb_queue UPDATE)"
-            }
-        }
-    }
-}
-
 /// Whether direct writes may run at all now: the switch, executor hooks,
 /// parallel mode.
 pub fn switched_on() -> Result<(), Decline> {
@@ -133,21 +107,14 @@ pub fn switched_on() -> Result<(), Decline> {
 /// to see every statement's execution, ours included.
 unsafe fn executor_hooked() -> bool {
     unsafe {
-        std::ptr::addr_of!(pg_sys::ExecutorStart_hook)
-            .read()
-            .is_some()
-            || std::ptr::addr_of!(pg_sys::ExecutorRun_hook)
-                .read()
-                .is_some()
-            || std::ptr::addr_of!(pg_sys::ExecutorFinish_hook)
-                .read()
-                .is_some()
-            || std::ptr::addr_of!(pg_sys::ExecutorEnd_hook)
-                .read()
-                .is_some()
-            || std::ptr::addr_of!(pg_sys::ExecutorCheckPerms_hook)
-                .read()
-                .is_some()
+        [
+            (*std::ptr::addr_of!(pg_sys::ExecutorStart_hook)).is_some(),
+            (*std::ptr::addr_of!(pg_sys::ExecutorRun_hook)).is_some(),
+            (*std::ptr::addr_of!(pg_sys::ExecutorFinish_hook)).is_some(),
+            (*std::ptr::addr_of!(pg_sys::ExecutorEnd_hook)).is_some(),
+            (*std::ptr::addr_of!(pg_sys::ExecutorCheckPerms_hook)).is_some(),
+        ]
+        .contains(&true)
     }
 }
 

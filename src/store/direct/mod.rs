@@ -100,3 +100,26 @@ fn judge_now(op: Operation, admission: &Admission<'_>) -> crate::errors::Result<
         Ok(judged.err())
     }
 }
+
+/// Why a decline sends the task operations to their statements, in words,
+/// for `queue_write_path()`.
+pub(crate) fn reason(decline: Decline) -> &'static str {
+    match decline {
+        Decline::SwitchedOff => "aedb_queue.direct_writes is off",
+        Decline::ExecutorHooks => {
+            "an executor hook is installed and aedb_queue.direct_writes is auto"
+        }
+        Decline::ParallelMode => "the transaction is in parallel mode",
+        Decline::NotPlainTable => "the task table is not a plain table",
+        Decline::NotHeap => "the task table's access method is not heap",
+        Decline::Partition => "the task table is a partition",
+        Decline::Triggers => "the task table has triggers",
+        Decline::RowSecurity => "the task table has row-level security enabled",
+        Decline::StoredGenerated => "the task table has a stored generated column",
+        Decline::Privileges => "the tables' owner lacks a privilege on the task table",
+        Decline::Shape => "the task table or its ready index differs from the schema",
+        Decline::ScanIndex => "an index the write reads is not valid, ready and live",
+        Decline::LeftOutColumn => "a column the write leaves out has a default or is NOT NULL",
+        Decline::Schema => "the database has an older schema (ALTER EXTENSION aedb_queue UPDATE)",
+    }
+}
