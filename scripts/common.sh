@@ -37,3 +37,18 @@ install_beside() { # MODE SRC DEST
 
 # A directory the postgres user owns, created if missing.
 postgres_dir() { mkdir -p "$1" && chown postgres:postgres "$1"; }
+
+# Prints the aedb_queue.direct_writes a test cluster on PORT runs with and
+# fails unless it is the one asked for: $AEDB_DIRECT_WRITES (scripts/cluster.sh
+# passes it), else the default, auto. A suite run "with the switch off" must
+# not pass on the direct path by mistake.
+check_direct_writes() { # PORT
+    local wanted=${AEDB_DIRECT_WRITES:-auto} running
+    running=$("$PG_BIN/psql" -h 127.0.0.1 -p "$1" -U postgres -d postgres -X -At \
+        -c 'SHOW aedb_queue.direct_writes') || running='(unknown)'
+    echo "aedb_queue.direct_writes = $running (cluster on port $1)"
+    if [ "$running" != "$wanted" ]; then
+        echo "the cluster runs with aedb_queue.direct_writes = $running, not $wanted" >&2
+        return 1
+    fi
+}

@@ -6,6 +6,8 @@
 #   scripts/isolation.sh            run every spec, fail on any difference
 #   scripts/isolation.sh NAME...    run only these specs (tests/isolation/specs/NAME.spec)
 #   scripts/isolation.sh --bless    accept the current output as expected
+# AEDB_DIRECT_WRITES=off runs the same specs, against the same expected files,
+# on the statement path (a cluster of its own: .../isolation-off).
 # AEDB_ISOLATION_PORT (54333), AEDB_TEST_DIR and AEDB_PG_BIN (the PostgreSQL
 # copy the cluster runs from) as in the other scripts.
 set -euo pipefail
@@ -30,12 +32,13 @@ for tool in pg_isolation_regress isolationtester; do
     fi
 done
 
-WORK=${AEDB_TEST_DIR:-/var/tmp/aedb_queue_test}/isolation
+WORK=${AEDB_TEST_DIR:-/var/tmp/aedb_queue_test}/isolation${AEDB_DIRECT_WRITES:+-$AEDB_DIRECT_WRITES}
 PORT=${AEDB_ISOLATION_PORT:-54333}
 postgres_dir "$(dirname "$WORK")"
 # The library preloaded: queue_counters() (overview.sql) needs its shared memory.
 AEDB_PRELOAD=aedb_queue AEDB_CLUSTER_DIR=$WORK AEDB_PORT=$PORT bash scripts/cluster.sh start >/dev/null
 stop_at_exit 'AEDB_CLUSTER_DIR=$WORK bash scripts/cluster.sh stop >/dev/null'
+check_direct_writes "$PORT"
 
 if [ ${#names[@]} -eq 0 ]; then
     for f in tests/isolation/specs/*.spec; do

@@ -7,16 +7,19 @@
 # as postgres ourselves and drive PostgreSQL's own pg_regress.
 #   scripts/regress.sh           run, fail on any difference
 #   scripts/regress.sh --bless   accept the current output as expected
+# AEDB_DIRECT_WRITES=off runs the same examples, against the same expected
+# files, on the statement path (a cluster of its own: .../regress-off).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 cd "$ROOT"
 
-WORK=${AEDB_TEST_DIR:-/var/tmp/aedb_queue_test}/regress
+WORK=${AEDB_TEST_DIR:-/var/tmp/aedb_queue_test}/regress${AEDB_DIRECT_WRITES:+-$AEDB_DIRECT_WRITES}
 PORT=${AEDB_REGRESS_PORT:-54331}
 postgres_dir "$(dirname "$WORK")"
 # The library preloaded: queue_counters() (overview.sql) needs its shared memory.
 AEDB_PRELOAD=aedb_queue AEDB_CLUSTER_DIR=$WORK AEDB_PORT=$PORT bash scripts/cluster.sh start >/dev/null
 stop_at_exit 'AEDB_CLUSTER_DIR=$WORK bash scripts/cluster.sh stop >/dev/null'
+check_direct_writes "$PORT"
 
 tests=(setup)
 for f in tests/pg_regress/sql/*.sql; do

@@ -23,14 +23,16 @@ bash scripts/guard_test.sh
 log "2/9 pg_test (single-session semantics, every error case)"
 bash scripts/pg_test.sh
 
-log "3/9 pg_regress (the SQL surface as examples; installs the extension into PostgreSQL $PG_MAJOR, leaving running servers alone: scripts/install_test.sh)"
+log "3/9 pg_regress (the SQL surface as examples; installs the extension into PostgreSQL $PG_MAJOR, leaving running servers alone: scripts/install_test.sh), with aedb_queue.direct_writes auto, then off (the same expected files)"
 bash scripts/install_test.sh
 bash scripts/regress.sh
+AEDB_DIRECT_WRITES=off bash scripts/regress.sh
 # The same examples of the worker surface through the router over three shards, and the router's own.
 bash scripts/router_regress.sh
 
-log "4/9 isolation specs (pg_isolation_regress: fixed interleavings of concurrent sessions)"
+log "4/9 isolation specs (pg_isolation_regress: fixed interleavings of concurrent sessions), with aedb_queue.direct_writes auto, then off (the same expected files)"
 bash scripts/isolation.sh
+AEDB_DIRECT_WRITES=off bash scripts/isolation.sh
 
 # Every earlier version with a frozen install script in sql/archive/.
 old_versions=$(cd sql/archive && ls aedb_queue--*.sql | sed 's/^aedb_queue--\(.*\)\.sql$/\1/' | sort -V)
@@ -39,8 +41,9 @@ for version in $old_versions; do
     bash scripts/upgrade_test.sh "$version"
 done
 
-log "6/9 integration tests over TCP"
+log "6/9 integration tests over TCP; the model test again with aedb_queue.direct_writes off"
 cargo test -p aedb_queue_itests -- --test-threads=2
+AEDB_DIRECT_WRITES=off cargo test -p aedb_queue_itests --test model
 
 log "7/9 Rust client, worker runtime (with its OpenTelemetry spans) and operator CLI (against throw-away clusters); the Grafana board"
 cargo test -p aedb_queue_client -p aedb_queue_cli -- --test-threads=2
