@@ -1,0 +1,261 @@
+//! The direct writes (`src/store/am`) against the statements they replace:
+//! one cluster, two databases made alike, one with `aedb_queue.direct_writes
+//! = on` and one with `off`, the same user-added indexes on the task table
+//! (partial, expression, unique, hash, GIN), the same seeded sequence of
+//! calls through both as application roles. Every reply, the final rows,
+//! the table's statistics counters, the decoded WAL of the task table and
+//! amcheck on every btree index must be the same: the direct path leaves
+//! the traces the statements leave.
+
+#[path = "write_paths/amcheck.rs"]
+mod amcheck;
+#[path = "write_paths/ops.rs"]
+mod ops;
+
+use aedb_queue_itests::*;
+use ops::Side;
+
+const SEED: u64 = 0x43;
+const OPERATIONS: usize = 400;
+const QUEUE: &str = "paths";
+
+/// Logical decoding for the slots; no autovacuum, which would prune and
+/// count in one database and not the other.
+const CONF: &str = "wal_level = logical\nmax_replication_slots = 4\nmax_wal_senders = 4\n\
+                    autovacuum = off";
+
+/// Indexes a user may add: each kind the index cache and the executor
+/// treat apart.
+const USER_INDEXES: &str = "
+    CREATE INDEX user_partial_idx ON aedb_queue.task (priority, task_id) WHERE attempts > 0;
+    CREATE INDEX user_expression_idx ON aedb_queue.task ((payload->>'kind'), lower(owner_id));
+    CREATE UNIQUE INDEX user_unique_idx ON aedb_queue.task (queue, idempotency_key);
+    CREATE INDEX user_hash_idx ON aedb_queue.task USING hash (owner_id);
+    CREATE INDEX user_gin_idx ON aedb_queue.task USING gin (payload jsonb_path_ops);
+";
+
+#[test]
+fn the_two_write_paths_leave_the_same_traces() {
+    let cluster = Cluster::start_with(CONF);
+    let mut sides = [
+        prepare(&cluster, "paths_direct", "on"),
+        prepare(&cluster, "paths_statements", "off"),
+    ];
+    ops::run_sequence(&mut sides, SEED, OPERATIONS, QUEUE);
+
+    let traces = sides.map(|side| Traces::of(&cluster, side));
+    let [direct, statements] = &traces;
+    assert_same("task rows", &direct.rows, &statements.rows);
+    assert_same("statistics counters", &direct.counters, &statements.counters);
+    assert_same("decoded WAL", &direct.wal, &statements.wal);
+    assert_eq!(direct.indexes, statements.indexes, "the same btree indexes");
+    assert!(
+        direct.indexes.iter().any(|i| i.contains("user_")),
+        "user-added btree indexes are checked: {:?}",
+        direct.indexes
+    );
+    // The sequence reached what it is meant to reach.
+    for (what, pattern) in [
+        ("TOASTed payloads", "unchanged-toast-datum"),
+        ("claims", "state[aedb_queue.task_state]:'in_flight'"),
+        ("dead letters", "state[aedb_queue.task_state]:'dead'"),
+        ("deletes", "DELETE:"),
+    ] {
+        assert!(
+            direct.wal.iter().any(|l| l.contains(pattern)),
+            "no {what} in the decoded WAL"
+        );
+    }
+}
+
+/// A new database with the extension, amcheck, the user indexes, a
+/// logical slot and `direct_writes = mode`; checked to take the path
+/// `mode` names.
+fn prepare(cluster: &Cluster, db: &str, mode: &str) -> Side {
+    cluster
+        .connect_to("postgres", SUPERUSER)
+        .batch_execute(&format!("CREATE DATABASE {db}"))
+        .unwrap();
+    let mut su = cluster.connect_to(db, SUPERUSER);
+    su.batch_execute(&format!(
+        "CREATE EXTENSION aedb_queue CASCADE; CREATE EXTENSION amcheck;
+         ALTER DATABASE {db} SET aedb_queue.direct_writes = {mode};
+         {USER_INDEXES}"
+    ))
+    .unwrap_or_else(|e| panic!("preparing {db}: {}", describe(&e)));
+    su.execute(
+        "SELECT pg_create_logical_replication_slot($1, 'test_decoding')",
+        &[&db],
+    )
+    .unwrap();
+    let path: Vec<(String, bool)> = cluster
+        .connect_to(db, ADMIN)
+        .query(
+            "SELECT operation, direct FROM aedb_queue.queue_write_path() ORDER BY 1",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(path.len(), 3, "{db}: {path:?}");
+    assert!(
+        path.iter().all(|(_, direct)| *direct == (mode == "on")),
+        "{db} with direct_writes = {mode}: {path:?}"
+    );
+    Side {
+        db: db.to_string(),
+        producer: cluster.connect_to(db, PRODUCER),
+        worker: cluster.connect_to(db, WORKER),
+    }
+}
+
+/// What a database's writes left behind.
+struct Traces {
+    rows: Vec<String>,
+    counters: Vec<String>,
+    wal: Vec<String>,
+    indexes: Vec<String>,
+}
+
+impl Traces {
+    fn of(cluster: &Cluster, mut side: Side) -> Traces {
+        // Each session sends its statistics before its next reply.
+        for c in [&mut side.producer, &mut side.worker] {
+            c.batch_execute("SELECT pg_stat_force_next_flush()").unwrap();
+            c.batch_execute("SELECT 1").unwrap();
+        }
+        let mut su = cluster.connect_to(&side.db, SUPERUSER);
+        su.batch_execute("SELECT pg_stat_clear_snapshot()").unwrap();
+        let counters = text_rows(
+            &mut su,
+            "SELECT format('ins %s upd %s del %s hot %s', n_tup_ins, n_tup_upd, n_tup_del,
+                           n_tup_hot_upd)
+             FROM pg_catalog.pg_stat_user_tables WHERE relid = 'aedb_queue.task'::regclass",
+            &[],
+        );
+        let rows = text_rows(
+            &mut su,
+            "SELECT to_jsonb(t)::text FROM aedb_queue.task t ORDER BY task_id",
+            &[],
+        );
+        let wal = by_transaction(text_rows(
+            &mut su,
+            "SELECT data FROM pg_catalog.pg_logical_slot_get_changes($1, NULL, NULL,
+                 'include-xids', '0', 'skip-empty-xacts', '1')
+             WHERE data LIKE 'table aedb_queue.task:%' OR data IN ('BEGIN', 'COMMIT')",
+            &[&side.db],
+        ));
+        let indexes = amcheck::check_task_indexes(&mut su);
+        Traces {
+            rows,
+            counters,
+            wal,
+            indexes,
+        }
+    }
+}
+
+/// The rows of a one-text-column query, times masked.
+fn text_rows(c: &mut Client, sql: &str, params: &[&(dyn postgres::types::ToSql + Sync)]) -> Vec<String> {
+    first_column::<String>(c, sql, params)
+        .into_iter()
+        .map(|s| masked(&s))
+        .collect()
+}
+
+/// The task table's changes, transaction by transaction, each sorted: a
+/// claim of several tasks updates them in service order on the direct
+/// path and in the order its statement's plan finds them on the other.
+fn by_transaction(lines: Vec<String>) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut changes: Vec<String> = Vec::new();
+    for line in lines {
+        match line.as_str() {
+            "BEGIN" => changes.clear(),
+            "COMMIT" if !changes.is_empty() => {
+                changes.sort();
+                out.push("BEGIN".to_string());
+                out.append(&mut changes);
+                out.push("COMMIT".to_string());
+            }
+            "COMMIT" => {}
+            _ => changes.push(line),
+        }
+    }
+    assert!(changes.is_empty(), "changes after the last COMMIT: {changes:?}");
+    out
+}
+
+/// Panics with the first difference between the two databases' `what`.
+fn assert_same(what: &str, direct: &[String], statements: &[String]) {
+    if direct == statements {
+        return;
+    }
+    let at = direct
+        .iter()
+        .zip(statements)
+        .position(|(a, b)| a != b)
+        .unwrap_or(direct.len().min(statements.len()));
+    let show = |lines: &[String]| lines.iter().skip(at).take(3).cloned().collect::<Vec<_>>();
+    panic!(
+        "{what} differ at line {at} (direct: {} lines, statements: {} lines)\n\
+         direct:     {:#?}\nstatements: {:#?}",
+        direct.len(),
+        statements.len(),
+        show(direct),
+        show(statements)
+    );
+}
+
+/// `text` with every timestamp (`2024-05-01 06:08:26.12+00`, JSON's
+/// `2024-05-01T06:08:26.12+00:00`) replaced by `<time>`: times differ
+/// between the databases; only whether one is there is compared.
+pub fn masked(text: &str) -> String {
+    let b = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let (mut i, mut copied) = (0, 0);
+    while i < b.len() {
+        match timestamp_len(&b[i..]) {
+            Some(len) => {
+                out.push_str(&text[copied..i]);
+                out.push_str("<time>");
+                i += len;
+                copied = i;
+            }
+            None => i += 1,
+        }
+    }
+    out.push_str(&text[copied..]);
+    out
+}
+
+/// The length of the timestamp `b` starts with, if it does.
+fn timestamp_len(b: &[u8]) -> Option<usize> {
+    const SHAPE: &[u8] = b"dddd-dd-dd_dd:dd:dd";
+    if b.len() < SHAPE.len() {
+        return None;
+    }
+    for (&c, &s) in b.iter().zip(SHAPE) {
+        let fits = match s {
+            b'd' => c.is_ascii_digit(),
+            b'_' => c == b' ' || c == b'T',
+            _ => c == s,
+        };
+        if !fits {
+            return None;
+        }
+    }
+    let digits = |from: usize| b[from..].iter().take_while(|c| c.is_ascii_digit()).count();
+    let mut len = SHAPE.len();
+    if b.get(len) == Some(&b'.') {
+        len += 1 + digits(len + 1);
+    }
+    if matches!(b.get(len), Some(b'+') | Some(b'-')) {
+        len += 1 + digits(len + 1);
+        if b.get(len) == Some(&b':') {
+            len += 1 + digits(len + 1);
+        }
+    }
+    Some(len)
+}
