@@ -15,8 +15,17 @@ mod ops;
 use aedb_queue_itests::*;
 use ops::Side;
 
+/// `AEDB_PATHS_SEED` and `AEDB_PATHS_OPERATIONS` override these, for other
+/// and longer sequences in local runs.
 const SEED: u64 = 0x43;
 const OPERATIONS: usize = 400;
+
+fn from_env<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
 const QUEUE: &str = "paths";
 
 /// Logical decoding for the slots; no autovacuum, which would prune and
@@ -41,10 +50,18 @@ fn the_two_write_paths_leave_the_same_traces() {
         prepare(&cluster, "paths_direct", "on"),
         prepare(&cluster, "paths_statements", "off"),
     ];
-    ops::run_sequence(&mut sides, SEED, OPERATIONS, QUEUE);
+    let seed = from_env("AEDB_PATHS_SEED", SEED);
+    let operations = from_env("AEDB_PATHS_OPERATIONS", OPERATIONS);
+    ops::run_sequence(&mut sides, seed, operations, QUEUE);
 
     let traces = sides.map(|side| Traces::of(&cluster, side));
     let [direct, statements] = &traces;
+    eprintln!(
+        "seed {seed}, {operations} operations: {} task rows left, {} lines of WAL, {:?}",
+        direct.rows.len(),
+        direct.wal.len(),
+        direct.counters
+    );
     assert_same("task rows", &direct.rows, &statements.rows);
     assert_same("statistics counters", &direct.counters, &statements.counters);
     assert_same("decoded WAL", &direct.wal, &statements.wal);
@@ -107,6 +124,7 @@ fn prepare(cluster: &Cluster, db: &str, mode: &str) -> Side {
         db: db.to_string(),
         producer: cluster.connect_to(db, PRODUCER),
         worker: cluster.connect_to(db, WORKER),
+        service: cluster.connect_to(db, SERVICE),
     }
 }
 
@@ -121,7 +139,7 @@ struct Traces {
 impl Traces {
     fn of(cluster: &Cluster, mut side: Side) -> Traces {
         // Each session sends its statistics before its next reply.
-        for c in [&mut side.producer, &mut side.worker] {
+        for c in [&mut side.producer, &mut side.worker, &mut side.service] {
             c.batch_execute("SELECT pg_stat_force_next_flush()").unwrap();
             c.batch_execute("SELECT 1").unwrap();
         }

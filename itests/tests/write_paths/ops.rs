@@ -2,7 +2,7 @@
 //! paths: drawn from a seeded PRNG, each call sent to both databases in
 //! turn and its returned rows compared at once.
 
-use aedb_queue_itests::{describe, json, Client, Value};
+use aedb_queue_itests::{describe, json, Client, GenericClient, Value};
 use postgres::types::ToSql;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -14,6 +14,8 @@ pub struct Side {
     pub db: String,
     pub producer: Client,
     pub worker: Client,
+    /// Producer and worker: several calls in one transaction.
+    pub service: Client,
 }
 
 /// Which session of a side a call runs on.
@@ -25,19 +27,60 @@ enum Who {
 
 type Params<'a> = Vec<&'a (dyn ToSql + Sync)>;
 
+/// Runs `call` (a `SELECT * FROM aedb_queue.f(...)`) on `c` and returns
+/// its rows as JSON text with the times masked, or the error.
+fn call_on(c: &mut impl GenericClient, call: &str, params: &Params) -> Result<Vec<String>, String> {
+    let sql = format!("SELECT to_jsonb(r)::text FROM ({call}) r");
+    match c.query(sql.as_str(), params) {
+        Ok(rows) => Ok(rows.iter().map(|r| masked(r.get(0))).collect()),
+        Err(e) => Err(format!("ERROR {}", describe(&e))),
+    }
+}
+
 impl Side {
-    /// Runs `call` (a `SELECT * FROM aedb_queue.f(...)`) and returns its
-    /// rows as JSON text with the times masked, or the error.
     fn call(&mut self, who: Who, call: &str, params: &Params) -> Vec<String> {
-        let sql = format!("SELECT to_jsonb(r)::text FROM ({call}) r");
         let c = match who {
             Who::Producer => &mut self.producer,
             Who::Worker => &mut self.worker,
         };
-        match c.query(sql.as_str(), params) {
-            Ok(rows) => rows.iter().map(|r| masked(r.get(0))).collect(),
-            Err(e) => vec![format!("ERROR {}", describe(&e))],
+        call_on(c, call, params).unwrap_or_else(|e| vec![e])
+    }
+
+    /// In one transaction of the service: a batch enqueued, tasks claimed
+    /// (those just enqueued among them), each completed; then commit or
+    /// roll back. Every reply, in order.
+    fn transaction(&mut self, queue: &str, payloads: &[Value], max: i32, commit: bool) -> Vec<String> {
+        let mut tx = self.service.transaction().unwrap();
+        let mut replies = Vec::new();
+        let outcome = (|| -> Result<(), String> {
+            replies.extend(call_on(
+                &mut tx,
+                "SELECT * FROM aedb_queue.queue_enqueue_batch($1::text, $2::jsonb[])",
+                &vec![&queue, &payloads],
+            )?);
+            let claimed = call_on(
+                &mut tx,
+                "SELECT * FROM aedb_queue.queue_claim($1::text, 'tx', '1 hour', $2::int4)",
+                &vec![&queue, &max],
+            )?;
+            for row in &claimed {
+                let row: Value = serde_json::from_str(row).unwrap();
+                let (id, token) = (row["task_id"].as_i64(), row["fencing_token"].as_i64());
+                replies.extend(call_on(
+                    &mut tx,
+                    "SELECT * FROM aedb_queue.queue_complete($1::text, $2::int8, $3::int8)",
+                    &vec![&queue, &id, &token],
+                )?);
+            }
+            replies.extend(claimed);
+            Ok(())
+        })();
+        if let Err(e) = outcome {
+            replies.push(e);
         }
+        let end = if commit { tx.commit() } else { tx.rollback() };
+        replies.push(format!("{:?}", end.map_err(|e| describe(&e))));
+        replies
     }
 }
 
@@ -81,8 +124,9 @@ impl Run {
             64..=71 => self.fail(sides, step),
             72..=77 => self.heartbeat(sides, step),
             78..=83 => self.release(sides, step),
-            84..=93 => self.complete_and_claim(sides, step),
-            _ => self.fail_and_claim(sides, step),
+            84..=91 => self.complete_and_claim(sides, step),
+            92..=95 => self.fail_and_claim(sides, step),
+            _ => self.in_transaction(sides, step),
         }
     }
 
@@ -291,6 +335,22 @@ impl Run {
             &vec![&self.queue, &owner, &id, &token, &max],
         );
         self.hold(&rows);
+    }
+
+    /// Calls in one transaction; what they claim they complete, so what
+    /// is held is the same after a commit or a rollback.
+    fn in_transaction(&mut self, sides: &mut [Side; 2], step: usize) {
+        let payloads: Vec<Value> = (0..self.rng.gen_range(1..=3)).map(|_| self.payload()).collect();
+        let max: i32 = self.rng.gen_range(1..=4);
+        let commit = self.rng.gen_bool(0.7);
+        let first = sides[0].transaction(self.queue, &payloads, max, commit);
+        let second = sides[1].transaction(self.queue, &payloads, max, commit);
+        assert_eq!(
+            first, second,
+            "step {step}: a transaction of calls (commit: {commit}) replied differently \
+             ({} first)",
+            sides[0].db
+        );
     }
 
     fn fail_and_claim(&mut self, sides: &mut [Side; 2], step: usize) {
