@@ -11,9 +11,11 @@
 mod amcheck;
 #[path = "write_paths/ops.rs"]
 mod ops;
+#[path = "write_paths/side.rs"]
+mod side;
 
 use aedb_queue_itests::*;
-use ops::Side;
+use side::Side;
 
 /// `AEDB_PATHS_SEED` and `AEDB_PATHS_OPERATIONS` override these, for other
 /// and longer sequences in local runs.
@@ -63,7 +65,11 @@ fn the_two_write_paths_leave_the_same_traces() {
         direct.counters
     );
     assert_same("task rows", &direct.rows, &statements.rows);
-    assert_same("statistics counters", &direct.counters, &statements.counters);
+    assert_same(
+        "statistics counters",
+        &direct.counters,
+        &statements.counters,
+    );
     assert_same("decoded WAL", &direct.wal, &statements.wal);
     assert_eq!(direct.indexes, statements.indexes, "the same btree indexes");
     assert!(
@@ -140,7 +146,8 @@ impl Traces {
     fn of(cluster: &Cluster, mut side: Side) -> Traces {
         // Each session sends its statistics before its next reply.
         for c in [&mut side.producer, &mut side.worker, &mut side.service] {
-            c.batch_execute("SELECT pg_stat_force_next_flush()").unwrap();
+            c.batch_execute("SELECT pg_stat_force_next_flush()")
+                .unwrap();
             c.batch_execute("SELECT 1").unwrap();
         }
         let mut su = cluster.connect_to(&side.db, SUPERUSER);
@@ -175,7 +182,11 @@ impl Traces {
 }
 
 /// The rows of a one-text-column query, times masked.
-fn text_rows(c: &mut Client, sql: &str, params: &[&(dyn postgres::types::ToSql + Sync)]) -> Vec<String> {
+fn text_rows(
+    c: &mut Client,
+    sql: &str,
+    params: &[&(dyn postgres::types::ToSql + Sync)],
+) -> Vec<String> {
     first_column::<String>(c, sql, params)
         .into_iter()
         .map(|s| masked(&s))
@@ -201,7 +212,10 @@ fn by_transaction(lines: Vec<String>) -> Vec<String> {
             _ => changes.push(line),
         }
     }
-    assert!(changes.is_empty(), "changes after the last COMMIT: {changes:?}");
+    assert!(
+        changes.is_empty(),
+        "changes after the last COMMIT: {changes:?}"
+    );
     out
 }
 

@@ -35,7 +35,10 @@ fn stress_secs() -> u64 {
 type Errors = Arc<Mutex<Vec<String>>>;
 
 fn note(errors: &Errors, who: &str, e: &postgres::Error) {
-    errors.lock().unwrap().push(format!("{who}: {}", describe(e)));
+    errors
+        .lock()
+        .unwrap()
+        .push(format!("{who}: {}", describe(e)));
 }
 
 #[test]
@@ -53,9 +56,7 @@ fn concurrent_index_ddl_and_grants_do_not_break_direct_writes() {
     assert!(direct, "the workers' calls take the direct path");
     cluster
         .connect()
-        .batch_execute(
-            "CREATE ROLE ddl_dummy; CREATE TABLE public.unrelated (n int)",
-        )
+        .batch_execute("CREATE ROLE ddl_dummy; CREATE TABLE public.unrelated (n int)")
         .unwrap();
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -107,7 +108,10 @@ fn concurrent_index_ddl_and_grants_do_not_break_direct_writes() {
     check_ledger(&enqueued, &completed);
     let mut su = cluster.connect();
     let left: i64 = su
-        .query_one("SELECT count(*) FROM aedb_queue.task WHERE queue = $1", &[&queue])
+        .query_one(
+            "SELECT count(*) FROM aedb_queue.task WHERE queue = $1",
+            &[&queue],
+        )
         .unwrap()
         .get(0);
     assert_eq!(left, 0, "tasks left behind");
@@ -131,8 +135,10 @@ fn work(
     let mut round = 0usize;
     while !stop.load(Ordering::Relaxed) {
         round += 1;
-        let payloads: Vec<Value> = (0..1 + round % 4).map(|n| json!({"w": w, "n": n})).collect();
-        let sent = if round % 2 == 0 {
+        let payloads: Vec<Value> = (0..1 + round % 4)
+            .map(|n| json!({"w": w, "n": n}))
+            .collect();
+        let sent = if round.is_multiple_of(2) {
             c.query_typed(
                 "SELECT id FROM aedb_queue.queue_enqueue_batch($1::text, $2::jsonb[]) id",
                 &[(&queue, Type::TEXT), (&payloads, Type::JSONB_ARRAY)],
@@ -147,7 +153,7 @@ fn work(
             Ok(rows) => enqueued.extend(rows.iter().map(|r| r.get::<_, i64>(0))),
             Err(e) => note(errors, &who, &e),
         }
-        match claim_and_complete(c, queue, &format!("w{w}"), round % 3 == 0) {
+        match claim_and_complete(c, queue, &format!("w{w}"), round.is_multiple_of(3)) {
             Ok(done) => completed.extend(done),
             Err(e) => note(errors, &who, &e),
         }
@@ -177,10 +183,19 @@ fn claim_and_complete(
         let rows = c.query_typed(
             "SELECT task_id, outcome::text FROM aedb_queue.queue_complete_batch($1::text, \
              $2::int8[], $3::int8[])",
-            &[(&queue, Type::TEXT), (&ids, Type::INT8_ARRAY), (&tokens, Type::INT8_ARRAY)],
+            &[
+                (&queue, Type::TEXT),
+                (&ids, Type::INT8_ARRAY),
+                (&tokens, Type::INT8_ARRAY),
+            ],
         )?;
         for r in rows {
-            assert_eq!(r.get::<_, &str>(1), "applied", "task {}", r.get::<_, i64>(0));
+            assert_eq!(
+                r.get::<_, &str>(1),
+                "applied",
+                "task {}",
+                r.get::<_, i64>(0)
+            );
             applied.push(r.get(0));
         }
         return Ok(applied);
@@ -188,7 +203,11 @@ fn claim_and_complete(
     for (id, token) in ids.into_iter().zip(tokens) {
         let r = c.query_typed_one(
             "SELECT aedb_queue.queue_complete($1::text, $2::int8, $3::int8)::text",
-            &[(&queue, Type::TEXT), (&id, Type::INT8), (&token, Type::INT8)],
+            &[
+                (&queue, Type::TEXT),
+                (&id, Type::INT8),
+                (&token, Type::INT8),
+            ],
         )?;
         assert_eq!(r.get::<_, &str>(0), "applied", "task {id}");
         applied.push(id);
@@ -209,7 +228,10 @@ fn churn_indexes(c: &mut Client, stop: &AtomicBool, errors: &Errors) -> usize {
             "CREATE INDEX CONCURRENTLY ddl_extra_idx ON aedb_queue.task {}",
             kinds[built % kinds.len()]
         );
-        for sql in [create.as_str(), "DROP INDEX CONCURRENTLY aedb_queue.ddl_extra_idx"] {
+        for sql in [
+            create.as_str(),
+            "DROP INDEX CONCURRENTLY aedb_queue.ddl_extra_idx",
+        ] {
             if let Err(e) = c.batch_execute(sql) {
                 note(errors, sql, &e);
                 return built;

@@ -63,7 +63,8 @@ fn write_path(cluster: &Cluster) -> Vec<(String, bool, Option<String>)> {
 /// then lists an INSERT into, an UPDATE of and a DELETE from the task
 /// table.
 fn writes_seen(cluster: &Cluster, su: &mut Client) -> [bool; 3] {
-    su.batch_execute("SELECT pg_stat_statements_reset()").unwrap();
+    su.batch_execute("SELECT pg_stat_statements_reset()")
+        .unwrap();
     let queue = unique_queue("hooks");
     let mut producer = cluster.connect_as(PRODUCER);
     enqueue(&mut producer, &queue, &json!({"n": 1}));
@@ -72,7 +73,12 @@ fn writes_seen(cluster: &Cluster, su: &mut Client) -> [bool; 3] {
     let claimed = claim(&mut worker, &queue, "hooked", "1 minute", 3);
     assert_eq!(claimed.len(), 3);
     assert_eq!(
-        complete(&mut worker, &queue, claimed[0].task_id, claimed[0].fencing_token),
+        complete(
+            &mut worker,
+            &queue,
+            claimed[0].task_id,
+            claimed[0].fencing_token
+        ),
         Outcome::Applied
     );
     let (ids, tokens): (Vec<i64>, Vec<i64>) = claimed[1..]

@@ -2,87 +2,11 @@
 //! paths: drawn from a seeded PRNG, each call sent to both databases in
 //! turn and its returned rows compared at once.
 
-use aedb_queue_itests::{describe, json, Client, GenericClient, Value};
-use postgres::types::ToSql;
+use aedb_queue_itests::{json, Value};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::masked;
-
-/// A database and the application's sessions in it.
-pub struct Side {
-    pub db: String,
-    pub producer: Client,
-    pub worker: Client,
-    /// Producer and worker: several calls in one transaction.
-    pub service: Client,
-}
-
-/// Which session of a side a call runs on.
-#[derive(Clone, Copy)]
-enum Who {
-    Producer,
-    Worker,
-}
-
-type Params<'a> = Vec<&'a (dyn ToSql + Sync)>;
-
-/// Runs `call` (a `SELECT * FROM aedb_queue.f(...)`) on `c` and returns
-/// its rows as JSON text with the times masked, or the error.
-fn call_on(c: &mut impl GenericClient, call: &str, params: &Params) -> Result<Vec<String>, String> {
-    let sql = format!("SELECT to_jsonb(r)::text FROM ({call}) r");
-    match c.query(sql.as_str(), params) {
-        Ok(rows) => Ok(rows.iter().map(|r| masked(r.get(0))).collect()),
-        Err(e) => Err(format!("ERROR {}", describe(&e))),
-    }
-}
-
-impl Side {
-    fn call(&mut self, who: Who, call: &str, params: &Params) -> Vec<String> {
-        let c = match who {
-            Who::Producer => &mut self.producer,
-            Who::Worker => &mut self.worker,
-        };
-        call_on(c, call, params).unwrap_or_else(|e| vec![e])
-    }
-
-    /// In one transaction of the service: a batch enqueued, tasks claimed
-    /// (those just enqueued among them), each completed; then commit or
-    /// roll back. Every reply, in order.
-    fn transaction(&mut self, queue: &str, payloads: &[Value], max: i32, commit: bool) -> Vec<String> {
-        let mut tx = self.service.transaction().unwrap();
-        let mut replies = Vec::new();
-        let outcome = (|| -> Result<(), String> {
-            replies.extend(call_on(
-                &mut tx,
-                "SELECT * FROM aedb_queue.queue_enqueue_batch($1::text, $2::jsonb[])",
-                &vec![&queue, &payloads],
-            )?);
-            let claimed = call_on(
-                &mut tx,
-                "SELECT * FROM aedb_queue.queue_claim($1::text, 'tx', '1 hour', $2::int4)",
-                &vec![&queue, &max],
-            )?;
-            for row in &claimed {
-                let row: Value = serde_json::from_str(row).unwrap();
-                let (id, token) = (row["task_id"].as_i64(), row["fencing_token"].as_i64());
-                replies.extend(call_on(
-                    &mut tx,
-                    "SELECT * FROM aedb_queue.queue_complete($1::text, $2::int8, $3::int8)",
-                    &vec![&queue, &id, &token],
-                )?);
-            }
-            replies.extend(claimed);
-            Ok(())
-        })();
-        if let Err(e) = outcome {
-            replies.push(e);
-        }
-        let end = if commit { tx.commit() } else { tx.rollback() };
-        replies.push(format!("{:?}", end.map_err(|e| describe(&e))));
-        replies
-    }
-}
+use super::side::{Params, Side, Who};
 
 /// A task the workers hold: (task id, fencing token).
 type Held = (i64, i64);
@@ -175,7 +99,9 @@ impl Run {
         if self.held.is_empty() {
             return None;
         }
-        let (id, token) = self.held.swap_remove(self.rng.gen_range(0..self.held.len()));
+        let (id, token) = self
+            .held
+            .swap_remove(self.rng.gen_range(0..self.held.len()));
         if self.rng.gen_range(0..8) == 0 {
             self.held.push((id, token)); // fenced out: still held
             return Some(((id, token + 1), false));
@@ -189,7 +115,11 @@ impl Run {
 
     fn enqueue(&mut self, sides: &mut [Side; 2], step: usize) {
         let payload = self.payload();
-        let delay = if self.rng.gen_range(0..5) == 0 { "1 hour" } else { "0" };
+        let delay = if self.rng.gen_range(0..5) == 0 {
+            "1 hour"
+        } else {
+            "0"
+        };
         let priority: i64 = self.rng.gen_range(0..3);
         let key: Option<String> = match self.rng.gen_range(0..6) {
             0 if !self.keys.is_empty() => {
@@ -231,7 +161,8 @@ impl Run {
     /// Takes the claimed tasks of a reply (rows with a task id) as held.
     fn hold(&mut self, rows: &[Value]) {
         for row in rows {
-            if let (Some(id), Some(token)) = (row["task_id"].as_i64(), row["fencing_token"].as_i64())
+            if let (Some(id), Some(token)) =
+                (row["task_id"].as_i64(), row["fencing_token"].as_i64())
             {
                 self.held.push((id, token));
             }
@@ -242,7 +173,13 @@ impl Run {
         let owner = self.owner();
         let max: i32 = if self.rng.gen_bool(0.5) { 1 } else { 10 };
         let call = "SELECT * FROM aedb_queue.queue_claim($1::text, $2::text, '1 hour', $3::int4)";
-        let rows = Self::both(sides, step, Who::Worker, call, &vec![&self.queue, &owner, &max]);
+        let rows = Self::both(
+            sides,
+            step,
+            Who::Worker,
+            call,
+            &vec![&self.queue, &owner, &max],
+        );
         self.hold(&rows);
     }
 
@@ -251,7 +188,13 @@ impl Run {
             return;
         };
         let call = "SELECT * FROM aedb_queue.queue_complete($1::text, $2::int8, $3::int8)";
-        Self::both(sides, step, Who::Worker, call, &vec![&self.queue, &id, &token]);
+        Self::both(
+            sides,
+            step,
+            Who::Worker,
+            call,
+            &vec![&self.queue, &id, &token],
+        );
     }
 
     fn complete_batch(&mut self, sides: &mut [Side; 2], step: usize) {
@@ -262,8 +205,15 @@ impl Run {
                 tokens.push(token);
             }
         }
-        let call = "SELECT * FROM aedb_queue.queue_complete_batch($1::text, $2::int8[], $3::int8[])";
-        Self::both(sides, step, Who::Worker, call, &vec![&self.queue, &ids, &tokens]);
+        let call =
+            "SELECT * FROM aedb_queue.queue_complete_batch($1::text, $2::int8[], $3::int8[])";
+        Self::both(
+            sides,
+            step,
+            Who::Worker,
+            call,
+            &vec![&self.queue, &ids, &tokens],
+        );
     }
 
     fn fail(&mut self, sides: &mut [Side; 2], step: usize) {
@@ -313,10 +263,20 @@ impl Run {
         let Some(((id, token), _)) = self.take_held() else {
             return;
         };
-        let delay = if self.rng.gen_bool(0.5) { "0" } else { "1 hour" };
+        let delay = if self.rng.gen_bool(0.5) {
+            "0"
+        } else {
+            "1 hour"
+        };
         let call = "SELECT * FROM aedb_queue.queue_release($1::text, $2::int8, $3::int8, \
                     delay => $4::text::interval)";
-        Self::both(sides, step, Who::Worker, call, &vec![&self.queue, &id, &token, &delay]);
+        Self::both(
+            sides,
+            step,
+            Who::Worker,
+            call,
+            &vec![&self.queue, &id, &token, &delay],
+        );
     }
 
     fn complete_and_claim(&mut self, sides: &mut [Side; 2], step: usize) {
@@ -340,7 +300,9 @@ impl Run {
     /// Calls in one transaction; what they claim they complete, so what
     /// is held is the same after a commit or a rollback.
     fn in_transaction(&mut self, sides: &mut [Side; 2], step: usize) {
-        let payloads: Vec<Value> = (0..self.rng.gen_range(1..=3)).map(|_| self.payload()).collect();
+        let payloads: Vec<Value> = (0..self.rng.gen_range(1..=3))
+            .map(|_| self.payload())
+            .collect();
         let max: i32 = self.rng.gen_range(1..=4);
         let commit = self.rng.gen_bool(0.7);
         let first = sides[0].transaction(self.queue, &payloads, max, commit);
@@ -361,7 +323,13 @@ impl Run {
         let call = "SELECT * FROM aedb_queue.queue_fail_and_claim($1::text, $2::text, \
                     $3::int8, $4::int8, 'failed and claimed', retry_in => '0', \
                     lease => '1 hour', max => 1)";
-        let rows = Self::both(sides, step, Who::Worker, call, &vec![&self.queue, &owner, &id, &token]);
+        let rows = Self::both(
+            sides,
+            step,
+            Who::Worker,
+            call,
+            &vec![&self.queue, &owner, &id, &token],
+        );
         self.hold(&rows);
     }
 }
