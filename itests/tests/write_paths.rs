@@ -36,13 +36,16 @@ const CONF: &str = "wal_level = logical\nmax_replication_slots = 4\nmax_wal_send
                     autovacuum = off";
 
 /// Indexes a user may add: each kind the index cache and the executor
-/// treat apart.
+/// treat apart, and two that refuse some enqueues (23505, 23P01).
 const USER_INDEXES: &str = "
     CREATE INDEX user_partial_idx ON aedb_queue.task (priority, task_id) WHERE attempts > 0;
     CREATE INDEX user_expression_idx ON aedb_queue.task ((payload->>'kind'), lower(owner_id));
     CREATE UNIQUE INDEX user_unique_idx ON aedb_queue.task (queue, idempotency_key);
     CREATE INDEX user_hash_idx ON aedb_queue.task USING hash (owner_id);
     CREATE INDEX user_gin_idx ON aedb_queue.task USING gin (payload jsonb_path_ops);
+    CREATE UNIQUE INDEX user_payload_unique_idx ON aedb_queue.task ((payload->>'uniq'));
+    ALTER TABLE aedb_queue.task
+        ADD CONSTRAINT user_exclusion EXCLUDE USING btree ((payload->>'excl') WITH =);
 ";
 
 #[test]
@@ -55,6 +58,7 @@ fn the_two_write_paths_leave_the_same_traces() {
     let seed = from_env("AEDB_PATHS_SEED", SEED);
     let operations = from_env("AEDB_PATHS_OPERATIONS", OPERATIONS);
     ops::run_sequence(&mut sides, seed, operations, QUEUE);
+    let errors = sides[0].errors.clone();
 
     let traces = sides.map(|side| Traces::of(&cluster, side));
     let [direct, statements] = &traces;
@@ -79,6 +83,12 @@ fn the_two_write_paths_leave_the_same_traces() {
     );
     // The sequence reached what it is meant to reach.
     for (what, pattern) in [
+        ("unique violations", "23505"),
+        ("exclusion violations", "23P01"),
+    ] {
+        assert!(errors.iter().any(|e| e.contains(pattern)), "no {what} met");
+    }
+    for (what, pattern) in [
         ("TOASTed payloads", "unchanged-toast-datum"),
         ("claims", "state[aedb_queue.task_state]:'in_flight'"),
         ("dead letters", "state[aedb_queue.task_state]:'dead'"),
@@ -89,6 +99,65 @@ fn the_two_write_paths_leave_the_same_traces() {
             "no {what} in the decoded WAL"
         );
     }
+}
+
+/// A batch refused by a unique index: the statement (`INSERT ... SELECT`,
+/// row by row) inserts the rows before the refused one and stops; the
+/// direct write (`heap_multi_insert`, then the indexes, as COPY) has put
+/// every row of the batch in the heap first. `n_tup_ins` (attempted rows)
+/// and the dead rows left differ. Kept as a reproducer until decided.
+#[test]
+#[ignore = "known difference: a refused direct batch counts every row inserted (heap_multi_insert)"]
+fn a_refused_batch_counts_what_its_statement_counts() {
+    let cluster = Cluster::start();
+    let mut su = cluster.connect();
+    su.batch_execute(
+        "CREATE UNIQUE INDEX user_payload_unique_idx ON aedb_queue.task ((payload->>'uniq'))",
+    )
+    .unwrap();
+    let mut counted = Vec::new();
+    for mode in ["on", "off"] {
+        su.batch_execute(&format!(
+            "ALTER ROLE {PRODUCER} SET aedb_queue.direct_writes = {mode}"
+        ))
+        .unwrap();
+        let mut producer = cluster.connect_as(PRODUCER);
+        let queue = unique_queue("refused");
+        let before = inserted(&mut su);
+        enqueue(&mut producer, &queue, &json!({ "uniq": mode }));
+        let batch: Vec<Value> = (0..8)
+            .map(|n| json!({ "n": n, "uniq": (n == 2).then_some(mode) }))
+            .collect();
+        let e = producer
+            .query(
+                "SELECT aedb_queue.queue_enqueue_batch($1, $2)",
+                &[&queue, &batch],
+            )
+            .expect_err("the batch is refused");
+        assert_eq!(sqlstate(&e).as_deref(), Some("23505"), "{}", describe(&e));
+        producer
+            .batch_execute("SELECT pg_stat_force_next_flush()")
+            .unwrap();
+        producer.batch_execute("SELECT 1").unwrap();
+        counted.push(inserted(&mut su) - before);
+    }
+    assert_eq!(
+        counted[0], counted[1],
+        "rows counted inserted by one enqueue and a batch refused at its third row \
+         (direct, statement)"
+    );
+}
+
+/// `n_tup_ins` of the task table, read afresh.
+fn inserted(su: &mut Client) -> i64 {
+    su.batch_execute("SELECT pg_stat_clear_snapshot()").unwrap();
+    su.query_one(
+        "SELECT n_tup_ins FROM pg_catalog.pg_stat_user_tables
+         WHERE relid = 'aedb_queue.task'::regclass",
+        &[],
+    )
+    .unwrap()
+    .get(0)
 }
 
 /// A new database with the extension, amcheck, the user indexes, a
@@ -131,6 +200,7 @@ fn prepare(cluster: &Cluster, db: &str, mode: &str) -> Side {
         producer: cluster.connect_to(db, PRODUCER),
         worker: cluster.connect_to(db, WORKER),
         service: cluster.connect_to(db, SERVICE),
+        errors: Vec::new(),
     }
 }
 

@@ -78,8 +78,11 @@ impl Run {
     }
 
     /// A payload of 10 bytes to 12 kB: one in twelve is random hex far
-    /// past the TOAST threshold even compressed, one in six medium.
-    fn payload(&mut self) -> Value {
+    /// past the TOAST threshold even compressed, one in six medium. With
+    /// `refusable`, three in ten have a key of the user's unique index or
+    /// exclusion constraint. (Not in batches: a refused batch differs in
+    /// its statistics, see `a_refused_batch_counts_what_its_statement_counts`.)
+    fn payload(&mut self, refusable: bool) -> Value {
         self.enqueued += 1;
         let pad_len = match self.rng.gen_range(0..12) {
             0 => 12_000,
@@ -90,7 +93,16 @@ impl Run {
             .map(|_| char::from_digit(self.rng.gen_range(0..16), 16).unwrap())
             .collect();
         let kind = ["mail", "sms", "push"][self.rng.gen_range(0..3)];
-        json!({ "kind": kind, "n": self.enqueued, "pad": pad })
+        let mut payload = json!({ "kind": kind, "n": self.enqueued, "pad": pad });
+        // Now and then a value the user's unique index or exclusion
+        // constraint refuses while another live task has it.
+        match self.rng.gen_range(0..20) {
+            _ if !refusable => {}
+            0..=2 => payload["uniq"] = json!(format!("u{}", self.rng.gen_range(0..3))),
+            3..=5 => payload["excl"] = json!(format!("e{}", self.rng.gen_range(0..3))),
+            _ => {}
+        }
+        payload
     }
 
     /// A held task (removed from what is held), with its token or, one
@@ -114,7 +126,7 @@ impl Run {
     }
 
     fn enqueue(&mut self, sides: &mut [Side; 2], step: usize) {
-        let payload = self.payload();
+        let payload = self.payload(true);
         let delay = if self.rng.gen_range(0..5) == 0 {
             "1 hour"
         } else {
@@ -145,7 +157,7 @@ impl Run {
 
     fn enqueue_batch(&mut self, sides: &mut [Side; 2], step: usize) {
         let size = self.rng.gen_range(1..=8);
-        let payloads: Vec<Value> = (0..size).map(|_| self.payload()).collect();
+        let payloads: Vec<Value> = (0..size).map(|_| self.payload(false)).collect();
         let priority: i64 = self.rng.gen_range(0..3);
         let call = "SELECT * FROM aedb_queue.queue_enqueue_batch($1::text, $2::jsonb[], \
                     priority => $3::int8, backoff_base => '1 hour', backoff_max => '2 hours')";
@@ -301,7 +313,7 @@ impl Run {
     /// is held is the same after a commit or a rollback.
     fn in_transaction(&mut self, sides: &mut [Side; 2], step: usize) {
         let payloads: Vec<Value> = (0..self.rng.gen_range(1..=3))
-            .map(|_| self.payload())
+            .map(|_| self.payload(false))
             .collect();
         let max: i32 = self.rng.gen_range(1..=4);
         let commit = self.rng.gen_bool(0.7);

@@ -13,6 +13,8 @@ pub struct Side {
     pub worker: Client,
     /// Producer and worker: several calls in one transaction.
     pub service: Client,
+    /// Every error a call replied with.
+    pub errors: Vec<String>,
 }
 
 /// Which session of a side a call runs on.
@@ -40,7 +42,10 @@ impl Side {
             Who::Producer => &mut self.producer,
             Who::Worker => &mut self.worker,
         };
-        call_on(c, call, params).unwrap_or_else(|e| vec![e])
+        call_on(c, call, params).unwrap_or_else(|e| {
+            self.errors.push(e.clone());
+            vec![e]
+        })
     }
 
     /// In one transaction of the service: a batch enqueued, tasks claimed
@@ -79,6 +84,7 @@ impl Side {
             Ok(())
         })();
         if let Err(e) = outcome {
+            self.errors.push(e.clone());
             replies.push(e);
         }
         let end = if commit { tx.commit() } else { tx.rollback() };
