@@ -153,13 +153,18 @@ unsafe fn insert_rows(rel: pg_sys::Relation, layout: &[Option<&Values<'_>>], row
             as *mut pg_sys::ResultRelInfo;
         pg_sys::InitResultRelInfo(result_rel, rel, 0, std::ptr::null_mut(), 0);
         let indexes = OpenIndexes::open(result_rel, rel, estate, &constants(rel, layout));
+        let per_call = if can_refuse_a_row(rel, result_rel) {
+            1
+        } else {
+            ROWS_PER_CALL
+        };
         let has_constraints = !(*(*rel).rd_att).constr.is_null();
         let command = pg_sys::GetCurrentCommandId(true);
         // A batch's slots are over an unpinned copy of the descriptor: slots
         // over the relation's own each pin it with the resource owner,
         // whose lookups are linear, and a batch needs up to ROWS_PER_CALL of
         // them. A few slots pin it more cheaply than it is copied.
-        let slot_count = rows.min(ROWS_PER_CALL);
+        let slot_count = rows.min(per_call);
         let desc = if slot_count <= PINNED_SLOTS_MAX {
             (*rel).rd_att
         } else {
@@ -169,8 +174,8 @@ unsafe fn insert_rows(rel: pg_sys::Relation, layout: &[Option<&Values<'_>>], row
             .map(|_| pg_sys::MakeTupleTableSlot(desc, &raw const pg_sys::TTSOpsBufferHeapTuple))
             .collect();
 
-        for start in (0..rows).step_by(ROWS_PER_CALL) {
-            let count = (rows - start).min(ROWS_PER_CALL);
+        for start in (0..rows).step_by(per_call) {
+            let count = (rows - start).min(per_call);
             for (i, &slot) in slots[..count].iter().enumerate() {
                 fill(slot, layout, start + i);
                 if has_constraints {
@@ -207,6 +212,26 @@ unsafe fn insert_rows(rel: pg_sys::Relation, layout: &[Option<&Values<'_>>], row
         }
         drop(indexes);
         pg_sys::FreeExecutorState(estate);
+    }
+}
+
+/// Whether an open index other than the primary key (whose keys the caller
+/// draws from a sequence) is unique or an exclusion constraint: one that
+/// can refuse a row part-way through a batch. The rows then go to the heap
+/// one at a time, each followed by its index entries, as an INSERT writes
+/// them, so that a refused batch leaves (and counts in the table's
+/// statistics) the rows its statement would, not the whole batch.
+unsafe fn can_refuse_a_row(rel: pg_sys::Relation, result_rel: *mut pg_sys::ResultRelInfo) -> bool {
+    unsafe {
+        let count = (*result_rel).ri_NumIndices.max(0) as usize;
+        let primary_key = pg_sys::RelationGetPrimaryKeyIndex(rel);
+        (0..count).any(|i| {
+            let index = *(*result_rel).ri_IndexRelationDescs.add(i);
+            let info = *(*result_rel).ri_IndexRelationInfo.add(i);
+            !index.is_null()
+                && (*index).rd_id != primary_key
+                && ((*info).ii_Unique || !(*info).ii_ExclusionOps.is_null())
+        })
     }
 }
 

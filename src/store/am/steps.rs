@@ -96,7 +96,7 @@ pub const STEPS: &[Step] = steps![
     ("b12", "ExecPartitionCheck", "partition constraint of a partition written directly", Declined(Decline::Partition)),
     ("b13", "ExecInsert", "speculative insertion (ON CONFLICT)", NotMet("no direct write uses ON CONFLICT")),
     ("b14", "heap_insert", "xid, TOAST, SSI conflict check, WAL with what logical decoding needs, statistics counters", Done(HEAP)),
-    ("b15", "ExecInsertIndexTuples", "index entries of ready indexes: partial predicates, expressions, unique and exclusion checks", Done("ExecInsertIndexTuples; indexes whose predicates the row's constant columns refute are left out, as their predicates would leave them")),
+    ("b15", "ExecInsertIndexTuples", "index entries of ready indexes: partial predicates, expressions, unique and exclusion checks", Done("ExecInsertIndexTuples; indexes whose predicates the row's constant columns refute are left out, as their predicates would leave them; where a unique or exclusion index other than the primary key could refuse a row, rows go to the heap one at a time, each followed by its index entries, so a refused batch leaves what the INSERT's would")),
     ("b15", "ExecInsertIndexTuples", "deferred unique and exclusion rechecks (returned recheck list)", Declined(Decline::Triggers)),
     ("b16", "ExecInsert", "es_processed for the command tag", NotMet("our functions return their own rows, not a command tag")),
     ("b18", "ExecARInsertTriggers", "AFTER ROW INSERT triggers: foreign keys, deferred unique checks, user triggers", Declined(Decline::Triggers)),
