@@ -74,7 +74,7 @@ pub fn register() {
     GucRegistry::define_enum_guc(
         c"aedb_queue.direct_writes",
         c"Whether enqueue, claim and complete write the task table through its access method or run INSERT, UPDATE and DELETE statements.",
-        c"auto: direct where the table allows it (docs/write-path.md) and no executor hook is installed; on: also under executor hooks, which then do not see the writes; off: always the statements (about a third more instructions per claim).",
+        c"auto: direct where the table allows it (docs/write-path.md) and no executor hook is installed; on: also under executor hooks, which then do not see the writes; off: always the statements (about half again as many instructions per claim, twice as many per enqueue).",
         &DIRECT_WRITES,
         GucContext::Suset,
         GucFlags::default(),
