@@ -184,7 +184,7 @@ fn insert(
     key: Option<&str>,
 ) -> Result<Vec<i64>> {
     // Before the ids are drawn, so the error names the INSERT.
-    am_insert::refuse_in_read_only_transaction();
+    super::am::target::refuse_if_read_only(super::am::Write::Insert);
     if !task.registered {
         with_client(|client| register(client, task))?;
     }

@@ -14,8 +14,9 @@
 
 use pgrx::pg_sys::{self, Datum};
 
-use super::guards::{self, Decline, Write};
+use super::guards::{Decline, Write};
 use super::row::Row;
+use super::target::{Index, Target};
 use super::tm_result::{serialization_failure, unexpected};
 use super::Admission;
 
@@ -65,22 +66,10 @@ pub fn delete_by_keys<R>(
     // aborts the (sub)transaction, which releases buffers, relations and the
     // pushed snapshot.
     unsafe {
-        pg_sys::PreventCommandIfReadOnly(c"DELETE".as_ptr());
-        let lock = pg_sys::RowExclusiveLock as pg_sys::LOCKMODE;
-        let rel = pg_sys::table_open(relid, lock);
-        let index = match open_bigint_primary_key(rel, lock, admission) {
-            Ok(index) => index,
-            Err(decline) => {
-                pg_sys::table_close(rel, lock);
-                return Err(decline);
-            }
-        };
-        pg_sys::CommandCounterIncrement();
-        pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
-        pg_sys::UpdateActiveSnapshotCommandId();
-        let snapshot = pg_sys::GetActiveSnapshot();
+        let target = Target::open(Write::Delete, relid, Index::BigintPrimaryKey, admission)?;
+        let (rel, snapshot) = (target.rel, target.snapshot);
         let slot = pg_sys::table_slot_create(rel, std::ptr::null_mut());
-        let scan = pg_sys::index_beginscan(rel, index, snapshot, 1, 0);
+        let scan = pg_sys::index_beginscan(rel, target.index, snapshot, 1, 0);
         // Leave index entries of dead versions to VACUUM, as the statement's
         // bitmap scan does: marking one dead re-reads and locks its index
         // page on the next lookup, a fifth of a batch's cost per task.
@@ -105,46 +94,10 @@ pub fn delete_by_keys<R>(
         }
         pg_sys::index_endscan(scan);
         pg_sys::ExecDropSingleTupleTableSlot(slot);
-        pg_sys::index_close(index, pg_sys::NoLock as pg_sys::LOCKMODE);
-        pg_sys::table_close(rel, pg_sys::NoLock as pg_sys::LOCKMODE);
-        pg_sys::PopActiveSnapshot();
-        pg_sys::CommandCounterIncrement();
+        target.close();
         #[cfg(any(test, feature = "pg_test"))]
         CALLS.with(|c| c.set(c.get() + 1));
         Ok(deleted)
-    }
-}
-
-/// The table's primary key index, opened with `lock`, when the table and
-/// the index pass `guards` and the caller's shape, and the key is one
-/// bigint column.
-unsafe fn open_bigint_primary_key(
-    rel: pg_sys::Relation,
-    lock: pg_sys::LOCKMODE,
-    admission: &Admission<'_>,
-) -> Result<pg_sys::Relation, Decline> {
-    unsafe {
-        guards::table(Write::Delete, rel, admission.role)?;
-        let pkey = pg_sys::RelationGetPrimaryKeyIndex(rel);
-        if pkey == pg_sys::InvalidOid {
-            return Err(Decline::Shape);
-        }
-        let index = pg_sys::index_open(pkey, lock);
-        let form = &*(*index).rd_index;
-        let columns = form.indkey.values.as_slice(form.indnatts as usize);
-        let desc = (*rel).rd_att;
-        let attrs = (*desc).attrs.as_slice((*desc).natts as usize);
-        let bigint = matches!(columns, [column] if *column > 0
-            && attrs[*column as usize - 1].atttypid == pg_sys::INT8OID);
-        let judged = if bigint {
-            guards::scan_index(index).and_then(|()| (admission.shape)(rel, Some(index)))
-        } else {
-            Err(Decline::Shape)
-        };
-        if judged.is_err() {
-            pg_sys::index_close(index, lock);
-        }
-        judged.map(|()| index)
     }
 }
 

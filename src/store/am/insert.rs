@@ -51,7 +51,7 @@ pub fn write(
     // Postgres abort the transaction, which releases the relation, its
     // locks and buffers.
     unsafe {
-        refuse_in_read_only_transaction();
+        super::target::refuse_if_read_only(Write::Insert);
         let rel = pg_sys::table_open(relid, pg_sys::RowExclusiveLock as pg_sys::LOCKMODE);
         let layout = guards::table(Write::Insert, rel, admission.role)
             .and_then(|()| (admission.shape)(rel, None))
@@ -70,18 +70,6 @@ pub fn write(
         #[cfg(any(test, feature = "pg_test"))]
         WRITES.with(|w| w.set(w.get() + 1));
         Ok(())
-    }
-}
-
-/// Raises 25006 in a read-only transaction, as the executor does before any
-/// INSERT: the heap itself would take the rows.
-pub fn refuse_in_read_only_transaction() {
-    // SAFETY: reads the backend's flag (all PreventCommandIfReadOnly reads),
-    // so the usual case makes no call; raises a Postgres error when it is set.
-    unsafe {
-        if pg_sys::XactReadOnly {
-            pg_sys::PreventCommandIfReadOnly(c"INSERT".as_ptr())
-        }
     }
 }
 

@@ -15,6 +15,7 @@ mod memory;
 pub(crate) mod refute;
 pub mod row;
 pub(crate) mod steps;
+pub mod target;
 mod tm_result;
 pub mod update;
 

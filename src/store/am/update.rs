@@ -19,10 +19,11 @@ use std::ffi::CStr;
 
 use pgrx::pg_sys::{self, Datum, Oid};
 
-use super::guards::{self, Decline, Write};
+use super::guards::{Decline, Write};
 use super::index_cache::OpenIndexes;
 use super::refute::Constant;
 use super::row::Row;
+use super::target::{Index, Target};
 use super::tm_result::{serialization_failure, unexpected};
 use super::Admission;
 
@@ -91,27 +92,8 @@ pub fn update_in_order<R>(
     // raised by Postgres aborts the (sub)transaction, which releases
     // buffers, relations and the pushed snapshot.
     unsafe {
-        if pg_sys::XactReadOnly {
-            pg_sys::PreventCommandIfReadOnly(c"UPDATE".as_ptr());
-        }
-        let lock = pg_sys::RowExclusiveLock as pg_sys::LOCKMODE;
-        let rel = pg_sys::table_open(relid, lock);
-        if let Err(decline) = guards::table(Write::Update, rel, admission.role) {
-            pg_sys::table_close(rel, lock);
-            return Err(decline);
-        }
-        let scanned = pg_sys::index_open(index, lock);
-        let judged =
-            guards::scan_index(scanned).and_then(|()| (admission.shape)(rel, Some(scanned)));
-        if let Err(decline) = judged {
-            pg_sys::index_close(scanned, lock);
-            pg_sys::table_close(rel, lock);
-            return Err(decline);
-        }
-        pg_sys::CommandCounterIncrement();
-        pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
-        pg_sys::UpdateActiveSnapshotCommandId();
-        let snapshot = pg_sys::GetActiveSnapshot();
+        let target = Target::open(Write::Update, relid, Index::Named(index), admission)?;
+        let (rel, scanned, snapshot) = (target.rel, target.index, target.snapshot);
         let writer = Writer::open(rel, constants);
         let found = pg_sys::table_slot_create(rel, std::ptr::null_mut());
         let row = Row::over(found);
@@ -148,10 +130,7 @@ pub fn update_in_order<R>(
         }
         pg_sys::ExecDropSingleTupleTableSlot(found);
         writer.close();
-        pg_sys::index_close(scanned, pg_sys::NoLock as pg_sys::LOCKMODE);
-        pg_sys::table_close(rel, pg_sys::NoLock as pg_sys::LOCKMODE);
-        pg_sys::PopActiveSnapshot();
-        pg_sys::CommandCounterIncrement();
+        target.close();
         #[cfg(any(test, feature = "pg_test"))]
         CALLS.with(|c| c.set(c.get() + 1));
         Ok(updated)
