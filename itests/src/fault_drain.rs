@@ -46,10 +46,14 @@ pub fn drain_with_faults(
                 let mut c = cluster.connect_as(WORKER);
                 let mut rng = rand::rngs::StdRng::seed_from_u64(w as u64 + 100);
                 while done.load(Ordering::SeqCst) < total {
-                    assert!(
-                        Instant::now() < deadline,
-                        "worker {w}: the drain did not finish"
-                    );
+                    if Instant::now() >= deadline {
+                        panic!(
+                            "worker {w}: the drain did not finish ({} of {total} completed); \
+                             left in the queue: {}",
+                            done.load(Ordering::SeqCst),
+                            what_is_left(cluster, queue)
+                        );
+                    }
                     let mut tx = c.transaction().unwrap();
                     let Some(task) =
                         claim_one(&mut tx, queue, &format!("w{w}"), "300 milliseconds")
@@ -115,6 +119,40 @@ pub fn drain_with_faults(
             });
         }
     });
+}
+
+/// The queue's remaining tasks by state, with their keys, attempts and
+/// lease or due times against the server's clock, for a drain that stalls.
+fn what_is_left(cluster: &Cluster, queue: &str) -> String {
+    let mut su = cluster.connect();
+    let rows = su
+        .query(
+            "SELECT format('%s %s ck=%s ok=%s attempts=%s lease_in=%s due_in=%s',
+                           task_id, state, concurrency_key, ordering_key, attempts,
+                           lease_deadline - clock_timestamp(), not_before - clock_timestamp())
+               FROM aedb_queue.task WHERE queue = $1 ORDER BY task_id LIMIT 20",
+            &[&queue],
+        )
+        .map(|rows| {
+            rows.iter()
+                .map(|r| r.get::<_, String>(0))
+                .collect::<Vec<_>>()
+                .join("; ")
+        })
+        .unwrap_or_else(|e| format!("(could not read: {e})"));
+    let slots = su
+        .query(
+            "SELECT format('%s', o) FROM aedb_queue.ordering_slot o WHERE queue = $1 LIMIT 20",
+            &[&queue],
+        )
+        .map(|rows| {
+            rows.iter()
+                .map(|r| r.get::<_, String>(0))
+                .collect::<Vec<_>>()
+                .join("; ")
+        })
+        .unwrap_or_else(|e| format!("(could not read: {e})"));
+    format!("{rows}; ordering slots: {slots}")
 }
 
 /// The most tasks of each key in flight at any instant, from the ledger: an
