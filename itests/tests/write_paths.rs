@@ -172,6 +172,10 @@ fn prepare(cluster: &Cluster, db: &str, mode: &str) -> Side {
     su.batch_execute(&format!(
         "CREATE EXTENSION aedb_queue CASCADE; CREATE EXTENSION amcheck;
          ALTER DATABASE {db} SET aedb_queue.direct_writes = {mode};
+         -- Claims do not promote due work (a retry or release in 0 s): when
+         -- a claim looks for it depends on the session's scan hints and the
+         -- clock, which differ between the two sides under load.
+         ALTER DATABASE {db} SET aedb_queue.inline_reap = off;
          {USER_INDEXES}"
     ))
     .unwrap_or_else(|e| panic!("preparing {db}: {}", describe(&e)));
