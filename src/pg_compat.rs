@@ -31,6 +31,24 @@ pub(crate) unsafe fn attributes<'a>(
     }
 }
 
+/// Whether the relation has a virtual generated column (18 added them;
+/// none before).
+///
+/// # Safety
+/// `rel` is open.
+pub(crate) unsafe fn has_generated_virtual(rel: pg_sys::Relation) -> bool {
+    #[cfg(feature = "pg18")]
+    unsafe {
+        let constr = (*(*rel).rd_att).constr;
+        !constr.is_null() && (*constr).has_generated_virtual
+    }
+    #[cfg(not(feature = "pg18"))]
+    {
+        let _ = rel;
+        false
+    }
+}
+
 /// Whether `role` may execute the function `function` (16 folded the
 /// per-kind ACL checks into `object_aclcheck`).
 ///

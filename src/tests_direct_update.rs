@@ -250,6 +250,19 @@ mod tests {
         }
     }
 
+    /// 18's virtual generated columns are the executor's: declined (before
+    /// 18 no table can have one).
+    #[pg_test]
+    fn an_update_declines_a_virtual_generated_column() {
+        if one::<i32>("SELECT current_setting('server_version_num')::int") < 180000 {
+            return;
+        }
+        scratch("v");
+        exec("ALTER TABLE v ADD COLUMN twice int GENERATED ALWAYS AS (n * 2) VIRTUAL NOT NULL");
+        assert_eq!(add("v", &[&[at_least(1)]], 9, "", 1), None);
+        assert_eq!(rows("v"), "1:10,2:20,3:30,4:40,5:50");
+    }
+
     fn calls() -> u64 {
         CALLS.with(|c| c.get())
     }
