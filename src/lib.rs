@@ -27,6 +27,7 @@ mod horizon;
 mod lock_wait;
 mod oids;
 mod outcome;
+mod pg_compat;
 mod security;
 mod srf;
 mod store;

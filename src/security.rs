@@ -73,14 +73,9 @@ pub fn require_enqueue_right(arg: &'static str) -> Result<()> {
         return Ok(());
     };
     // SAFETY: an ACL check of an existing function for a role.
-    let result = unsafe {
-        pg_sys::pg_proc_aclcheck(
-            function,
-            pg_sys::GetUserId(),
-            pg_sys::ACL_EXECUTE as pg_sys::AclMode,
-        )
-    };
-    if result == pg_sys::AclResult::ACLCHECK_OK {
+    let executable =
+        unsafe { crate::pg_compat::function_executable(function, pg_sys::GetUserId()) };
+    if executable {
         Ok(())
     } else {
         Err(QueueError::NoEnqueueRight { arg })

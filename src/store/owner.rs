@@ -13,21 +13,23 @@ use pgrx::pg_sys::{self, Oid};
 use crate::cache::{self, Topic};
 use crate::catalog;
 use crate::errors::{internal, Result};
+use crate::pg_compat::{self, SearchPathLevel};
 
-/// While alive, the backend runs as the tables' owner with the override
-/// search path; dropping it restores the caller's user and path.
+/// While alive, the backend runs as the tables' owner with names resolved
+/// in `pg_catalog` (`pg_compat::restrict_search_path`); dropping it
+/// restores the caller's user and path.
 ///
 /// On an error, Postgres' own abort (of the transaction, or of the
 /// subtransaction a PL/pgSQL EXCEPTION block opened) restores both: it
 /// resets the user to the one saved at (sub)transaction start and pops
-/// override paths pushed inside it. So while unwinding, `Drop` leaves them
+/// the search path set inside it. So while unwinding, `Drop` leaves them
 /// to it and does nothing that could raise, since a second panic during
 /// unwinding would abort the backend.
 pub(crate) struct OwnerRights {
     user: Oid,
     security_context: i32,
     switched: bool,
-    pushed: bool,
+    path: Option<SearchPathLevel>,
 }
 
 impl OwnerRights {
@@ -37,10 +39,10 @@ impl OwnerRights {
             user: pg_sys::InvalidOid,
             security_context: 0,
             switched: false,
-            pushed: false,
+            path: None,
         };
         // SAFETY: the save/switch sequence fmgr uses for SECURITY DEFINER
-        // functions; the override path is copied by Postgres. The guard
+        // functions; the search path is set by Postgres. The guard
         // exists before anything changes, and records each step.
         unsafe {
             pg_sys::GetUserIdAndSecContext(&mut rights.user, &mut rights.security_context);
@@ -49,14 +51,7 @@ impl OwnerRights {
                 rights.security_context | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32,
             );
             rights.switched = true;
-            let mut path = pg_sys::OverrideSearchPath {
-                schemas: std::ptr::null_mut(),
-                addCatalog: true,
-                addTemp: false,
-                generation: 0,
-            };
-            pg_sys::PushOverrideSearchPath(&mut path);
-            rights.pushed = true;
+            rights.path = Some(pg_compat::restrict_search_path());
         }
         Ok(rights)
     }
@@ -69,8 +64,8 @@ impl Drop for OwnerRights {
         }
         // SAFETY: undoes exactly what `enter` did, in reverse order.
         unsafe {
-            if self.pushed {
-                pg_sys::PopOverrideSearchPath();
+            if let Some(path) = self.path.take() {
+                pg_compat::restore_search_path(path);
             }
             if self.switched {
                 pg_sys::SetUserIdAndSecContext(self.user, self.security_context);

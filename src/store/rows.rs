@@ -70,9 +70,7 @@ impl<'conn> Rows<'conn> {
             }
             let tupdesc = (*tuptable).tupdesc;
             let natts = (*tupdesc).natts as usize;
-            let types: Vec<pg_sys::Oid> = (*tupdesc)
-                .attrs
-                .as_slice(natts)
+            let types: Vec<pg_sys::Oid> = crate::pg_compat::attributes(tupdesc)
                 .iter()
                 .map(|a| a.atttypid)
                 .collect();

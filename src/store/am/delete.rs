@@ -69,7 +69,7 @@ pub fn delete_by_keys<R>(
         let target = Target::open(Write::Delete, relid, Index::BigintPrimaryKey, admission)?;
         let (rel, snapshot) = (target.rel, target.snapshot);
         let slot = pg_sys::table_slot_create(rel, std::ptr::null_mut());
-        let scan = pg_sys::index_beginscan(rel, target.index, snapshot, 1, 0);
+        let scan = crate::pg_compat::index_beginscan(rel, target.index, snapshot, 1, 0);
         // Leave index entries of dead versions to VACUUM, as the statement's
         // bitmap scan does: marking one dead re-reads and locks its index
         // page on the next lookup, a fifth of a batch's cost per task.

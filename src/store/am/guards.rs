@@ -70,6 +70,9 @@ pub enum Decline {
     RowSecurity,
     /// A stored generated column.
     StoredGenerated,
+    /// A virtual generated column (18): its NOT NULL and the CHECK
+    /// expressions that name it are the executor's to expand.
+    VirtualGenerated,
     /// The statement's role lacks a table privilege it needs: the
     /// statement raises the error.
     Privileges,
@@ -140,6 +143,8 @@ pub unsafe fn table(write: Write, rel: pg_sys::Relation, role: Oid) -> Result<()
             Some(Decline::RowSecurity)
         } else if has_generated_stored(rel) {
             Some(Decline::StoredGenerated)
+        } else if crate::pg_compat::has_generated_virtual(rel) {
+            Some(Decline::VirtualGenerated)
         } else {
             None
         };

@@ -93,7 +93,7 @@ unsafe fn layout<'a>(
 ) -> Option<Vec<Option<&'a Values<'a>>>> {
     unsafe {
         let desc = (*rel).rd_att;
-        let attrs = (*desc).attrs.as_slice((*desc).natts as usize);
+        let attrs = crate::pg_compat::attributes(desc);
         let mut layout: Vec<Option<&Values<'_>>> = vec![None; attrs.len()];
         let mut from = 0;
         for (name, values) in columns {
@@ -183,15 +183,7 @@ unsafe fn insert_rows(rel: pg_sys::Relation, layout: &[Option<&Values<'_>>], row
             );
             for &slot in &slots[..count] {
                 reset_per_row_memory(estate);
-                pg_sys::ExecInsertIndexTuples(
-                    result_rel,
-                    slot,
-                    estate,
-                    false,
-                    false,
-                    std::ptr::null_mut(),
-                    std::ptr::null_mut(),
-                );
+                crate::pg_compat::insert_index_tuples(result_rel, slot, estate, false, false);
             }
         }
 
@@ -212,7 +204,7 @@ unsafe fn insert_rows(rel: pg_sys::Relation, layout: &[Option<&Values<'_>>], row
 unsafe fn can_refuse_a_row(rel: pg_sys::Relation, result_rel: *mut pg_sys::ResultRelInfo) -> bool {
     unsafe {
         let count = (*result_rel).ri_NumIndices.max(0) as usize;
-        let primary_key = pg_sys::RelationGetPrimaryKeyIndex(rel);
+        let primary_key = crate::pg_compat::primary_key_index(rel);
         (0..count).any(|i| {
             let index = *(*result_rel).ri_IndexRelationDescs.add(i);
             let info = *(*result_rel).ri_IndexRelationInfo.add(i);
@@ -228,7 +220,7 @@ unsafe fn can_refuse_a_row(rel: pg_sys::Relation, result_rel: *mut pg_sys::Resul
 unsafe fn constants(rel: pg_sys::Relation, layout: &[Option<&Values<'_>>]) -> Vec<Constant> {
     unsafe {
         let desc = (*rel).rd_att;
-        let attrs = (*desc).attrs.as_slice((*desc).natts as usize);
+        let attrs = crate::pg_compat::attributes(desc);
         // Sized for every column: collecting a filtered iterator would grow
         // the vector (a reallocation) a few times on every write.
         let mut constants = Vec::with_capacity(layout.len());

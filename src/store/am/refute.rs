@@ -113,7 +113,7 @@ pub(crate) unsafe fn refuted(
 unsafe fn clause(rel: pg_sys::Relation, constant: Constant) -> Option<*mut pg_sys::Expr> {
     unsafe {
         let desc = (*rel).rd_att;
-        let attr = &(*desc).attrs.as_slice((*desc).natts as usize)[constant.attno as usize - 1];
+        let attr = &crate::pg_compat::attributes(desc)[constant.attno as usize - 1];
         let var = pg_sys::makeVar(
             1,
             constant.attno,

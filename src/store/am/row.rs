@@ -76,7 +76,7 @@ impl Row {
         // SAFETY: the slot's descriptor is the open relation's.
         let column = unsafe {
             let desc = (*self.slot).tts_tupleDescriptor;
-            let attrs = (*desc).attrs.as_slice((*desc).natts as usize);
+            let attrs = crate::pg_compat::attributes(desc);
             super::insert::find_attribute(attrs, name, 0).map(|at| at as i32 + 1)
         };
         columns.push((name.as_ptr(), column));

@@ -67,7 +67,7 @@ impl Target {
             }
             let (oid, bigint_key) = match index {
                 Index::Named(oid) => (oid, false),
-                Index::BigintPrimaryKey => (pg_sys::RelationGetPrimaryKeyIndex(rel), true),
+                Index::BigintPrimaryKey => (crate::pg_compat::primary_key_index(rel), true),
             };
             if oid == pg_sys::InvalidOid {
                 pg_sys::table_close(rel, LOCK);
@@ -113,7 +113,7 @@ unsafe fn one_bigint_column(rel: pg_sys::Relation, index: pg_sys::Relation) -> b
         let form = &*(*index).rd_index;
         let columns = form.indkey.values.as_slice(form.indnatts as usize);
         let desc = (*rel).rd_att;
-        let attrs = (*desc).attrs.as_slice((*desc).natts as usize);
+        let attrs = crate::pg_compat::attributes(desc);
         matches!(columns, [column] if *column > 0
             && attrs[*column as usize - 1].atttypid == pg_sys::INT8OID)
     }

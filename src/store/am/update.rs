@@ -26,6 +26,7 @@ use super::row::Row;
 use super::target::{Index, Target};
 use super::tm_result::{serialization_failure, unexpected};
 use super::Admission;
+use crate::pg_compat::{self, IndexUpdate};
 
 /// One condition of an index scan: `column <op> argument`, with `procedure`
 /// the operator's function and `strategy` its btree strategy.
@@ -106,7 +107,8 @@ pub fn update_in_order<R>(
                 break;
             }
             let mut keys = scan_keys(scanned, range);
-            let scan = pg_sys::index_beginscan(rel, scanned, snapshot, keys.len() as i32, 0);
+            let scan =
+                crate::pg_compat::index_beginscan(rel, scanned, snapshot, keys.len() as i32, 0);
             pg_sys::index_rescan(
                 scan,
                 keys.as_mut_ptr(),
@@ -270,38 +272,27 @@ impl Writer {
             if self.has_constraints {
                 pg_sys::ExecConstraints(self.result_rel, new, self.estate);
             }
-            let am = &*(*rel).rd_tableam;
             let mut tid = (*from).tts_tid;
             let mut failure: pg_sys::TM_FailureData = std::mem::zeroed();
             let mut lock_mode = pg_sys::LockTupleMode::LockTupleExclusive;
-            let mut update_indexes = false;
-            let written = am.tuple_update.expect("table AM updates")(
-                rel,
-                &mut tid,
-                new,
-                pg_sys::GetCurrentCommandId(true),
-                snapshot,
-                std::ptr::null_mut(),
-                true,
-                &mut failure,
-                &mut lock_mode,
-                &mut update_indexes,
-            );
+            let (written, update_indexes) =
+                pg_compat::tuple_update(rel, &mut tid, new, snapshot, &mut failure, &mut lock_mode);
             if written != pg_sys::TM_Result::TM_Ok {
                 // The row is locked by this transaction: nothing else can
                 // have changed it.
                 unexpected("tuple_update", written);
             }
-            if update_indexes {
+            if update_indexes != IndexUpdate::None {
                 self.hint_unchanged_indexes(&set);
-                pg_sys::ExecInsertIndexTuples(
+                // As the executor's UPDATE: after a HOT update that changed
+                // a summarized column, only the summarizing indexes.
+                let only_summarizing = update_indexes == IndexUpdate::Summarizing;
+                pg_compat::insert_index_tuples(
                     self.result_rel,
                     new,
                     self.estate,
                     true,
-                    false,
-                    std::ptr::null_mut(),
-                    std::ptr::null_mut(),
+                    only_summarizing,
                 );
             }
         }
@@ -339,7 +330,7 @@ impl Writer {
 unsafe fn refutable(rel: pg_sys::Relation, constants: Constants<'_>) -> Vec<Constant> {
     unsafe {
         let desc = (*rel).rd_att;
-        let attrs = (*desc).attrs.as_slice((*desc).natts as usize);
+        let attrs = crate::pg_compat::attributes(desc);
         let mut out: Vec<Constant> = constants
             .iter()
             .filter_map(|(name, value)| {

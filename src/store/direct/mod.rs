@@ -116,6 +116,7 @@ pub(crate) fn reason(decline: Decline) -> &'static str {
         Decline::Triggers => "the task table has triggers",
         Decline::RowSecurity => "the task table has row-level security enabled",
         Decline::StoredGenerated => "the task table has a stored generated column",
+        Decline::VirtualGenerated => "the task table has a virtual generated column",
         Decline::Privileges => "the tables' owner lacks a privilege on the task table",
         Decline::Shape => "the task table or its ready index differs from the schema",
         Decline::ScanIndex => "an index the write reads is not valid, ready and live",

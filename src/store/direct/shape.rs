@@ -81,7 +81,7 @@ pub(super) fn task_table_and_ready_index(
 unsafe fn attnum(rel: pg_sys::Relation, name: &CStr) -> Option<i16> {
     unsafe {
         let desc = (*rel).rd_att;
-        let attrs = (*desc).attrs.as_slice((*desc).natts as usize);
+        let attrs = crate::pg_compat::attributes(desc);
         crate::store::am::insert::find_attribute(attrs, name, 0).map(|at| at as i16 + 1)
     }
 }
@@ -89,7 +89,7 @@ unsafe fn attnum(rel: pg_sys::Relation, name: &CStr) -> Option<i16> {
 unsafe fn task_columns(rel: pg_sys::Relation) -> Result<(), Decline> {
     unsafe {
         let desc = (*rel).rd_att;
-        let attrs = (*desc).attrs.as_slice((*desc).natts as usize);
+        let attrs = crate::pg_compat::attributes(desc);
         let every_column_as_defined = TASK_COLUMNS.iter().all(|(name, ty)| {
             attnum(rel, name).is_some_and(|at| attrs[at as usize - 1].atttypid == ty.oid())
         });
@@ -136,7 +136,7 @@ unsafe fn ready_index(rel: pg_sys::Relation, index: pg_sys::Relation) -> Result<
 unsafe fn collation(rel: pg_sys::Relation, attnum: i16) -> Oid {
     unsafe {
         let desc = (*rel).rd_att;
-        (*desc).attrs.as_slice((*desc).natts as usize)[attnum as usize - 1].attcollation
+        crate::pg_compat::attributes(desc)[attnum as usize - 1].attcollation
     }
 }
 
