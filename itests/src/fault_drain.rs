@@ -125,34 +125,32 @@ pub fn drain_with_faults(
 /// lease or due times against the server's clock, for a drain that stalls.
 fn what_is_left(cluster: &Cluster, queue: &str) -> String {
     let mut su = cluster.connect();
-    let rows = su
-        .query(
-            "SELECT format('%s %s ck=%s ok=%s attempts=%s lease_in=%s due_in=%s',
-                           task_id, state, concurrency_key, ordering_key, attempts,
-                           lease_deadline - clock_timestamp(), not_before - clock_timestamp())
-               FROM aedb_queue.task WHERE queue = $1 ORDER BY task_id LIMIT 20",
-            &[&queue],
-        )
-        .map(|rows| {
-            rows.iter()
-                .map(|r| r.get::<_, String>(0))
-                .collect::<Vec<_>>()
-                .join("; ")
-        })
-        .unwrap_or_else(|e| format!("(could not read: {e})"));
-    let slots = su
-        .query(
-            "SELECT format('%s', o) FROM aedb_queue.ordering_slot o WHERE queue = $1 LIMIT 20",
-            &[&queue],
-        )
-        .map(|rows| {
-            rows.iter()
-                .map(|r| r.get::<_, String>(0))
-                .collect::<Vec<_>>()
-                .join("; ")
-        })
-        .unwrap_or_else(|e| format!("(could not read: {e})"));
+    let rows = joined(
+        &mut su,
+        "SELECT format('%s %s ck=%s ok=%s attempts=%s lease_in=%s due_in=%s',
+                       task_id, state, concurrency_key, ordering_key, attempts,
+                       lease_deadline - clock_timestamp(), not_before - clock_timestamp())
+           FROM aedb_queue.task WHERE queue = $1 ORDER BY task_id LIMIT 20",
+        queue,
+    );
+    let slots = joined(
+        &mut su,
+        "SELECT format('%s', o) FROM aedb_queue.ordering_slot o WHERE queue = $1 LIMIT 20",
+        queue,
+    );
     format!("{rows}; ordering slots: {slots}")
+}
+
+/// The one text column `sql` returns for `queue`, its rows joined by "; ".
+fn joined(su: &mut Client, sql: &str, queue: &str) -> String {
+    su.query(sql, &[&queue])
+        .map(|rows| {
+            rows.iter()
+                .map(|r| r.get::<_, String>(0))
+                .collect::<Vec<_>>()
+                .join("; ")
+        })
+        .unwrap_or_else(|e| format!("(could not read: {e})"))
 }
 
 /// The most tasks of each key in flight at any instant, from the ledger: an
