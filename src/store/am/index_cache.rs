@@ -10,7 +10,8 @@
 //! processes pending invalidations, and no index can appear, change state
 //! or go away while the table is held (`CREATE INDEX` and `DROP INDEX` need
 //! locks that conflict with ours; `CONCURRENTLY` waits for our transaction
-//! between its steps). A set is kept only if no invalidation was processed
+//! between its steps). A set is kept only if no invalidation of the table or
+//! of one of its indexes was processed
 //! while it was built: opening its indexes takes their locks, which
 //! processes pending invalidations, and one of those may be about the
 //! table (a new index, one no longer ready) when the set is not yet there
@@ -44,6 +45,9 @@ struct IndexSet {
 const REFUTED_KEPT: usize = 8;
 
 thread_local! {
+    /// The set being built (table, its indexes, and whether an invalidation
+    /// of one of them came meanwhile).
+    static BUILDING: RefCell<Option<(Oid, Vec<Oid>, bool)>> = const { RefCell::new(None) };
     static SETS: RefCell<FxHashMap<Oid, IndexSet>> = RefCell::new(FxHashMap::default());
 }
 
@@ -55,6 +59,14 @@ pub(crate) fn register() {
 #[pgrx::pg_guard]
 unsafe extern "C-unwind" fn on_relcache(_arg: pg_sys::Datum, relid: Oid) {
     super::guards::invalidated(relid);
+    BUILDING.with(|b| {
+        if let Ok(mut b) = b.try_borrow_mut() {
+            if let Some((table, indexes, stale)) = b.as_mut() {
+                *stale |=
+                    relid == pg_sys::InvalidOid || relid == *table || indexes.contains(&relid);
+            }
+        }
+    });
     SETS.with(|sets| {
         let Ok(mut sets) = sets.try_borrow_mut() else {
             return;
@@ -218,7 +230,6 @@ impl Drop for OpenIndexes {
 /// the executor's way, from the relation cache as it now is).
 unsafe fn build(rel: pg_sys::Relation) -> bool {
     unsafe {
-        let generation = super::guards::generation();
         let list = pg_sys::RelationGetIndexList(rel);
         let oids: Vec<Oid> = if list.is_null() {
             Vec::new()
@@ -228,6 +239,7 @@ unsafe fn build(rel: pg_sys::Relation) -> bool {
                 .collect()
         };
         pg_sys::list_free(list);
+        BUILDING.with(|b| *b.borrow_mut() = Some(((*rel).rd_id, oids.clone(), false)));
         let context = small_context(pg_sys::CacheMemoryContext, c"aedb_queue bulk indexes");
         let caller = pg_sys::MemoryContextSwitchTo(context);
         let mut infos = Vec::with_capacity(oids.len());
@@ -241,7 +253,10 @@ unsafe fn build(rel: pg_sys::Relation) -> bool {
             pg_sys::index_close(index, pg_sys::NoLock as pg_sys::LOCKMODE);
         }
         pg_sys::MemoryContextSwitchTo(caller);
-        if !all_btree || super::guards::generation() != generation {
+        let stale = BUILDING
+            .with(|b| b.borrow_mut().take())
+            .is_none_or(|(_, _, stale)| stale);
+        if !all_btree || stale {
             pg_sys::MemoryContextDelete(context);
             return false;
         }
