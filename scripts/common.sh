@@ -1,8 +1,22 @@
 # Shared settings for the project's scripts (sourced, not run).
-PG_MAJOR=15
-# AEDB_PG_BIN: another (relocated) copy of PostgreSQL 15 to run the clusters from.
-PG_BIN=${AEDB_PG_BIN:-/usr/lib/postgresql/$PG_MAJOR/bin}
-PG_CONFIG=${AEDB_PG_CONFIG:-/usr/lib/postgresql/$PG_MAJOR/bin/pg_config}
+# AEDB_PG_MAJOR: the PostgreSQL major the scripts build for, install into and
+# run their clusters from: 15 (Debian's, the default), or 16, 17, 18
+# (relocatable installs under $AEDB_PG_ROOT, scripts/pg_major.sh).
+PG_MAJOR=${AEDB_PG_MAJOR:-15}
+PG_ROOT=${AEDB_PG_ROOT:-/opt/aedb-pg}
+pg_prefix() { # MAJOR: where that major's bin/, lib/ and share/ are
+    if [ "$1" = 15 ]; then echo /usr/lib/postgresql/15; else echo "$PG_ROOT/$1"; fi
+}
+# AEDB_PG_BIN: another (relocated) copy of the same major to run the clusters from.
+PG_BIN=${AEDB_PG_BIN:-$(pg_prefix "$PG_MAJOR")/bin}
+PG_CONFIG=${AEDB_PG_CONFIG:-$(pg_prefix "$PG_MAJOR")/bin/pg_config}
+# Where the test scripts keep their clusters: one tree per major, so that a
+# cluster is never started by another major's binaries.
+if [ "$PG_MAJOR" = 15 ]; then
+    TEST_DIR=${AEDB_TEST_DIR:-/var/tmp/aedb_queue_test}
+else
+    TEST_DIR=${AEDB_TEST_DIR:-/var/tmp/aedb_queue_test-pg$PG_MAJOR}
+fi
 PGRX_VERSION=0.18.1
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 

@@ -9,7 +9,7 @@ set -euo pipefail
 source "$(dirname "$0")/common.sh"
 cd "$ROOT"
 
-WORK=${AEDB_TEST_DIR:-/var/tmp/aedb_queue_test}/guard
+WORK=$TEST_DIR/guard
 PORT=${AEDB_GUARD_TEST_PORT:-54335}
 LOG=$WORK/server.log
 fail() { printf '\nguard test FAILED: %s\n' "$*" >&2; exit 1; }

@@ -14,7 +14,7 @@ set -euo pipefail
 source "$(dirname "$0")/common.sh"
 cd "$ROOT"
 
-WORK=${AEDB_TEST_DIR:-/var/tmp/aedb_queue_test}/install
+WORK=$TEST_DIR/install
 PORT=${AEDB_INSTALL_TEST_PORT:-54334}
 LIB=$("$PG_CONFIG" --pkglibdir)/aedb_queue.so
 fail() { printf '\ninstall test FAILED: %s\n' "$*" >&2; exit 1; }

@@ -32,7 +32,7 @@ for tool in pg_isolation_regress isolationtester; do
     fi
 done
 
-WORK=${AEDB_TEST_DIR:-/var/tmp/aedb_queue_test}/isolation${AEDB_DIRECT_WRITES:+-$AEDB_DIRECT_WRITES}
+WORK=$TEST_DIR/isolation${AEDB_DIRECT_WRITES:+-$AEDB_DIRECT_WRITES}
 PORT=${AEDB_ISOLATION_PORT:-54333}
 postgres_dir "$(dirname "$WORK")"
 # The library preloaded: queue_counters() (overview.sql) needs its shared memory.

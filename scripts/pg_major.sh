@@ -10,17 +10,22 @@
 # under that directory; checked below. Idempotent: an install of the pinned
 # version is kept, a registration that names it is kept. Prints the
 # pg_config path last. PGRX_HOME is honoured (cargo pgrx init reads it).
+#   scripts/pg_major.sh 15
+# installs a relocatable 15 of the same build family to $AEDB_PG_ROOT/15,
+# not registered with pgrx (which builds 15 against Debian's): the old
+# cluster of the pg_upgrade test (scripts/pg_upgrade_test.sh says why).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
-major=${1:?usage: scripts/pg_major.sh 16|17|18}
+major=${1:?usage: scripts/pg_major.sh 15|16|17|18}
 case "$major" in
+15) version=15.19.0 ;;
 16) version=16.15.0 ;;
 17) version=17.11.0 ;;
 18) version=18.6.0 ;;
-*) echo "pg_major.sh: no pinned PostgreSQL for major '$major' (16, 17 or 18; 15 is Debian's)" >&2; exit 2 ;;
+*) echo "pg_major.sh: no pinned PostgreSQL for major '$major' (15, 16, 17 or 18)" >&2; exit 2 ;;
 esac
-root=${AEDB_PG_ROOT:-/opt/aedb-pg}
+root=$PG_ROOT
 prefix=$root/$major
 cache=${AEDB_PG_CACHE:-/var/cache/aedb-pg}
 pg_config=$prefix/bin/pg_config
@@ -57,7 +62,7 @@ done
 runuser -u postgres -- "$prefix/bin/postgres" --version >/dev/null   # the postgres user can run it
 
 config=${PGRX_HOME:-$HOME/.pgrx}/config.toml
-if ! grep -qsx "pg$major = \"$pg_config\"" "$config"; then
+if [ "$major" != 15 ] && ! grep -qsx "pg$major = \"$pg_config\"" "$config"; then
     log "pgrx: registering PostgreSQL $major ($pg_config) in $config"
     cargo pgrx init "--pg$major" "$pg_config" >/dev/null
 fi

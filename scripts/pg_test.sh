@@ -11,7 +11,7 @@ set -euo pipefail
 source "$(dirname "$0")/common.sh"
 cd "$ROOT"
 
-WORK=${AEDB_TEST_DIR:-/var/tmp/aedb_queue_test}/pg_test
+WORK=$TEST_DIR/pg_test
 postgres_dir "$(dirname "$WORK")"
 postgres_dir "$WORK"
 export AEDB_PGTEST_LOG=$WORK/server.log

@@ -13,7 +13,7 @@ set -euo pipefail
 source "$(dirname "$0")/common.sh"
 cd "$ROOT"
 
-WORK=${AEDB_TEST_DIR:-/var/tmp/aedb_queue_test}/regress${AEDB_DIRECT_WRITES:+-$AEDB_DIRECT_WRITES}
+WORK=$TEST_DIR/regress${AEDB_DIRECT_WRITES:+-$AEDB_DIRECT_WRITES}
 PORT=${AEDB_REGRESS_PORT:-54331}
 postgres_dir "$(dirname "$WORK")"
 # The library preloaded: queue_counters() (overview.sql) needs its shared memory.

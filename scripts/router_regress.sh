@@ -16,7 +16,7 @@ set -euo pipefail
 source "$(dirname "$0")/common.sh"
 cd "$ROOT"
 
-WORK=${AEDB_TEST_DIR:-/var/tmp/aedb_queue_test}/router
+WORK=$TEST_DIR/router
 PORT=${AEDB_ROUTER_REGRESS_PORT:-54370}
 postgres_dir "$(dirname "$WORK")"
 export AEDB_SHARDS_DIR=$WORK/clusters AEDB_SHARDS_PORT=$PORT

@@ -12,7 +12,7 @@ source "$(dirname "$0")/common.sh"
 cd "$ROOT"
 
 bash scripts/setup.sh
-WORK=${AEDB_TEST_DIR:-/var/tmp/aedb_queue_test}
+WORK=$TEST_DIR
 postgres_dir "$WORK"
 
 log "1/9 pure unit tests (the rules, and the bench's report: medians, ratios, tables, the chart's legend); the guard on server logs fails when a backend dies (scripts/guard_test.sh)"

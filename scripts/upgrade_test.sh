@@ -21,7 +21,7 @@ cd "$ROOT"
 
 FROM=${1:-0.1.0}
 TO=$(sed -n '/^\[package\]/,/^\[/s/^version *= *"\(.*\)"/\1/p' Cargo.toml)
-WORK=${AEDB_TEST_DIR:-/var/tmp/aedb_queue_test}/upgrade
+WORK=$TEST_DIR/upgrade
 PORT=${AEDB_UPGRADE_PORT:-54332}
 EXTDIR=$("$PG_CONFIG" --sharedir)/extension
 

@@ -124,7 +124,11 @@ mod tests {
     fn a_ready_index_that_is_not_ready_is_not_read() {
         // What a DROP INDEX CONCURRENTLY cancelled after its second phase
         // leaves (the isolation spec claim-after-cancelled-drop-index makes
-        // it for real): an index no longer filled, nor to be read.
+        // it for real): an index no longer filled, nor to be read. The
+        // table is locked first, as the DDL of the tests running beside
+        // this one locks it before the catalog rows: a row of pg_index
+        // taken first deadlocked with a DROP INDEX (seen on 18).
+        exec("LOCK TABLE aedb_queue.task IN SHARE ROW EXCLUSIVE MODE");
         exec(
             "UPDATE pg_index SET indisvalid = false, indisready = false
               WHERE indexrelid = 'aedb_queue.task_ready_idx'::regclass",

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Runs the suites that scripts/test.sh runs on PostgreSQL 15 against another
+# major (README, "Supported PostgreSQL majors"):
+#   scripts/test_major.sh NN            16 or 17: pg_test, pg_regress, upgrades
+#                                       18: those, isolation, the integration
+#                                       tests and pg_upgrade from 15
+#   scripts/test_major.sh NN --full     every one of them on any major
+# The major must be installed (scripts/setup.sh --pg NN). Its clusters live
+# under their own test directory (scripts/common.sh: TEST_DIR), on the same
+# ports as 15's: run one major at a time.
+set -euo pipefail
+major=${1:?usage: scripts/test_major.sh 16|17|18 [--full]}
+export AEDB_PG_MAJOR=$major
+source "$(dirname "$0")/common.sh"
+cd "$ROOT"
+
+full=false
+[ "${2:-}" = --full ] || [ "$major" = 18 ] && full=true
+
+log "PostgreSQL $major: pg_test (the same #[pg_test]s as on 15, built with feature pg$major)"
+bash scripts/pg_test.sh
+
+log "PostgreSQL $major: pg_regress with aedb_queue.direct_writes auto, then off (the expected files of 15)"
+bash scripts/install.sh >/dev/null
+bash scripts/regress.sh
+AEDB_DIRECT_WRITES=off bash scripts/regress.sh
+
+old_versions=$(cd sql/archive && ls aedb_queue--*.sql | sed 's/^aedb_queue--\(.*\)\.sql$/\1/' | sort -V)
+log "PostgreSQL $major: ALTER EXTENSION UPDATE from $(echo $old_versions | sed 's/ /, /g')"
+for version in $old_versions; do
+    bash scripts/upgrade_test.sh "$version"
+done
+
+$full || exit 0
+
+log "PostgreSQL $major: isolation specs, with aedb_queue.direct_writes auto, then off"
+bash scripts/isolation.sh
+AEDB_DIRECT_WRITES=off bash scripts/isolation.sh
+
+log "PostgreSQL $major: integration tests over TCP (clusters from $PG_BIN)"
+AEDB_PG_BIN=$PG_BIN cargo test -p aedb_queue_itests -- --test-threads=2
+
+if [ "$major" != 15 ]; then
+    log "PostgreSQL $major: pg_upgrade from 15 with tasks in every state, tokens and grants"
+    bash scripts/pg_upgrade_test.sh "$major"
+fi
