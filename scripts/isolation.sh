@@ -56,7 +56,7 @@ if [ -n "$bless" ]; then
 fi
 status=0
 "$ISOLATION_DIR/pg_isolation_regress" \
-    --host=127.0.0.1 --port="$PORT" --user=postgres --dbname=aedb_queue_isolation \
+    --bindir="$PG_BIN" --host=127.0.0.1 --port="$PORT" --user=postgres --dbname=aedb_queue_isolation \
     --inputdir=tests/isolation --outputdir="$WORK/out" "${names[@]}" || status=$?
 
 if [ -n "$bless" ]; then

@@ -50,6 +50,17 @@ if [ "$("$pg_config" --version 2>/dev/null || true)" != "$want" ]; then
 fi
 chmod a+rx "$root"
 
+# The libraries were linked with RUNPATH /opt/postgresql/lib, the build's
+# prefix: dblink, postgres_fdw and a standby's libpqwalreceiver would load
+# Debian's older libpq (undefined symbol PQcancelStart). They look beside
+# themselves instead; each is patched as a copy renamed onto the name, so
+# that a server that has it mapped keeps its file.
+for lib in "$prefix"/lib/*.so; do
+    readelf -d "$lib" 2>/dev/null | grep -q 'runpath: \[/opt/postgresql/lib\]' || continue
+    tmp=$(mktemp "$lib.XXXXXX")
+    cp -p "$lib" "$tmp" && patchelf --set-rpath '$ORIGIN' "$tmp" && chmod a+rx "$tmp" && mv -f "$tmp" "$lib"
+done
+
 # pgrx builds against these; each must lie under the install.
 for flag in --bindir --pkglibdir --sharedir --includedir-server --pgxs; do
     path=$("$pg_config" "$flag")

@@ -30,7 +30,7 @@ done
 rm -rf "$WORK/out" && mkdir -p "$WORK/out"
 status=0
 "$(dirname "$(dirname "$PG_CONFIG")")/lib/pgxs/src/test/regress/pg_regress" \
-    --host=127.0.0.1 --port="$PORT" --user=postgres --dbname=aedb_queue_regress \
+    --bindir="$PG_BIN" --host=127.0.0.1 --port="$PORT" --user=postgres --dbname=aedb_queue_regress \
     --inputdir=tests/pg_regress --outputdir="$WORK/out" "${tests[@]}" || status=$?
 
 if [ "${1:-}" = --bless ]; then

@@ -132,6 +132,22 @@ DROP VIEW aedb_queue.tasks;
 DROP VIEW aedb_queue.queue_stats;
 ALTER TABLE aedb_queue.task RENAME TO task_0_3_0;
 ALTER INDEX aedb_queue.task_pkey RENAME TO task_0_3_0_pkey;
+-- From PostgreSQL 18 NOT NULL constraints are named (task_queue_not_null):
+-- the old table's give theirs up, so that the new table's are named as a
+-- fresh install names them. Before 18 there is nothing to rename.
+DO $$
+DECLARE
+    c record;
+BEGIN
+    IF pg_catalog.current_setting('server_version_num')::int >= 180000 THEN
+        FOR c IN EXECUTE 'SELECT conname FROM pg_catalog.pg_constraint
+                          WHERE conrelid = ''aedb_queue.task_0_3_0''::regclass AND contype = ''n''' LOOP
+            EXECUTE pg_catalog.format('ALTER TABLE aedb_queue.task_0_3_0 RENAME CONSTRAINT %I TO %I',
+                                      c.conname, 'task_0_3_0' || pg_catalog.substr(c.conname, 5));
+        END LOOP;
+    END IF;
+END
+$$;
 DROP INDEX aedb_queue.task_ready_idx, aedb_queue.task_scheduled_idx,
            aedb_queue.task_in_flight_idx, aedb_queue.task_dead_idx;
 CREATE TABLE aedb_queue.task (

@@ -12,6 +12,11 @@ BEGIN
         WHERE d.refclassid = 'pg_extension'::regclass
           AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'aedb_queue')
           AND d.deptype = 'e'
+          -- From 18 array types and the row types of tables and views are
+          -- members beside what they belong to, and go with it.
+          AND NOT EXISTS (SELECT FROM pg_type t LEFT JOIN pg_class c ON c.oid = t.typrelid
+                          WHERE d.classid = 'pg_type'::regclass AND t.oid = d.objid
+                            AND (t.typcategory = 'A' OR c.relkind <> 'c'))
     LOOP
         EXECUTE format('ALTER EXTENSION aedb_queue DROP %s %s',
                        CASE o.type WHEN 'composite type' THEN 'type' ELSE o.type END, o.identity);
