@@ -9,9 +9,11 @@
 # they are built here, with PGXS against that major's pg_config, from the
 # upstream tarballs of Debian's source packages (the .orig.tar.gz, pinned by
 # its SHA-256 as listed in the suite's Sources index, which apt verifies
-# against the suite's signed InRelease). Only that tarball is used: the
-# Debian mirror this project reaches serves neither the .dsc nor the
-# .debian.tar.xz of these packages, so `apt-get source` fails on them.
+# against the suite's signed InRelease). Only that tarball is used, fetched
+# by its hash: the Debian mirror this project reaches serves no .dsc nor
+# .debian.tar.xz of these packages (so `apt-get source` fails on them), only
+# plproxy's .orig.tar.gz, and none of pg-cron's files: for pg_cron the cache
+# must hold the pinned tarball, or AEDB_PG_CRON_TARBALL name one.
 # Tarballs are kept in $AEDB_PG_CACHE (default /var/cache/aedb-pg).
 # AEDB_PG_CRON_TARBALL / AEDB_PLPROXY_TARBALL: build from that upstream
 # tarball instead (not verified; for a mirror that lacks the pinned one).
@@ -126,9 +128,10 @@ build_install() { # NAME
     src=$work/$name-src stage=$work/$name-stage
     mkdir -p "$src" "$stage"
     tar xzf "$tarball" -C "$src" --strip-components=1 --no-same-owner || return 1
-    # PGXS reads the install's paths from pg_config; its rpath is that
-    # install's lib/, so the module loads that major's libpq, not Debian's 15.
-    if ! make -C "$src" -j2 -s PG_CONFIG="$pg_config" USE_PGXS=1 >"$work/$name.build" 2>&1 ||
+    # PGXS reads the install's paths from pg_config. The rpath $ORIGIN (as
+    # pg_major.sh sets on the install's own modules): the module loads the
+    # libpq beside it, that major's, not Debian's 15, wherever the tree is.
+    if ! make -C "$src" -j2 -s PG_CONFIG="$pg_config" USE_PGXS=1 rpathdir='$$ORIGIN' >"$work/$name.build" 2>&1 ||
         ! make -C "$src" -s PG_CONFIG="$pg_config" USE_PGXS=1 DESTDIR="$stage" install >>"$work/$name.build" 2>&1; then
         tail -30 "$work/$name.build" >&2
         echo "pg_companions.sh: $name for PostgreSQL $major: the build failed (above)" >&2

@@ -43,7 +43,7 @@ done
 
 PG_REGRESS="$(dirname "$(dirname "$PG_CONFIG")")/lib/pgxs/src/test/regress/pg_regress"
 regress() {
-    "$PG_REGRESS" --host=127.0.0.1 --port="$PORT" --user=postgres --use-existing --dbname=aedb_router "$@"
+    "$PG_REGRESS" --bindir="$PG_BIN" --host=127.0.0.1 --port="$PORT" --user=postgres --use-existing --dbname=aedb_router "$@"
 }
 status=0
 

@@ -3,7 +3,9 @@
 # isolation specs, the upgrade from every earlier version, the
 # multi-connection integration tests against a real cluster, and the
 # clients' tests (Rust runtime and CLI, Python package), and the dashboard
-# in headless Chromium.
+# in headless Chromium, all on PostgreSQL 15; then on 16, 17 and 18 the
+# suites scripts/test_major.sh lists, and pg_upgrade from 15 to 18.
+# AEDB_TEST_MAJORS (default "16 17 18") chooses the other majors; empty: 15 only.
 # Every cluster a step starts has its server log checked when it is torn down
 # (scripts/check_server_log.sh, README, "The guard against backend deaths"): a process of the cluster that
 # died by a signal, a PANIC or a Rust panic fails the step, naming the line.
@@ -11,50 +13,58 @@ set -euo pipefail
 source "$(dirname "$0")/common.sh"
 cd "$ROOT"
 
-bash scripts/setup.sh
+MAJORS=${AEDB_TEST_MAJORS-16 17 18}
+setup_majors=()
+for major in $MAJORS; do setup_majors+=(--pg "$major"); done
+bash scripts/setup.sh "${setup_majors[@]}"
 WORK=$TEST_DIR
 postgres_dir "$WORK"
 
-log "1/9 pure unit tests (the rules, and the bench's report: medians, ratios, tables, the chart's legend); the guard on server logs fails when a backend dies (scripts/guard_test.sh)"
+log "1/10 pure unit tests (the rules, and the bench's report: medians, ratios, tables, the chart's legend); the guard on server logs fails when a backend dies (scripts/guard_test.sh)"
 cargo test -p aedb_queue_core
 cargo test -p aedb_queue_bench --bins
 bash scripts/guard_test.sh
 
-log "2/9 pg_test (single-session semantics, every error case)"
+log "2/10 pg_test (single-session semantics, every error case)"
 bash scripts/pg_test.sh
 
-log "3/9 pg_regress (the SQL surface as examples; installs the extension into PostgreSQL $PG_MAJOR, leaving running servers alone: scripts/install_test.sh), with aedb_queue.direct_writes auto, then off (the same expected files)"
+log "3/10 pg_regress (the SQL surface as examples; installs the extension into PostgreSQL $PG_MAJOR, leaving running servers alone: scripts/install_test.sh), with aedb_queue.direct_writes auto, then off (the same expected files)"
 bash scripts/install_test.sh
 bash scripts/regress.sh
 AEDB_DIRECT_WRITES=off bash scripts/regress.sh
 # The same examples of the worker surface through the router over three shards, and the router's own.
 bash scripts/router_regress.sh
 
-log "4/9 isolation specs (pg_isolation_regress: fixed interleavings of concurrent sessions), with aedb_queue.direct_writes auto, then off (the same expected files)"
+log "4/10 isolation specs (pg_isolation_regress: fixed interleavings of concurrent sessions), with aedb_queue.direct_writes auto, then off (the same expected files)"
 bash scripts/isolation.sh
 AEDB_DIRECT_WRITES=off bash scripts/isolation.sh
 
 # Every earlier version with a frozen install script in sql/archive/.
 old_versions=$(cd sql/archive && ls aedb_queue--*.sql | sed 's/^aedb_queue--\(.*\)\.sql$/\1/' | sort -V)
-log "5/9 upgrade from $(echo $old_versions | sed 's/ /, /g') (ALTER EXTENSION UPDATE with tasks in every state; schema = fresh install)"
+log "5/10 upgrade from $(echo $old_versions | sed 's/ /, /g') (ALTER EXTENSION UPDATE with tasks in every state; schema = fresh install)"
 for version in $old_versions; do
     bash scripts/upgrade_test.sh "$version"
 done
 
-log "6/9 integration tests over TCP; the model test again with aedb_queue.direct_writes off"
+log "6/10 integration tests over TCP; the model test again with aedb_queue.direct_writes off"
 cargo test -p aedb_queue_itests -- --test-threads=2
 AEDB_DIRECT_WRITES=off cargo test -p aedb_queue_itests --test model
 
-log "7/9 Rust client, worker runtime (with its OpenTelemetry spans) and operator CLI (against throw-away clusters); the Grafana board"
+log "7/10 Rust client, worker runtime (with its OpenTelemetry spans) and operator CLI (against throw-away clusters); the Grafana board"
 cargo test -p aedb_queue_client -p aedb_queue_cli -- --test-threads=2
 cargo test -p aedb_queue_client --features otel --test otel
 cargo test -p aedb_queue_client --features otel --doc
 python3 docs/grafana/check.py
 
-log "8/9 Python package (pytest against a throw-away cluster)"
+log "8/10 Python package (pytest against a throw-away cluster)"
 bash clients/python/test.sh
 
-log "9/9 the dashboard in headless Chromium (Playwright; every page and action, CSRF, roles, hostile text)"
+log "9/10 the dashboard in headless Chromium (Playwright; every page and action, CSRF, roles, hostile text)"
 bash clients/cli/browser/run.sh
+
+log "10/10 the other majors: ${MAJORS:-none} (scripts/test_major.sh: pg_test, pg_regress and upgrades on each; on 18 also isolation, the integration tests and pg_upgrade from 15)"
+for major in $MAJORS; do
+    bash scripts/test_major.sh "$major"
+done
 
 log "all tests passed"

@@ -37,6 +37,15 @@ log "PostgreSQL $major: isolation specs, with aedb_queue.direct_writes auto, the
 bash scripts/isolation.sh
 AEDB_DIRECT_WRITES=off bash scripts/isolation.sh
 
+# PL/Proxy for the router, built from its Debian source tarball; pg_cron
+# only where its tarball can be had (scripts/pg_companions.sh): the pg_cron
+# itests say when they did not run.
+log "PostgreSQL $major: PL/Proxy (and pg_cron where its source can be had), then the router's regress"
+bash scripts/pg_companions.sh "$major" plproxy
+bash scripts/pg_companions.sh "$major" pg_cron ||
+    echo "(pg_cron for PostgreSQL $major could not be had: its itests will say they did not run)"
+bash scripts/router_regress.sh
+
 log "PostgreSQL $major: integration tests over TCP (clusters from $PG_BIN)"
 AEDB_PG_BIN=$PG_BIN cargo test -p aedb_queue_itests -- --test-threads=2
 

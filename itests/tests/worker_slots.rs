@@ -8,16 +8,23 @@
 use aedb_queue_itests::*;
 use std::time::{Duration, Instant};
 
-/// Three slots for reapers and parallel workers: pg_cron's launcher, ours
-/// and the logical replication launcher take the other three.
-const CONF: &str = "shared_preload_libraries = 'pg_cron,aedb_queue'
+/// Three slots for reapers and parallel workers: pg_cron's launcher (where
+/// pg_cron is installed), ours and the logical replication launcher take
+/// the others.
+fn conf() -> String {
+    let launchers = if pg_cron_installed() { 3 } else { 2 };
+    format!(
+        "shared_preload_libraries = 'pg_cron,aedb_queue'
 aedb_queue.reaper_interval = '200ms'
-max_worker_processes = 6
+max_worker_processes = {}
 max_parallel_workers = 6
 max_parallel_workers_per_gather = 2
 parallel_setup_cost = 0
 parallel_tuple_cost = 0
-min_parallel_table_scan_size = 0";
+min_parallel_table_scan_size = 0",
+        launchers + 3
+    )
+}
 
 const DATABASES: usize = 5;
 
@@ -54,7 +61,7 @@ fn eventually(within: Duration, mut ok: impl FnMut() -> bool) -> bool {
 
 #[test]
 fn more_databases_than_worker_slots_is_a_warning_and_a_retry_never_a_crash() {
-    let cluster = Cluster::start_with(CONF);
+    let cluster = Cluster::start_with(&conf());
     let mut postgres_db = cluster.connect_to("postgres", SUPERUSER);
     let names: Vec<String> = (1..=DATABASES).map(|i| format!("slots_{i}")).collect();
     for name in &names {

@@ -9,7 +9,9 @@
 //! execMain.c `standard_ExecutorStart` .. `ExecutorEnd`, `InitPlan`,
 //! `CheckValidResultRel`, `ExecConstraints`; execIndexing.c;
 //! execReplication.c `CheckCmdReplicaIdentity`; and the parser, rewriter
-//! and planner steps a statement takes before its executor starts). The
+//! and planner steps a statement takes before its executor starts), and
+//! what changed in them in 16, 17 and 18 (their sources: 16.15, 17.4,
+//! 18.6), each such step marked with its major. The
 //! ids follow the executor's order: P before the executor, a start and
 //! result-relation set-up, b per inserted row, c per updated row, d per
 //! deleted row, e end. `docs/write-path.md` explains the decisions.
@@ -70,19 +72,24 @@ pub const STEPS: &[Step] = steps![
     ("a7", "ExecCheckRTPerms", "table and column privileges of the statement's role", Done("pg_class_aclmask for the write and SELECT, as the role our statements run as (the tables' owner); declined (Privileges) when short, so the statement raises the error")),
     ("a7", "ExecCheckRTEPerms", "a role short of a table privilege gets the permission error", Declined(Decline::Privileges)),
     ("a8", "ExecCheckRTPerms", "ExecutorCheckPerms_hook (sepgsql, pgaudit)", Declined(Decline::ExecutorHooks)),
+    ("a8", "ExecCheckPermissions", "16: ExecutorCheckPerms_hook is given the RTEPermissionInfo list", Declined(Decline::ExecutorHooks)),
     ("a10", "InitPlan", "row marks for joins and FOR UPDATE", Done("a SKIP LOCKED claim locks each row with table_tuple_lock(LockTupleExclusive, LockWaitSkip) as FOR UPDATE SKIP LOCKED does")),
     ("a12", "InitResultRelInfo", "result relation with its trigger descriptor and constraints", Done("InitResultRelInfo")),
     ("a12", "InitResultRelInfo", "a table access method other than heap (heap_multi_insert is heap's)", Declined(Decline::NotHeap)),
     ("a14", "ExecSetupTransitionCaptureState", "transition tables of AFTER triggers", Declined(Decline::Triggers)),
     ("a16", "CheckValidResultRel", "a view, materialized view, foreign, partitioned or other relation", Declined(Decline::NotPlainTable)),
+    ("a16", "CheckValidResultRel", "17: the MERGE actions checked against the relation", NotMet("no direct write is a MERGE")),
     ("a17", "CheckCmdReplicaIdentity", "an UPDATE or DELETE of a table published without a usable replica identity, or with a row filter or column list outside it, fails", Done("CheckCmdReplicaIdentity itself, before any row, for updates and deletes")),
+    ("a17", "CheckCmdReplicaIdentity", "18: published generated columns outside the replica identity", Done("CheckCmdReplicaIdentity itself, whose 18 body checks them")),
     ("a21", "ExecInitStoredGenerated", "stored generated column expressions", Declined(Decline::StoredGenerated)),
     ("a22", "ExecConstraints", "18: virtual generated columns (their NOT NULL, CHECK expressions expanded over them)", Declined(Decline::VirtualGenerated)),
     ("a23", "ExecSetupPartitionTupleRouting", "tuple routing into partitions", Declined(Decline::NotPlainTable)),
     ("a24", "ExecInitModifyTable", "WITH CHECK OPTIONs (row security, views)", Declined(Decline::RowSecurity)),
     ("a25", "ExecInitModifyTable", "RETURNING projection", Done("the caller's read of the new or deleted version (Row)")),
+    ("a25", "ExecInitModifyTable", "18: RETURNING OLD and NEW", NotMet("no statement of ours asks for OLD; the caller reads the version the write made, or the deleted one")),
     ("a26", "ExecInitModifyTable", "ON CONFLICT arbiters", NotMet("no direct write uses ON CONFLICT; idempotent enqueues look the key up before writing, as the statement path does")),
     ("a32", "ExecutorRun", "ExecutorRun_hook", Declined(Decline::ExecutorHooks)),
+    ("a32", "ExecutorRun", "18: ExecutorRun_hook loses execute_once", Declined(Decline::ExecutorHooks)),
     ("a33", "ExecModifyTable", "CHECK_FOR_INTERRUPTS per call", Done("the scans and heap calls check for interrupts as the executor's do")),
     ("a34", "fireBSTriggers", "BEFORE STATEMENT triggers", Declined(Decline::Triggers)),
     // Per inserted row.
@@ -94,10 +101,12 @@ pub const STEPS: &[Step] = steps![
     ("b9", "ExecComputeStoredGenerated", "stored generated columns computed", Declined(Decline::StoredGenerated)),
     ("b10", "ExecWithCheckOptions", "row security WITH CHECK", Declined(Decline::RowSecurity)),
     ("b11", "ExecConstraints", "NOT NULL and CHECK constraints (NOT VALID ones too)", Done("ExecConstraints on every row")),
+    ("b11", "ExecConstraints", "18: NOT ENFORCED CHECK constraints are skipped", Done("ExecConstraints itself, on every row")),
     ("b12", "ExecPartitionCheck", "partition constraint of a partition written directly", Declined(Decline::Partition)),
     ("b13", "ExecInsert", "speculative insertion (ON CONFLICT)", NotMet("no direct write uses ON CONFLICT")),
     ("b14", "heap_insert", "xid, TOAST, SSI conflict check, WAL with what logical decoding needs, statistics counters", Done(HEAP)),
     ("b15", "ExecInsertIndexTuples", "index entries of ready indexes: partial predicates, expressions, unique and exclusion checks", Done("ExecInsertIndexTuples; indexes whose predicates the row's constant columns refute are left out, as their predicates would leave them; where a unique or exclusion index other than the primary key could refuse a row, rows go to the heap one at a time, each followed by its index entries, so a refused batch leaves what the INSERT's would")),
+    ("b15", "ExecInsertIndexTuples", "18: WITHOUT OVERLAPS unique constraints, checked as exclusion constraints", Done("ExecInsertIndexTuples; such an index other than the primary key sends rows one at a time, as any unique or exclusion index does; a primary key that is not a btree is declined (ScanIndex)")),
     ("b15", "ExecInsertIndexTuples", "deferred unique and exclusion rechecks (returned recheck list)", Declined(Decline::Triggers)),
     ("b16", "ExecInsert", "es_processed for the command tag", NotMet("our functions return their own rows, not a command tag")),
     ("b18", "ExecARInsertTriggers", "AFTER ROW INSERT triggers: foreign keys, deferred unique checks, user triggers", Declined(Decline::Triggers)),
@@ -112,6 +121,7 @@ pub const STEPS: &[Step] = steps![
     ("c12", "ExecCrossPartitionUpdate", "row movement between partitions", Declined(Decline::NotPlainTable)),
     ("c13", "ExecConstraints", "NOT NULL and CHECK constraints", Done("ExecConstraints on every new version")),
     ("c14", "heap_update", "lock mode, waits, TOAST, SSI, HOT, replica identity for logical decoding, WAL, statistics", Done(HEAP)),
+    ("c14", "heap_update", "16: TU_UpdateIndexes: TU_Summarizing when only columns of summarizing (BRIN) indexes changed, HOT kept", Done("pg_compat::tuple_update; ExecInsertIndexTuples(onlySummarizing) then, as ExecUpdateEpilogue does")),
     ("c15", "ExecUpdate", "a row changed since the snapshot: READ COMMITTED re-checks the newest version (EvalPlanQual); REPEATABLE READ and SERIALIZABLE raise 40001", Done("a claim passes over a row locked or changed since the snapshot (SKIP LOCKED, whose statement locks before it updates); under REPEATABLE READ and SERIALIZABLE it raises 40001 (update::lock_at_once)")),
     ("c17", "ExecUpdateEpilogue", "new index entries unless HOT, with the keys-unchanged hint", Done("ExecInsertIndexTuples(update = true) when heap_update asks for them, with ii_IndexUnchanged set per index as index_unchanged_by_update would")),
     ("c18", "ExecARUpdateTriggers", "AFTER ROW UPDATE triggers", Declined(Decline::Triggers)),
