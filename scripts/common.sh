@@ -66,3 +66,22 @@ check_direct_writes() { # PORT
         return 1
     fi
 }
+
+# Runs scripts/SUITE.sh (regress, isolation) with aedb_queue.direct_writes
+# auto, then off: the same expected files both ways.
+both_write_paths() { # SUITE
+    bash "$ROOT/scripts/$1.sh" && AEDB_DIRECT_WRITES=off bash "$ROOT/scripts/$1.sh"
+}
+
+# The earlier versions: those with a frozen install script in sql/archive/.
+earlier_versions() {
+    (cd "$ROOT/sql/archive" && ls aedb_queue--*.sql | sed 's/^aedb_queue--\(.*\)\.sql$/\1/' | sort -V | tr '\n' ' ')
+}
+
+# ALTER EXTENSION UPDATE from each earlier version (scripts/upgrade_test.sh).
+upgrade_from_earlier_versions() {
+    local version
+    for version in $(earlier_versions); do
+        bash "$ROOT/scripts/upgrade_test.sh" "$version" || return 1
+    done
+}

@@ -30,21 +30,15 @@ bash scripts/pg_test.sh
 
 log "3/10 pg_regress (the SQL surface as examples; installs the extension into PostgreSQL $PG_MAJOR, leaving running servers alone: scripts/install_test.sh), with aedb_queue.direct_writes auto, then off (the same expected files)"
 bash scripts/install_test.sh
-bash scripts/regress.sh
-AEDB_DIRECT_WRITES=off bash scripts/regress.sh
+both_write_paths regress
 # The same examples of the worker surface through the router over three shards, and the router's own.
 bash scripts/router_regress.sh
 
 log "4/10 isolation specs (pg_isolation_regress: fixed interleavings of concurrent sessions), with aedb_queue.direct_writes auto, then off (the same expected files)"
-bash scripts/isolation.sh
-AEDB_DIRECT_WRITES=off bash scripts/isolation.sh
+both_write_paths isolation
 
-# Every earlier version with a frozen install script in sql/archive/.
-old_versions=$(cd sql/archive && ls aedb_queue--*.sql | sed 's/^aedb_queue--\(.*\)\.sql$/\1/' | sort -V)
-log "5/10 upgrade from $(echo $old_versions | sed 's/ /, /g') (ALTER EXTENSION UPDATE with tasks in every state; schema = fresh install)"
-for version in $old_versions; do
-    bash scripts/upgrade_test.sh "$version"
-done
+log "5/10 upgrade from each of $(earlier_versions)(ALTER EXTENSION UPDATE with tasks in every state; schema = fresh install)"
+upgrade_from_earlier_versions
 
 log "6/10 integration tests over TCP; the model test again with aedb_queue.direct_writes off"
 cargo test -p aedb_queue_itests -- --test-threads=2

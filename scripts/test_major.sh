@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs the suites that scripts/test.sh runs on PostgreSQL 15 against another
-# major (README, "Supported PostgreSQL majors"):
-#   scripts/test_major.sh NN            16 or 17: pg_test, pg_regress, upgrades
-#                                       18: those, isolation, the integration
-#                                       tests and pg_upgrade from 15
+# major (README, "PostgreSQL 15, 16, 17 and 18"):
+#   scripts/test_major.sh NN            16 or 17: pg_test, pg_regress, upgrades,
+#                                       the direct writes' differential itests
+#                                       18: those, isolation, the router, every
+#                                       integration test and pg_upgrade from 15
 #   scripts/test_major.sh NN --full     every one of them on any major
 # The major must be installed (scripts/setup.sh --pg NN). Its clusters live
 # under their own test directory (scripts/common.sh: TEST_DIR), on the same
@@ -22,20 +23,19 @@ bash scripts/pg_test.sh
 
 log "PostgreSQL $major: pg_regress with aedb_queue.direct_writes auto, then off (the expected files of 15)"
 bash scripts/install.sh >/dev/null
-bash scripts/regress.sh
-AEDB_DIRECT_WRITES=off bash scripts/regress.sh
+both_write_paths regress
 
-old_versions=$(cd sql/archive && ls aedb_queue--*.sql | sed 's/^aedb_queue--\(.*\)\.sql$/\1/' | sort -V)
-log "PostgreSQL $major: ALTER EXTENSION UPDATE from $(echo $old_versions | sed 's/ /, /g')"
-for version in $old_versions; do
-    bash scripts/upgrade_test.sh "$version"
-done
+log "PostgreSQL $major: ALTER EXTENSION UPDATE from each of $(earlier_versions)"
+upgrade_from_earlier_versions
 
-$full || exit 0
+if ! $full; then
+    log "PostgreSQL $major: the direct writes against the statements (itests write_paths*: differential, DDL under load, executor hooks)"
+    AEDB_PG_BIN=$PG_BIN cargo test -p aedb_queue_itests --test write_paths --test write_paths_ddl --test write_paths_hooks
+    exit 0
+fi
 
 log "PostgreSQL $major: isolation specs, with aedb_queue.direct_writes auto, then off"
-bash scripts/isolation.sh
-AEDB_DIRECT_WRITES=off bash scripts/isolation.sh
+both_write_paths isolation
 
 # PL/Proxy for the router, built from its Debian source tarball; pg_cron
 # only where its tarball can be had (scripts/pg_companions.sh): the pg_cron
