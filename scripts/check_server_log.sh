@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test suite's guard against backend deaths (README, "The guard against backend deaths"): fails when
+# The test suite's guard against backend deaths (docs/testing.md, "The guard against backend deaths"): fails when
 # a server log shows a process that died by a signal, a PANIC, or a Rust panic
 # on a thread of its own, and names each such line.
 #   scripts/check_server_log.sh [--sigkill-expected] [--since BYTES] LOG...

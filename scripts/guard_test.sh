@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The guard against backend deaths (scripts/check_server_log.sh, README, "The guard against backend deaths")
+# The guard against backend deaths (scripts/check_server_log.sh, docs/testing.md, "The guard against backend deaths")
 # fails when it should: a cluster of its own, one backend killed with SIGSEGV.
 # The checker passes on the log before the kill; after it, the checker (also
 # with --sigkill-expected: only SIGKILL is ever tolerated) and the cluster's

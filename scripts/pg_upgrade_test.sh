@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # pg_upgrade from PostgreSQL 15 to a later major with aedb_queue in use
-# (README, "PostgreSQL 15, 16, 17 and 18"):
+# (docs/postgres-majors.md):
 #   scripts/pg_upgrade_test.sh [NEW_MAJOR]      default 18
 # Needs the current build installed into Debian's 15 and into NEW_MAJOR
 # (AEDB_PG_MAJOR=NN bash scripts/install.sh; scripts/test_major.sh does it).

@@ -7,7 +7,7 @@
 # 1. The worker surface's examples from tests/pg_regress, unchanged, with
 #    unkeyed tasks placed by queue (each queue on one shard, so the order the
 #    examples show holds). Their expected output is the direct call's; the
-#    documented differences (README, "Through the router") are taken out of
+#    documented differences (docs/scale-out.md) are taken out of
 #    the router's output first: the CONTEXT lines of the router's functions,
 #    the "on shard N" DETAIL, and PL/Proxy's reconnect NOTICE after an error.
 # 2. tests/router: what only the router does (routing, fan-out, per-shard

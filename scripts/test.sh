@@ -7,7 +7,7 @@
 # suites scripts/test_major.sh lists, and pg_upgrade from 15 to 18.
 # AEDB_TEST_MAJORS (default "16 17 18") chooses the other majors; empty: 15 only.
 # Every cluster a step starts has its server log checked when it is torn down
-# (scripts/check_server_log.sh, README, "The guard against backend deaths"): a process of the cluster that
+# (scripts/check_server_log.sh, docs/testing.md, "The guard against backend deaths"): a process of the cluster that
 # died by a signal, a PANIC or a Rust panic fails the step, naming the line.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the suites that scripts/test.sh runs on PostgreSQL 15 against another
-# major (README, "PostgreSQL 15, 16, 17 and 18"):
+# major (docs/postgres-majors.md):
 #   scripts/test_major.sh NN            16 or 17: pg_test, pg_regress, upgrades,
 #                                       the direct writes' differential itests
 #                                       18: those, isolation, the router, every

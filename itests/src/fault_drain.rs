@@ -125,6 +125,7 @@ pub fn drain_with_faults(
 /// lease or due times against the server's clock, for a drain that stalls.
 fn what_is_left(cluster: &Cluster, queue: &str) -> String {
     let mut su = cluster.connect();
+    let _ = su.batch_execute("CREATE EXTENSION IF NOT EXISTS amcheck; SET enable_seqscan = off");
     let rows = joined(
         &mut su,
         "SELECT format('%s %s ck=%s ok=%s attempts=%s lease_in=%s due_in=%s',
@@ -138,7 +139,41 @@ fn what_is_left(cluster: &Cluster, queue: &str) -> String {
         "SELECT format('%s', o) FROM aedb_queue.ordering_slot o WHERE queue = $1 LIMIT 20",
         queue,
     );
-    format!("{rows}; ordering slots: {slots}")
+    // Whether the in-flight index finds what the table holds (a reap reads
+    // that index), whether amcheck finds every row in every index, and what
+    // a reap of the queue does now.
+    let by_index = joined(
+        &mut su,
+        "SELECT string_agg(task_id::text, ',') FROM aedb_queue.task
+          WHERE queue = $1 AND state = 'in_flight' AND lease_deadline IS NOT NULL
+            AND lease_deadline < clock_timestamp()",
+        queue,
+    );
+    let amcheck = joined(
+        &mut su,
+        "SELECT coalesce(string_agg(c.relname, ','), 'ok') FROM (
+             SELECT i.indexrelid::regclass::text AS relname,
+                    (SELECT true FROM (SELECT bt_index_check(i.indexrelid, true)) x) AS ok
+               FROM pg_index i JOIN pg_class t ON t.oid = i.indrelid
+              WHERE t.relname = 'task' AND t.relnamespace = 'aedb_queue'::regnamespace
+                AND $1 IS NOT NULL) c WHERE NOT c.ok",
+        queue,
+    );
+    let reaped = joined(
+        &mut su,
+        "SELECT format('%s', r) FROM aedb_queue.queue_reap($1) r",
+        queue,
+    );
+    let after = joined(
+        &mut su,
+        "SELECT format('%s %s attempts=%s/%s', task_id, state, attempts, max_attempts)
+           FROM aedb_queue.task WHERE queue = $1 ORDER BY task_id LIMIT 20",
+        queue,
+    );
+    format!(
+        "{rows}; ordering slots: {slots}; expired leases found through the in-flight index: \
+         [{by_index}]; amcheck: {amcheck}; queue_reap now: {reaped}; then: {after}"
+    )
 }
 
 /// The one text column `sql` returns for `queue`, its rows joined by "; ".

@@ -485,8 +485,8 @@ fn pick_free_port() -> u16 {
 
 /// Whether pg_cron is installed for the PostgreSQL the clusters run from.
 /// Debian's 15 has it (postgresql-15-cron); the other majors have it only
-/// where `scripts/pg_companions.sh` could build it (README, "PostgreSQL 15,
-/// 16, 17 and 18"). Without it the clusters preload the rest, and the
+/// where `scripts/pg_companions.sh` could build it (docs/postgres-majors.md).
+/// Without it the clusters preload the rest, and the
 /// pg_cron tests say they did not run.
 pub fn pg_cron_installed() -> bool {
     static INSTALLED: OnceLock<bool> = OnceLock::new();

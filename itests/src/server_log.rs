@@ -1,4 +1,4 @@
-//! The test suite's guard against backend deaths (README, "The guard against backend deaths"), on the
+//! The test suite's guard against backend deaths (docs/testing.md, "The guard against backend deaths"), on the
 //! Rust side: every [`crate::Cluster`] has its server log checked when it is
 //! torn down (dropped, or at exit for a shared one), by the same script the
 //! shell scripts use, `scripts/check_server_log.sh`, so that the patterns

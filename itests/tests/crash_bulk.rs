@@ -1,6 +1,6 @@
 //! Crash recovery of the batched enqueue, whose rows are written the way COPY
 //! writes them (`heap_multi_insert`, one WAL record per page, then each
-//! index; README "Design"): batches that committed, batches of a
+//! index; docs/design.md): batches that committed, batches of a
 //! transaction still open at the crash, of a transaction rolled back before
 //! it and of a rolled-back savepoint, interleaved in the same queues and
 //! pages, with small, page-sized and TOASTed payloads. After `pg_ctl stop -m

@@ -6,7 +6,7 @@
 //!
 //! The harness preloads pg_cron with `cron.database_name` = the test
 //! database; where pg_cron is not installed (a major other than 15 without
-//! it, README), each test says so and returns. Every test here reads or changes the one job named
+//! it, docs/postgres-majors.md), each test says so and returns. Every test here reads or changes the one job named
 //! `aedb_queue_reaper`, so they take turns (see [`exclusive`]).
 
 use aedb_queue_itests::*;

@@ -908,7 +908,7 @@ fn rejected_worker_calls_change_nothing() {
 }
 
 /// Completion follow-ups are enqueues: the completing role needs the right to
-/// enqueue into each follow-up's queue (README: 42501 when "the role lacks
+/// enqueue into each follow-up's queue (docs/sql.md: 42501 when "the role lacks
 /// EXECUTE ... or a per-queue grant confines it to other queues").
 #[test]
 fn follow_ups_into_queues_the_caller_may_not_enqueue_into_are_rejected() {

@@ -463,7 +463,7 @@ fn counts(pairs: &[(&str, i64)]) -> Vec<(String, i64)> {
 }
 
 /// A claim promotes at most max(`max`, 1000) due timers before serving,
-/// earliest due first (README "Semantics", Claim): with 2,500 timers due at
+/// earliest due first (docs/sql.md "Semantics", Claim): with 2,500 timers due at
 /// once, `max => 1` promotes 1,000, the next claim of the same session the
 /// next 1,000, and `queue_reap` the last 500; `max => 1500` promotes 1,500.
 #[test]

@@ -3,7 +3,7 @@
 //! operations a case is made of ([`Op`]) and says what each call must
 //! return ([`Reply`]) and what every task row must then read ([`Row`]).
 //!
-//! It is a model of the contract (README "SQL surface" and "Semantics",
+//! It is a model of the contract (docs/sql.md, "SQL surface" and "Semantics",
 //! docs/dependencies.md, docs/flow-control.md), not a second copy of the
 //! extension: it calls none of the core's rules (a bug there would pass
 //! both); the few it needs (the failure transition, enqueue defaults, how a

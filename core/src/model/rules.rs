@@ -26,7 +26,7 @@ pub(super) fn enqueue_max_attempts(
     Ok(max)
 }
 
-/// Where a failed task goes (README "Fail"): dead when the worker says so
+/// Where a failed task goes (docs/sql.md "Fail"): dead when the worker says so
 /// or when its attempts are used up (a `retry_in` does not extend them);
 /// else ready at once for `retry_in => '0'`, scheduled for anything later
 /// (every backoff of a case is an hour or more).
