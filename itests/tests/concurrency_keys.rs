@@ -25,6 +25,7 @@ fn no_key_ever_has_more_in_flight_than_its_limit() {
         "CREATE TABLE {ledger}_done (task_id bigint PRIMARY KEY); GRANT ALL ON {ledger}_done TO PUBLIC;"
     ))
     .unwrap();
+    allow_attempts_for_faults(cluster, &queue);
     let mut admin = cluster.connect_as(ADMIN);
     admin
         .execute(

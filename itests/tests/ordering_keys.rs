@@ -27,6 +27,7 @@ fn each_key_runs_one_task_at_a_time_in_enqueue_order() {
     ))
     .unwrap();
 
+    allow_attempts_for_faults(cluster, &queue);
     // Enqueued one task at a time, the keys interleaved, in several
     // producers' transactions, so each key's line is its enqueue order.
     let mut producer = cluster.connect_as(PRODUCER);
