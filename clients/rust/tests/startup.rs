@@ -19,7 +19,8 @@ const PASSWORD: &str = "right-horse-battery";
 fn cluster() -> &'static Cluster {
     static CLUSTER: OnceLock<Cluster> = OnceLock::new();
     CLUSTER.get_or_init(|| {
-        let hba = std::env::temp_dir().join(format!("aedb_startup_hba_{}.conf", std::process::id()));
+        let hba =
+            std::env::temp_dir().join(format!("aedb_startup_hba_{}.conf", std::process::id()));
         std::fs::write(
             &hba,
             "local all all trust\n\
@@ -41,7 +42,10 @@ fn cluster() -> &'static Cluster {
 /// `run`'s error for a worker connecting with `dsn`; a bound on the wait
 /// (a runtime that retries would hit it), not a timed assertion.
 fn start_error(dsn: &str) -> String {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let _in_runtime = rt.enter(); // the pool is made on it
     let worker = Worker::builder(dsn)
         .unwrap()
@@ -67,7 +71,9 @@ fn a_wrong_port_fails_at_start() {
         let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         probe.local_addr().unwrap().port() // nothing listens once it is dropped
     };
-    let error = start_error(&format!("host=127.0.0.1 port={port} dbname=app user=app_worker"));
+    let error = start_error(&format!(
+        "host=127.0.0.1 port={port} dbname=app user=app_worker"
+    ));
     assert!(
         error.starts_with(&format!(
             "worker cannot start: cannot connect to host=127.0.0.1 port={port} dbname=app user=app_worker: "
@@ -80,15 +86,26 @@ fn a_wrong_port_fails_at_start() {
 fn a_wrong_password_fails_at_start_and_is_never_shown() {
     let dsn = cluster().dsn("app_pw");
     let error = start_error(&format!("{dsn} password=wrong-guess"));
-    assert!(error.contains("password authentication failed for user \"app_pw\""), "{error}");
+    assert!(
+        error.contains("password authentication failed for user \"app_pw\""),
+        "{error}"
+    );
     assert!(!error.contains("wrong-guess"), "{error}");
 }
 
 #[test]
 fn a_missing_database_or_extension_fails_at_start() {
-    let at = |db: &str| format!("host=127.0.0.1 port={} user={WORKER} dbname={db}", cluster().port());
+    let at = |db: &str| {
+        format!(
+            "host=127.0.0.1 port={} user={WORKER} dbname={db}",
+            cluster().port()
+        )
+    };
     let error = start_error(&at("no_such_db"));
-    assert!(error.contains("database \"no_such_db\" does not exist"), "{error}");
+    assert!(
+        error.contains("database \"no_such_db\" does not exist"),
+        "{error}"
+    );
     let error = start_error(&at("no_extension"));
     assert!(
         error.contains("the aedb_queue extension is not installed in host=127.0.0.1"),
@@ -133,13 +150,18 @@ fn the_start_and_every_failed_attempt_are_logged() {
         .finish();
     let _guard = tracing::subscriber::set_default(subscriber);
     // The current-thread runtime keeps every task on this thread, under the subscriber.
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let _in_runtime = rt.enter();
     let dsn = cluster.dsn(WORKER);
     let worker = Worker::builder(&format!("{dsn} password=not-needed-here"))
         .unwrap()
         .queue(
-            QueueOptions::new(queue).concurrency(3).poll_interval(Duration::from_millis(100)),
+            QueueOptions::new(queue)
+                .concurrency(3)
+                .poll_interval(Duration::from_millis(100)),
             handler(|task: Task<serde_json::Value>| async move {
                 if task.payload.get("dead").is_some() {
                     return Err(TaskError::dead_letter("no such address"));
@@ -151,21 +173,40 @@ fn the_start_and_every_failed_attempt_are_logged() {
         .unwrap();
     let lines = captured.clone();
     let three_failures = async move {
-        while String::from_utf8_lossy(&lines.0.lock().unwrap()).matches("task failed").count() < 3 {
+        while String::from_utf8_lossy(&lines.0.lock().unwrap())
+            .matches("task failed")
+            .count()
+            < 3
+        {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     };
-    rt.block_on(tokio::time::timeout(Duration::from_secs(60), worker.run(three_failures)))
-        .expect("three failed attempts within the bound")
-        .unwrap();
+    rt.block_on(tokio::time::timeout(
+        Duration::from_secs(60),
+        worker.run(three_failures),
+    ))
+    .expect("three failed attempts within the bound")
+    .unwrap();
     let log = String::from_utf8_lossy(&captured.0.lock().unwrap()).to_string();
-    let started = log.lines().find(|l| l.contains("aedb_queue worker started")).expect(&log);
-    assert!(started.contains("queues=startup.logged (concurrency 3)"), "{started}");
+    let started = log
+        .lines()
+        .find(|l| l.contains("aedb_queue worker started"))
+        .expect(&log);
     assert!(
-        started.contains(&format!("database=host=127.0.0.1 port={} dbname=", cluster.port())),
+        started.contains("queues=startup.logged (concurrency 3)"),
         "{started}"
     );
-    assert!(!log.contains("not-needed-here"), "the password is never logged:\n{log}");
+    assert!(
+        started.contains(&format!(
+            "database=host=127.0.0.1 port={} dbname=",
+            cluster.port()
+        )),
+        "{started}"
+    );
+    assert!(
+        !log.contains("not-needed-here"),
+        "the password is never logged:\n{log}"
+    );
     let failed = |id: i64, attempt: i32, error: &str, fate: &str| {
         let want = [
             format!("task failed; {fate}"),
@@ -175,7 +216,8 @@ fn the_start_and_every_failed_attempt_are_logged() {
             format!("error={error}"),
         ];
         assert!(
-            log.lines().any(|l| want.iter().all(|w| l.contains(w.as_str()))),
+            log.lines()
+                .any(|l| want.iter().all(|w| l.contains(w.as_str()))),
             "no line with {want:?} in:\n{log}"
         );
     };

@@ -86,7 +86,10 @@ mod tests {
             "host=db.example port=6432 dbname=app user=svc password=s3cret"
                 .parse()
                 .unwrap();
-        assert_eq!(describe(&config), "host=db.example port=6432 dbname=app user=svc");
+        assert_eq!(
+            describe(&config),
+            "host=db.example port=6432 dbname=app user=svc"
+        );
         let url: tokio_postgres::Config = "postgresql://svc:s3cret@db.example/app".parse().unwrap();
         assert!(!describe(&url).contains("s3cret"));
     }
