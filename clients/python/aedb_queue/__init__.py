@@ -19,6 +19,7 @@ Worker::
 """
 
 from .app import App
+from .connections import StartupError
 from .payloads import PayloadError
 from .producer import Enqueued, aenqueue, aenqueue_batch, enqueue, enqueue_batch
 from .task import AsyncTask, Complete, DeadLetter, FollowUp, Retry, Task
@@ -34,6 +35,7 @@ __all__ = [
     "FollowUp",
     "PayloadError",
     "Retry",
+    "StartupError",
     "Task",
     "aenqueue",
     "aenqueue_batch",

@@ -1,4 +1,6 @@
-"""``python -m aedb_queue worker module:app``: run an App from the command line."""
+"""Run an App from the command line: ``python -m aedb_queue worker module:app``,
+or the installed script ``aedb-queue-worker module:app`` (named apart from the
+operator CLI ``aedb-queue``, which it would otherwise shadow on PATH)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import os
 import sys
 
 from .app import App
+from .connections import StartupError
 
 
 def load_app(target: str) -> App:
@@ -44,21 +47,47 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _worker_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("app", help="the App to run, as module:attribute (module alone: module:app)")
+    parser.add_argument("--concurrency", type=_positive_int, help="handlers per queue running at once (overrides each task's)")
+    parser.add_argument("--queues", help="comma-separated queues to work (default: every registered queue)")
+    parser.add_argument("--shutdown-timeout", type=_seconds, help="seconds running handlers get to finish after SIGTERM")
+    parser.add_argument("--log-level", default=os.environ.get("AEDB_QUEUE_LOG_LEVEL", "INFO"),
+                        help="logging level (default INFO, or $AEDB_QUEUE_LOG_LEVEL)")
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="python -m aedb_queue", description="aedb_queue worker runtime")
     commands = top.add_subparsers(dest="command", required=True)
     worker = commands.add_parser("worker", help="run the handlers of an App until SIGTERM/SIGINT")
-    worker.add_argument("app", help="the App to run, as module:attribute (module alone: module:app)")
-    worker.add_argument("--concurrency", type=_positive_int, help="handlers per queue running at once (overrides each task's)")
-    worker.add_argument("--queues", help="comma-separated queues to work (default: every registered queue)")
-    worker.add_argument("--shutdown-timeout", type=_seconds, help="seconds running handlers get to finish after SIGTERM")
-    worker.add_argument("--log-level", default=os.environ.get("AEDB_QUEUE_LOG_LEVEL", "INFO"),
-                        help="logging level (default INFO, or $AEDB_QUEUE_LOG_LEVEL)")
+    _worker_options(worker)
     return top
 
 
+def worker_parser() -> argparse.ArgumentParser:
+    worker = argparse.ArgumentParser(prog="aedb-queue-worker",
+                                     description="run the handlers of an aedb_queue App until SIGTERM/SIGINT")
+    _worker_options(worker)
+    return worker
+
+
 def main(argv: list[str] | None = None) -> int:
-    options = parser().parse_args(argv)
+    """``python -m aedb_queue worker module:app ...``"""
+    return run(parser().parse_args(argv))
+
+
+def worker_main(argv: list[str] | None = None) -> int:
+    """``aedb-queue-worker module:app ...`` (the installed script)."""
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) >= 2 and argv[0] == "worker" and not argv[1].startswith("-"):
+        # The old script's usage (`aedb-queue worker module:app`): say what changed.
+        print(f"aedb-queue-worker: takes the app directly: aedb-queue-worker {argv[1]} "
+              "(the `worker` word belongs to `python -m aedb_queue worker`)", file=sys.stderr)
+        return 2
+    return run(worker_parser().parse_args(argv))
+
+
+def run(options: argparse.Namespace) -> int:
     logging.basicConfig(
         level=options.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s",
@@ -70,6 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ImportError, ValueError, TypeError) as exc:
         print(f"aedb_queue worker: {exc}", file=sys.stderr)
         return 2
-    app.run(queues=queues, concurrency=options.concurrency,
-            shutdown_timeout=options.shutdown_timeout, handle_signals=True)
+    try:
+        app.run(queues=queues, concurrency=options.concurrency,
+                shutdown_timeout=options.shutdown_timeout, handle_signals=True)
+    except StartupError as exc:  # the first connection failed: nothing to retry into
+        print(f"aedb_queue worker: {exc}", file=sys.stderr)
+        return 1
     return 0

@@ -1,11 +1,13 @@
 """Connections for the runtime: a small async pool, what counts as a lost
-connection, and the backoff between reconnection attempts."""
+connection, the backoff between reconnection attempts, and how a
+connection string is shown in logs (never its password)."""
 
 from __future__ import annotations
 
 import asyncio
 import collections
 import logging
+import os
 import random
 from typing import Any
 
@@ -29,6 +31,31 @@ def is_transient(exc: BaseException, conn: Any = None) -> bool:
         return False
     state = exc.sqlstate
     return state is None or state.startswith("08") or state in _TRANSIENT
+
+
+class StartupError(RuntimeError):
+    """The worker's first connection could not be made (wrong host, port,
+    password or database, or no aedb_queue extension there): a wrong
+    configuration, reported at once instead of retried forever."""
+
+
+# What a log line shows of a connection string, and the libpq variables
+# that stand in for what it leaves out.
+_SHOWN = (("host", "PGHOST"), ("port", "PGPORT"), ("dbname", "PGDATABASE"), ("user", "PGUSER"))
+
+
+def describe(conninfo: str) -> str:
+    """``host=... port=... dbname=... user=...`` of ``conninfo``, without its password."""
+    try:
+        given = conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError:
+        return "(unparsable connection string)"
+    shown = []
+    for key, env in _SHOWN:
+        value = given.get(key) or os.environ.get(env)
+        if value:
+            shown.append(f"{key}={value}")
+    return " ".join(shown) or "(libpq defaults)"
 
 
 class Backoff:

@@ -271,10 +271,9 @@ class QueueRunner:
             else:
                 value = await self.rt.threads.submit(self.spec.handler, job.task)
         except (Retry, DeadLetter) as exc:
-            log.info("%r: %s", job, error_text(exc))
             return Settle.failure(exc)
         except Exception as exc:
-            log.warning("%r failed: %s", job, error_text(exc), exc_info=exc)
+            log.info("%r raised", job, exc_info=exc)  # the traceback; the failure is logged when it settles
             return Settle.failure(exc)
         finally:
             beats.cancel()
@@ -343,7 +342,7 @@ class QueueRunner:
                     log.warning("settle-and-claim of %r: %s; settling alone", job, _one_line(exc))
                     return await self._settle_alone(job, settle, base, retried=True)
                 return await self._refused(job, settle, exc)
-            self.log_outcome(job, outcome, settle)
+            await self.log_outcome(job, outcome, settle)
             if row is None:
                 self.busy = False
             return row
@@ -367,7 +366,7 @@ class QueueRunner:
         if retried and outcome == "lease_lost":
             log.info("%r: settled before the connection was lost", job)
         else:
-            self.log_outcome(job, outcome, settle)
+            await self.log_outcome(job, outcome, settle)
         if self.busy:
             self.wake()  # this slot claims through the runner now
         return None
@@ -381,14 +380,27 @@ class QueueRunner:
         failure = Settle(False, error=f"completion refused: {error_text(exc)}")
         return await self._settle_alone(job, failure, {**job.key(), **failure.params()})
 
-    @staticmethod
-    def log_outcome(job: Job, outcome: str, settle: Settle) -> None:
-        if outcome == "applied":
-            if log.isEnabledFor(logging.DEBUG):
-                log.debug("%r %s", job, "completed" if settle.complete else "failed")
-        else:
+    async def log_outcome(self, job: Job, outcome: str, settle: Settle) -> None:
+        if outcome != "applied":
             log.warning("%r: lease lost; the %s was dropped (another worker owns the task now)",
                         job, "result" if settle.complete else "failure")
+        elif not settle.complete:
+            fate = "dead-lettered" if settle.dead_letter or await self._dead(job) else "will be retried"
+            log.warning("task %d of queue %r failed (attempt %d): %s; %s",
+                        job.task_id, job.spec.queue, job.attempts, settle.error, fate)
+        elif log.isEnabledFor(logging.DEBUG):
+            log.debug("%r completed", job)
+
+    async def _dead(self, job: Job) -> bool:
+        """Whether the failure that applied dead-lettered the task (no attempt left)."""
+        async def op(conn: psycopg.AsyncConnection) -> bool:
+            return await fetchval(conn, sql.DEAD_AT_TOKEN, job.key())
+
+        try:
+            return await self.rt.run_db(op, what=f"fate of {job!r}")
+        except psycopg.Error as exc:
+            log.warning("could not read back whether %r was dead-lettered: %s", job, _one_line(exc))
+            return False
 
 
 def _one_line(exc: BaseException) -> str:

@@ -20,7 +20,7 @@ import psycopg
 from psycopg import errors as pg_errors
 
 from . import sql
-from .connections import Backoff, Pool, connect_kwargs, is_transient
+from .connections import Backoff, Pool, StartupError, connect_kwargs, describe, is_transient
 from .runner import Job, QueueRunner, _one_line, fetchval
 from .spec import TaskSpec
 from .threads import Threads
@@ -168,10 +168,49 @@ class Runtime:
 
     # -- the run ------------------------------------------------------------
 
+    async def _first_connections(self) -> None:
+        """Connect once before anything else, and raise StartupError if that fails:
+        a wrong DSN, password, database or a database without the extension is a
+        configuration error to report, not an outage to wait out. After this
+        succeeded, lost connections are retried with backoff."""
+        where = describe(self.conninfo)
+        try:
+            conn = await self.pool.acquire()
+        except psycopg.Error as exc:
+            await self.pool.close()
+            raise StartupError(f"cannot connect to {where}: {_one_line(exc)}") from exc
+        try:
+            rows = await (await conn.execute(sql.EXTENSION_VERSION)).fetchall()
+        except psycopg.Error as exc:
+            rows = None
+            failure = exc
+        self.pool.release(conn)
+        if not rows:
+            await self.pool.close()
+            if rows is None:
+                raise StartupError(f"cannot use {where}: {_one_line(failure)}") from failure
+            raise StartupError(f"the aedb_queue extension is not installed in {where} "
+                               "(CREATE EXTENSION aedb_queue)")
+        if self._listen_enabled and self.listen_conninfo != self.conninfo:
+            listen_where = describe(self.listen_conninfo)
+            kwargs = connect_kwargs(self.listen_conninfo, self.application_name + " listener")
+            try:
+                conn = await psycopg.AsyncConnection.connect(self.listen_conninfo, autocommit=True, **kwargs)
+            except psycopg.Error as exc:
+                await self.pool.close()
+                raise StartupError(f"cannot connect to {listen_where} (listen_conninfo): {_one_line(exc)}") from exc
+            await conn.close()
+        log.info("worker %s started: queues %s; connected to %s (extension %s)", self.owner_id,
+                 ", ".join(f"{q} (concurrency {r.spec.concurrency})" for q, r in self.runners.items()),
+                 where, rows[0][0])
+
     async def run(self) -> None:
         self.loop = asyncio.get_running_loop()
-        log.info("worker %s: queues %s", self.owner_id,
-                 ", ".join(f"{q} ({r.spec.concurrency})" for q, r in self.runners.items()))
+        try:
+            await self._first_connections()
+        except BaseException:
+            self.threads.close()
+            raise
         loops = [asyncio.ensure_future(r.run()) for r in self.runners.values()]
         listener = asyncio.ensure_future(self._listen()) if self._listen_enabled else None
         try:

@@ -124,5 +124,15 @@ SELECT aedb_queue.queue_release(
 """
 
 # The channel the extension notifies on; the payload is the queue name.
+# After a failure applied: whether it dead-lettered the task (dead, still at
+# the fencing token of the attempt that failed; a retry's claim moves it).
+DEAD_AT_TOKEN = """
+SELECT EXISTS (SELECT FROM aedb_queue.queue_get(%(queue)s::text, %(task_id)s::bigint)
+               WHERE state = 'dead' AND fencing_token = %(fencing_token)s::bigint)
+"""
+
+# The worker's check at start: the extension is there.
+EXTENSION_VERSION = "SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'aedb_queue'"
+
 CHANNEL = "aedb_queue"
 LISTEN = "LISTEN aedb_queue"

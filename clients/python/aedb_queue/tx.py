@@ -64,7 +64,7 @@ async def _finish(runner: QueueRunner, job: Job, out: Outcome) -> tuple | None:
     if job.abandoned:
         return None
     if out.kind == "done":
-        runner.log_outcome(job, "applied", Settle(True))
+        await runner.log_outcome(job, "applied", Settle(True))
         if out.chained and out.row is None:
             runner.busy = False
         return out.row
@@ -86,10 +86,9 @@ async def _finish(runner: QueueRunner, job: Job, out: Outcome) -> tuple | None:
 
 
 def _failure(job: Job, exc: BaseException) -> Outcome:
-    if isinstance(exc, (Retry, DeadLetter)):
-        log.info("%r: %s (writes rolled back)", job, error_text(exc))
-    else:
-        log.warning("%r failed (writes rolled back): %s", job, error_text(exc), exc_info=exc)
+    # The failure itself is logged when it settles; here the traceback.
+    if not isinstance(exc, (Retry, DeadLetter)):
+        log.info("%r raised (writes rolled back)", job, exc_info=exc)
     return Outcome("failed", settle=Settle.failure(exc))
 
 

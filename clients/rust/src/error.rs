@@ -16,6 +16,11 @@ pub enum Error {
     /// A payload or result could not be turned into JSON, or back.
     #[error("json: {0}")]
     Json(#[from] serde_json::Error),
+    /// The worker's first connection could not be made, or the database
+    /// has no aedb_queue extension: a wrong configuration, reported at once
+    /// by [`Worker::run`](crate::Worker::run) instead of retried.
+    #[error("worker cannot start: {0}")]
+    Startup(String),
     /// A bad argument to a client call, named.
     #[error("invalid argument \"{arg}\": {reason}")]
     InvalidArgument { arg: &'static str, reason: String },

@@ -122,9 +122,9 @@ pub const HEARTBEAT: Sql = Sql {
     types: &[Type::TEXT, Type::INT8, Type::INT8, Type::INT8, Type::JSONB],
 };
 
-/// With the `otel` feature, after a failure that applied: whether it
-/// dead-lettered the task (dead, at the fencing token of the attempt that
-/// failed).
+/// After a failure that applied: whether it dead-lettered the task (dead,
+/// at the fencing token of the attempt that failed), for the log line and
+/// the attempt's span.
 pub const DEAD_AT_TOKEN: Sql = Sql {
     text: "SELECT EXISTS (SELECT FROM aedb_queue.queue_get($1, $2)
     WHERE state = 'dead' AND fencing_token = $3)",
@@ -137,6 +137,11 @@ pub const RELEASE: Sql = Sql {
 };
 
 pub const LISTEN: &str = "LISTEN aedb_queue";
+
+/// The worker's check at start (a simple query: no statement is prepared,
+/// so it works behind any pooler).
+pub const EXTENSION_VERSION: &str =
+    "SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'aedb_queue'";
 
 pub const BEGIN: &str = "BEGIN";
 pub const COMMIT: &str = "COMMIT";

@@ -134,18 +134,6 @@ impl Attempt {
         return Span::none();
     }
 
-    /// Whether the span records an outcome: worth reading back whether a
-    /// failure dead-lettered the task (exported spans only).
-    pub fn records(&self) -> bool {
-        #[cfg(feature = "otel")]
-        {
-            use opentelemetry::trace::TraceContextExt;
-            use tracing_opentelemetry::OpenTelemetrySpanExt;
-            self.span.context().span().span_context().is_sampled()
-        }
-        #[cfg(not(feature = "otel"))]
-        false
-    }
 
     /// The handler failed with `error`: an `exception` event now, the error
     /// status when the attempt ends.

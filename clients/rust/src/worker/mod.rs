@@ -10,6 +10,7 @@ mod backoff;
 mod fetch;
 mod listen;
 mod slot;
+mod startup;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -262,6 +263,7 @@ impl WorkerBuilder {
             None => pool(self.config.clone(), size)?,
         };
         Ok(Worker {
+            database: startup::describe(&self.config),
             listen_config,
             statements: self.statements,
             pool,
@@ -275,6 +277,8 @@ impl WorkerBuilder {
 
 /// A worker process's runtime over one or more queues.
 pub struct Worker {
+    /// Where the pool connects, for log lines (no password).
+    database: String,
     /// Where LISTEN connects.
     listen_config: tokio_postgres::Config,
     statements: Statements,
@@ -308,7 +312,24 @@ impl Worker {
     /// Runs until `shutdown` resolves (e.g. [`shutdown_signal`]), then
     /// stops claiming, lets handlers finish up to the shutdown timeout and
     /// hands back the tasks still running.
+    ///
+    /// Fails at once with [`Error::Startup`] when the first connection
+    /// cannot be made or finds no aedb_queue extension (a wrong DSN is not
+    /// waited out); connections lost after that are retried with backoff.
     pub async fn run<F: Future<Output = ()>>(self, shutdown: F) -> Result<Report> {
+        let version = startup::check(&self.pool, &self.database).await?;
+        let queues: Vec<String> = self
+            .queues
+            .iter()
+            .map(|(o, _)| format!("{} (concurrency {})", o.name, o.concurrency))
+            .collect();
+        tracing::info!(
+            owner = %self.owner,
+            queues = %queues.join(", "),
+            database = %self.database,
+            extension = %version,
+            "aedb_queue worker started"
+        );
         let (phase_tx, phase_rx) = watch::channel(Phase::Running);
         let shared = Arc::new(Shared {
             pool: self.pool,

@@ -41,13 +41,20 @@ pub(crate) async fn run(q: Arc<QueueRuntime>, first: Claimed, permit: OwnedSemap
     loop {
         let mut attempt = Attempt::start(&q.options.name, &q.shared.owner, &task);
         let finished = work(&q, &task, &mut attempt).await;
+        let error = match &finished {
+            Finished::Failed(e) => Some(e.message.clone()),
+            _ => None,
+        };
         let (outcome, next) = settle(&q, &task, finished, &mut conn)
             .instrument(attempt.settling())
             .await;
         let outcome = match outcome {
-            Outcome::Failed if attempt.records() => fate(&q, &task, &mut conn).await,
+            Outcome::Failed => fate(&q, &task, &mut conn).await,
             outcome => outcome,
         };
+        if let Some(error) = error {
+            log_failure(&q, &task, &error, outcome);
+        }
         attempt.end(outcome);
         match next {
             Some(next) => task = next,
@@ -331,10 +338,28 @@ async fn settle_once(
     Ok((settled, next))
 }
 
+/// One line per failed attempt that reached the server: the task, its
+/// queue and attempt, the error, and whether it will run again.
+fn log_failure(q: &QueueRuntime, claimed: &Claimed, error: &str, outcome: Outcome) {
+    let fate = match outcome {
+        Outcome::Retried => "will be retried",
+        Outcome::DeadLettered => "dead-lettered",
+        Outcome::Failed => "retried or dead-lettered (could not be read back)",
+        _ => return, // lease lost or unsettled: logged where that was found
+    };
+    tracing::warn!(
+        task_id = claimed.id,
+        queue = %q.options.name,
+        attempt = claimed.attempts,
+        error = %error,
+        "task failed; {fate}"
+    );
+}
+
 /// Whether the failure this attempt reported dead-lettered the task (no
-/// attempt left) or retried it, read back for the attempt's span: dead and
-/// still at this attempt's fencing token (a later claim moves the token).
-/// One query per failed attempt, made only when the span is exported.
+/// attempt left) or retried it, read back for the log line and the
+/// attempt's span: dead and still at this attempt's fencing token (a later
+/// claim moves the token). One query per failed attempt.
 async fn fate(q: &QueueRuntime, claimed: &Claimed, conn: &mut Option<Object>) -> Outcome {
     let dead = async {
         if conn.is_none() {
