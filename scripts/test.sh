@@ -20,7 +20,8 @@ bash scripts/setup.sh "${setup_majors[@]}"
 WORK=$TEST_DIR
 postgres_dir "$WORK"
 
-log "1/10 pure unit tests (the rules, and the bench's report: medians, ratios, tables, the chart's legend); the guard on server logs fails when a backend dies (scripts/guard_test.sh)"
+log "1/10 pure unit tests (the rules, and the bench's report: medians, ratios, tables, the chart's legend); one version across the extension and its clients; the guard on server logs fails when a backend dies (scripts/guard_test.sh)"
+bash scripts/versions_test.sh
 cargo test -p aedb_queue_core
 cargo test -p aedb_queue_bench --bins
 bash scripts/guard_test.sh
