@@ -45,7 +45,8 @@ log "6/10 integration tests over TCP; the model test again with aedb_queue.direc
 cargo test -p aedb_queue_itests -- --test-threads=2
 AEDB_DIRECT_WRITES=off cargo test -p aedb_queue_itests --test model
 
-log "7/10 Rust client, worker runtime (with its OpenTelemetry spans) and operator CLI (against throw-away clusters); the Grafana board"
+log "7/10 Rust client, worker runtime (with its OpenTelemetry spans) and operator CLI (against throw-away clusters); their crates (cargo package); the Grafana board"
+bash scripts/crates_test.sh
 cargo test -p aedb_queue_client -p aedb_queue_cli -- --test-threads=2
 cargo test -p aedb_queue_client --features otel --test otel
 cargo test -p aedb_queue_client --features otel --doc
