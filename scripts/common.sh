@@ -49,6 +49,26 @@ install_beside() { # MODE SRC DEST
     return 1
 }
 
+# Builds the extension into STAGE, a tree rooted like the filesystem (the
+# library in STAGE$(pg_config --pkglibdir), the rest in
+# STAGE$(pg_config --sharedir)/extension), with every file an install needs
+# (docs/upgrades.md): cargo pgrx package writes the library, the control
+# file, the install script of the current version (generated from the code)
+# and the upgrade scripts sql/aedb_queue--<from>--<to>.sql. It cannot
+# generate the install scripts of earlier versions: they are frozen in
+# sql/archive/ and added here, so that CREATE EXTENSION aedb_queue VERSION
+# '<old>' works; so is the router (router/, docs/scale-out.md), SQL only.
+# Shared by scripts/install.sh and scripts/package.sh (the .deb).
+stage_extension() { # STAGE [cargo pgrx package arguments: --debug, ...]
+    local stage=$1 extdir
+    shift
+    rm -rf "$stage"
+    (cd "$ROOT" && cargo pgrx package --pg-config "$PG_CONFIG" --out-dir "$stage" "$@") || return 1
+    extdir=$stage$("$PG_CONFIG" --sharedir)/extension
+    cp "$ROOT"/sql/archive/aedb_queue--*.sql \
+       "$ROOT"/router/aedb_queue_router.control "$ROOT"/router/sql/aedb_queue_router--*.sql "$extdir/"
+}
+
 # A directory the postgres user owns, created if missing.
 postgres_dir() { mkdir -p "$1" && chown postgres:postgres "$1"; }
 

@@ -7,7 +7,8 @@
 # drives Debian's headless chromium), pgbouncer (the connection-pooler tests,
 # itests/tests/pgbouncer.rs), PL/Proxy (the router over several shards,
 # router/ and docs/scale-out.md), cargo-pgrx 0.18.1, python3-pip, unzip and
-# patchelf (scripts/pg_major.sh fetches, unpacks and relinks the other majors).
+# patchelf (scripts/pg_major.sh fetches, unpacks and relinks the other majors),
+# dpkg-dev (dpkg-shlibdeps: the .deb's dependencies, scripts/package.sh).
 #   scripts/setup.sh [--pg NN]...
 # --pg NN also installs PostgreSQL major NN (16, 17, 18) and registers it
 # with pgrx (scripts/pg_major.sh).
@@ -23,7 +24,7 @@ while (($#)); do
 done
 
 packages=(postgresql-15 postgresql-server-dev-15 postgresql-15-cron libclang-dev clang sudo pkg-config python3-venv
-          chromium nodejs npm pgbouncer postgresql-15-plproxy python3-pip unzip patchelf)
+          chromium nodejs npm pgbouncer postgresql-15-plproxy python3-pip unzip patchelf dpkg-dev)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' && continue
@@ -54,7 +55,7 @@ if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
 fi
 
 # The fixed ports of our clusters (demo 54329, regress 54331, upgrade test
-# 54332, bench 54340, browser tests 54346-54347, shards and router 54350-54353,
+# 54332, bench 54340, package test 54362, browser tests 54346-54347, shards and router 54350-54353,
 # the router's regress 54370-54373, its bench 54380-54383) lie in Linux's ephemeral
 # port range, so a client socket (thousands in a test run) can hold one just
 # when a cluster starts. Reserve them; best effort, as a container may not

@@ -20,7 +20,8 @@ bash scripts/setup.sh "${setup_majors[@]}"
 WORK=$TEST_DIR
 postgres_dir "$WORK"
 
-log "1/10 pure unit tests (the rules, and the bench's report: medians, ratios, tables, the chart's legend); the guard on server logs fails when a backend dies (scripts/guard_test.sh)"
+log "1/10 pure unit tests (the rules, and the bench's report: medians, ratios, tables, the chart's legend); one version across the extension and its clients; the guard on server logs fails when a backend dies (scripts/guard_test.sh)"
+bash scripts/versions_test.sh
 cargo test -p aedb_queue_core
 cargo test -p aedb_queue_bench --bins
 bash scripts/guard_test.sh
@@ -37,14 +38,16 @@ bash scripts/router_regress.sh
 log "4/10 isolation specs (pg_isolation_regress: fixed interleavings of concurrent sessions), with aedb_queue.direct_writes auto, then off (the same expected files)"
 both_write_paths isolation
 
-log "5/10 upgrade from each of $(earlier_versions)(ALTER EXTENSION UPDATE with tasks in every state; schema = fresh install)"
+log "5/10 upgrade from each of $(earlier_versions)(ALTER EXTENSION UPDATE with tasks in every state; schema = fresh install); the .deb installed, upgraded under a running worker and removed (scripts/package_test.sh)"
 upgrade_from_earlier_versions
+bash scripts/package_test.sh
 
 log "6/10 integration tests over TCP; the model test again with aedb_queue.direct_writes off"
 cargo test -p aedb_queue_itests -- --test-threads=2
 AEDB_DIRECT_WRITES=off cargo test -p aedb_queue_itests --test model
 
-log "7/10 Rust client, worker runtime (with its OpenTelemetry spans) and operator CLI (against throw-away clusters); the Grafana board"
+log "7/10 Rust client, worker runtime (with its OpenTelemetry spans) and operator CLI (against throw-away clusters); their crates (cargo package); the Grafana board"
+bash scripts/crates_test.sh
 cargo test -p aedb_queue_client -p aedb_queue_cli -- --test-threads=2
 cargo test -p aedb_queue_client --features otel --test otel
 cargo test -p aedb_queue_client --features otel --doc
