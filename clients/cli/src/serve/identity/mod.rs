@@ -94,7 +94,7 @@ impl Identity {
         }
     }
 
-    fn from_header(&self, headers: &HeaderMap, peer: IpAddr) -> Option<Operator> {
+    fn by_header(&self, headers: &HeaderMap, peer: IpAddr) -> Option<Operator> {
         let Mode::Login {
             users,
             header: Some(header),
@@ -127,7 +127,7 @@ impl Identity {
         })
     }
 
-    fn from_session(&self, headers: &HeaderMap) -> Option<Operator> {
+    fn by_session(&self, headers: &HeaderMap) -> Option<Operator> {
         let s = self
             .sessions
             .get(cookie_value(headers, sessions::COOKIE)?)?;
@@ -149,21 +149,21 @@ impl Identity {
                 session: false,
             });
         }
-        if let Some(op) = self.from_header(&parts.headers, peer) {
+        if let Some(op) = self.by_header(&parts.headers, peer) {
             return Some(op);
         }
-        if let Some(op) = self.from_session(&parts.headers) {
+        if let Some(op) = self.by_session(&parts.headers) {
             return Some(op);
         }
         if parts.uri.path() == "/metrics" {
-            return self.from_basic(&parts.headers, peer).await;
+            return self.by_basic(&parts.headers, peer).await;
         }
         None
     }
 
     /// HTTP Basic credentials checked against the users file (throttled
     /// like the login form).
-    async fn from_basic(&self, headers: &HeaderMap, peer: IpAddr) -> Option<Operator> {
+    async fn by_basic(&self, headers: &HeaderMap, peer: IpAddr) -> Option<Operator> {
         let value = headers.get(AUTHORIZATION)?.to_str().ok()?;
         let (name, password) = login::basic_credentials(value)?;
         let user = login::check_password(self, peer, &name, &password)
@@ -256,18 +256,17 @@ mod tests {
     fn the_user_header_counts_only_from_a_trusted_proxy() {
         let id = identity(true);
         let h = headers(&[("x-forwarded-user", "alice")]);
-        let op = id.from_header(&h, "10.0.0.1".parse().unwrap()).unwrap();
+        let op = id.by_header(&h, "10.0.0.1".parse().unwrap()).unwrap();
         assert_eq!(op.role.as_deref(), Some("ra"));
-        assert!(id.from_header(&h, "10.0.0.2".parse().unwrap()).is_none());
+        assert!(id.by_header(&h, "10.0.0.2".parse().unwrap()).is_none());
         let carol = headers(&[("x-forwarded-user", "carol")]);
         assert!(
-            id.from_header(&carol, "10.0.0.1".parse().unwrap())
-                .is_none(),
+            id.by_header(&carol, "10.0.0.1".parse().unwrap()).is_none(),
             "not in the file"
         );
         assert!(
             identity(false)
-                .from_header(&h, "10.0.0.1".parse().unwrap())
+                .by_header(&h, "10.0.0.1".parse().unwrap())
                 .is_none(),
             "no header configured"
         );
