@@ -8,7 +8,8 @@
 # itests/tests/pgbouncer.rs), PL/Proxy (the router over several shards,
 # router/ and docs/scale-out.md), cargo-pgrx 0.18.1, python3-pip, unzip and
 # patchelf (scripts/pg_major.sh fetches, unpacks and relinks the other majors),
-# dpkg-dev (dpkg-shlibdeps: the .deb's dependencies, scripts/package.sh).
+# dpkg-dev (dpkg-shlibdeps: the .deb's dependencies, scripts/package.sh),
+# openssl (the dashboard's HTTPS test makes a self-signed certificate).
 #   scripts/setup.sh [--pg NN]...
 # --pg NN also installs PostgreSQL major NN (16, 17, 18) and registers it
 # with pgrx (scripts/pg_major.sh).
@@ -24,7 +25,7 @@ while (($#)); do
 done
 
 packages=(postgresql-15 postgresql-server-dev-15 postgresql-15-cron libclang-dev clang sudo pkg-config python3-venv
-          chromium nodejs npm pgbouncer postgresql-15-plproxy python3-pip unzip patchelf dpkg-dev)
+          chromium nodejs npm pgbouncer postgresql-15-plproxy python3-pip unzip patchelf dpkg-dev openssl)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' && continue

@@ -11,6 +11,8 @@
 #   AEDB_BROWSER_TESTS=... node --test arguments (default: every tests/*.test.mjs)
 #   AEDB_BROWSER_MUTANTS=1 then check that the tests can fail (mutants.mjs: a proxy breaks one thing at a time)
 #   AEDB_BROWSER_HOLD=SECONDS  keep clusters and servers up that long after the tests (to look by hand)
+# Operators (85-identities): a users file made with `aedb-queue hash-password`, a
+# self-signed certificate made with openssl for the HTTPS server.
 # Clusters: 127.0.0.1:54346 (aedb_queue preloaded: counters) and 127.0.0.1:54347
 # (not preloaded: "counters unavailable"). Both, and every server, stop on exit.
 set -euo pipefail
@@ -24,7 +26,7 @@ PLAIN_PORT=54347
 DB=aedb_browser
 DEADLINE=$((SECONDS + ${AEDB_BROWSER_TIMEOUT:-900}))   # the whole run, bounded
 
-for tool in node npm /usr/bin/chromium psql; do
+for tool in node npm /usr/bin/chromium psql openssl; do
     command -v "$tool" >/dev/null || { echo "run.sh: $tool not found (bash scripts/setup.sh installs it)" >&2; exit 1; }
 done
 if [ ! -f "$("$PG_CONFIG" --sharedir)/extension/aedb_queue.control" ]; then
@@ -108,15 +110,20 @@ if [ -n "${AEDB_BROWSER_MUTANTS:-}" ] && grep -q -- '--allowed-host' <<<"$help";
     # as a reverse proxy would; their ports are picked later, so any port.
     serve_opts+=(--allowed-host 127.0.0.1)
 fi
-start_server() { # start_server NAME PORT USER -> sets URL
+if grep -q -- '--no-login' <<<"$help"; then
+    login_opts=(--no-login)   # the servers of one role each: no login
+fi
+start_server() { # start_server NAME PORT USER [SERVE ARGS] -> sets URL (without them: --no-login)
     local name=$1 port=$2 user=$3 log="$WORK/serve-$1.log"
-    "$AEDB_QUEUE_BIN" serve --listen 127.0.0.1:0 "${serve_opts[@]}" \
+    shift 3
+    (($#)) || set -- "${login_opts[@]}"
+    "$AEDB_QUEUE_BIN" serve --listen 127.0.0.1:0 "${serve_opts[@]}" "$@" \
         --dsn "host=127.0.0.1 port=$port dbname=$DB user=$user" >"$log" 2>&1 &
     pids+=($!)
     local pid=$! i
     URL=
     for i in $(seq 1 300); do
-        URL=$(grep -o 'listening on http://[0-9.:]*' "$log" | head -1 | sed 's/^listening on //' || true)
+        URL=$(grep -o 'listening on https\?://[0-9.:]*' "$log" | head -1 | sed 's/^listening on //' || true)
         [ -n "$URL" ] && break
         kill -0 "$pid" 2>/dev/null || { cat "$log" >&2; echo "run.sh: the $name server exited" >&2; exit 1; }
         sleep 0.1
@@ -129,6 +136,22 @@ start_server admin $PORT dash_admin; AEDB_ADMIN_URL=$URL
 start_server reader $PORT dash_reader; AEDB_READER_URL=$URL
 start_server tenant $PORT dash_tenant; AEDB_TENANT_URL=$URL
 start_server plain $PLAIN_PORT dash_admin; AEDB_PLAIN_URL=$URL
+if [ -n "${login_opts[*]:-}" ]; then
+    log "servers with operators (users file, proxy header, HTTPS)"
+    users=$WORK/users.txt
+    { echo "# the browser tests' operators"
+      printf 'alice-pw\n' | "$AEDB_QUEUE_BIN" hash-password alice ops_a
+      printf 'bob-pw\n' | "$AEDB_QUEUE_BIN" hash-password bob ops_b
+      echo "sso_a ops_a -"; } >"$users"
+    openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=127.0.0.1 \
+        -addext subjectAltName=IP:127.0.0.1 -keyout "$WORK/tls.key" -out "$WORK/tls.crt" 2>/dev/null
+    header=(--trust-user-header X-Forwarded-User)
+    # ops trusts the header only from 127.0.0.2 (the browser comes from 127.0.0.1).
+    start_server ops $PORT dash_gateway --users "$users" "${header[@]}" --trusted-proxy 127.0.0.2; AEDB_OPS_URL=$URL
+    start_server sso $PORT dash_gateway --users "$users" "${header[@]}" --trusted-proxy 127.0.0.1; AEDB_SSO_URL=$URL
+    start_server tls $PORT dash_gateway --users "$users" --tls-cert "$WORK/tls.crt" --tls-key "$WORK/tls.key"; AEDB_TLS_URL=$URL
+    export AEDB_OPS_URL AEDB_SSO_URL AEDB_TLS_URL
+fi
 
 if [ -n "${AEDB_SCREENSHOTS:-}" ]; then
     mkdir -p "$AEDB_SCREENSHOTS"

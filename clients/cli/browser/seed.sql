@@ -21,11 +21,21 @@ CREATE ROLE dash_reader LOGIN;
 GRANT aedb_queue_worker TO dash_reader;
 CREATE ROLE dash_tenant LOGIN;
 GRANT aedb_queue_admin TO dash_tenant;
+-- The dashboard with logins (85-identities): operators' roles ops_a and ops_b
+-- (admins confined to tenant_a.* and tenant_b.*), and the connection role
+-- dash_gateway, which may become either and holds no rights itself.
+CREATE ROLE ops_a;
+CREATE ROLE ops_b;
+GRANT aedb_queue_admin TO ops_a, ops_b;
+CREATE ROLE dash_gateway LOGIN NOINHERIT;
+GRANT ops_a, ops_b TO dash_gateway;
 \endif
 
 \c - dash_admin
 SELECT aedb_queue.queue_grant('tenant_a.*', 'dash_tenant', 'admin') \g /dev/null
 SELECT aedb_queue.queue_grant('emails', 'dash_tenant', 'worker') \g /dev/null
+SELECT aedb_queue.queue_grant('tenant_a.*', 'ops_a', 'admin') \g /dev/null
+SELECT aedb_queue.queue_grant('tenant_b.*', 'ops_b', 'admin') \g /dev/null
 
 SELECT 1 FROM aedb_queue.queue_configure('emails', keep_completed => '7 days', max_attempts => 3) \g /dev/null
 SELECT 1 FROM aedb_queue.queue_configure('sync', concurrency_limit => 1) \g /dev/null

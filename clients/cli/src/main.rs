@@ -193,14 +193,27 @@ enum Command {
         interval: f64,
     },
 
-    /// Serve the web dashboard and Prometheus metrics (/metrics) over HTTP.
+    /// Serve the web dashboard and Prometheus metrics (/metrics) over HTTP
+    /// or HTTPS.
     ///
-    /// Pages show what the connecting role may read; actions (pause, resume,
+    /// Operators log in (--users, or a trusted proxy's header) and each
+    /// one's requests run as their database role (SET ROLE from the DSN's
+    /// role); --no-login serves the DSN's role to anyone, on loopback only.
+    /// Pages show what the operator's role may read; actions (pause, resume,
     /// retry, cancel, purge) are offered on queues it administers. Figures
     /// come from queue_overview (bounded counts, estimates marked "~") and
     /// queue_counters (needs shared_preload_libraries = 'aedb_queue').
     /// Prints "listening on http://ADDR" once bound; runs until Ctrl-C.
     Serve(serve::Options),
+
+    /// Print a users-file line for `serve --users`: NAME ROLE and the
+    /// argon2id hash of the password read from stdin's first line.
+    HashPassword {
+        /// The operator's login name.
+        name: String,
+        /// The database role their requests run as.
+        role: String,
+    },
 }
 
 fn positive_secs(s: &str) -> std::result::Result<f64, String> {
@@ -214,7 +227,23 @@ fn parse_json(s: &str) -> std::result::Result<Value, String> {
     serde_json::from_str(s).map_err(|e| format!("not a JSON document: {e}"))
 }
 
+/// `hash-password`: no database needed.
+fn hash_password(name: &str, role: &str) -> Result<()> {
+    use std::io::Read as _;
+    let mut input = String::new();
+    std::io::stdin()
+        .take(64 * 1024)
+        .read_to_string(&mut input)
+        .map_err(|e| Error::msg(format!("cannot read the password from stdin: {e}")))?;
+    let line = serve::identity::users::hash_line(name, role, &input).map_err(Error::msg)?;
+    println!("{line}");
+    Ok(())
+}
+
 async fn run(cli: Cli) -> Result<()> {
+    if let Command::HashPassword { name, role } = &cli.command {
+        return hash_password(name, role);
+    }
     let cfg = conn::config(cli.dsn.as_deref())?;
     let json = cli.json;
     if let Command::Tail { queues, interval } = &cli.command {
@@ -261,7 +290,9 @@ async fn run(cli: Cli) -> Result<()> {
                 None => enqueue::one(&c, &queue, payload.as_ref(), &opts, json).await,
             }
         }
-        Command::Tail { .. } | Command::Serve(_) => unreachable!("handled above"),
+        Command::Tail { .. } | Command::Serve(_) | Command::HashPassword { .. } => {
+            unreachable!("handled above")
+        }
     }
 }
 

@@ -47,6 +47,10 @@ fn serve(cluster: &Cluster, args: &[&str]) -> Server {
     if !args.contains(&"--max-age") {
         all.extend(["--max-age", "0"]);
     }
+    // Without a users file, the no-login mode (the connection's own role).
+    if !args.contains(&"--users") {
+        all.push("--no-login");
+    }
     all.extend_from_slice(args);
     let mut child = spawn(cluster, &all);
     let line = child.stdout_line("listening on", |l| l.starts_with("listening on http://"));
@@ -145,7 +149,37 @@ impl Server {
         headers: &[(&str, &str)],
         body: &str,
     ) -> Resp {
-        let mut s = TcpStream::connect(&self.addr).expect("connect to the server");
+        let s = TcpStream::connect(&self.addr).expect("connect to the server");
+        self.request_on(s, host, method, path, headers, body)
+    }
+
+    /// A request from the loopback address `from` (127.0.0.2, say).
+    fn request_from(&self, from: &str, path: &str, headers: &[(&str, &str)]) -> Resp {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .build()
+            .unwrap();
+        let s = rt
+            .block_on(async {
+                let sock = tokio::net::TcpSocket::new_v4()?;
+                sock.bind(format!("{from}:0").parse().unwrap())?;
+                sock.connect(self.addr.parse().unwrap()).await
+            })
+            .expect("connect from another address");
+        let s = s.into_std().unwrap();
+        s.set_nonblocking(false).unwrap();
+        self.request_on(s, Some(&self.addr), "GET", path, headers, "")
+    }
+
+    fn request_on(
+        &self,
+        mut s: TcpStream,
+        host: Option<&str>,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &str,
+    ) -> Resp {
         s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
         let mut req = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
         if let Some(h) = host {
@@ -1535,4 +1569,341 @@ fn without_preloading_counters_are_unavailable_and_a_stopped_database_is_up_0() 
     eventually("aedb_queue_up 1 again", || {
         sample(&server.get("/metrics").body, "aedb_queue_up") == Some(1.0)
     });
+}
+
+// ---------------------------------------------------------------------------
+// Operators: login, roles, the proxy's header
+// ---------------------------------------------------------------------------
+
+const GATEWAY: &str = "srv_gateway";
+
+/// Two tenants' operator roles (confined to srv_ta.* and srv_tb.*, admins
+/// there), the dashboard's connection role (NOINHERIT, member of both,
+/// no rights of its own), a queue of each tenant with a ready task, and a
+/// users file: alice (ops_a, password "alice-pw"), bob (ops_b, "bob-pw"),
+/// sso_a (ops_a, no password).
+fn tenants() -> (String, String, i64, std::path::PathBuf) {
+    static ROLES: OnceLock<()> = OnceLock::new();
+    ROLES.get_or_init(|| {
+        let mut su = cluster().connect();
+        su.batch_execute(&format!(
+            "CREATE ROLE srv_ops_a; CREATE ROLE srv_ops_b;
+             GRANT aedb_queue_admin TO srv_ops_a, srv_ops_b;
+             CREATE ROLE {GATEWAY} LOGIN NOINHERIT;
+             GRANT srv_ops_a, srv_ops_b TO {GATEWAY};"
+        ))
+        .unwrap();
+        let mut admin = cluster().connect_as(ADMIN);
+        sql(
+            &mut admin,
+            "SELECT aedb_queue.queue_grant('srv_ta.*', 'srv_ops_a', 'admin')",
+            &[],
+        );
+        sql(
+            &mut admin,
+            "SELECT aedb_queue.queue_grant('srv_tb.*', 'srv_ops_b', 'admin')",
+            &[],
+        );
+    });
+    let qa = unique_queue("srv_ta.jobs");
+    let qb = unique_queue("srv_tb.jobs");
+    let mut producer = cluster().connect_as(PRODUCER);
+    enqueue(&mut producer, &qa, &json!({"tenant": "a"}));
+    let tb = enqueue(&mut producer, &qb, &json!({"tenant": "b"})).task_id;
+    let line = |name: &str, role: &str, pw: &str| {
+        let run = run_command(
+            {
+                let mut c = std::process::Command::new(BIN);
+                c.args(["hash-password", name, role]);
+                c
+            },
+            &format!("{pw}\n"),
+        )
+        .ok();
+        run.stdout.trim().to_string()
+    };
+    let path = temp_file("users");
+    std::fs::write(
+        &path,
+        format!(
+            "# the operators\n{}\n{}\nsso_a srv_ops_a -\n",
+            line("alice", "srv_ops_a", "alice-pw"),
+            line("bob", "srv_ops_b", "bob-pw")
+        ),
+    )
+    .unwrap();
+    (qa, qb, tb, path)
+}
+
+fn serve_operators(users: &std::path::Path, extra: &[&str]) -> Server {
+    let dsn = cluster().dsn(GATEWAY);
+    let mut args = vec!["--dsn", dsn.as_str(), "--users", users.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    serve(cluster(), &args)
+}
+
+/// The `name=value` of the session cookie a login response sets, and the
+/// whole Set-Cookie header.
+fn session_cookie(r: &Resp) -> (String, String) {
+    let set = r
+        .headers
+        .iter()
+        .find(|(k, v)| k.eq_ignore_ascii_case("set-cookie") && v.starts_with("aedb_queue_session="))
+        .map(|(_, v)| v.clone())
+        .unwrap_or_else(|| panic!("no session cookie: {:?}", r.headers));
+    (set.split(';').next().unwrap().to_string(), set)
+}
+
+/// Logs in; the session cookie and the operator's CSRF token.
+fn log_in(server: &Server, name: &str, password: &str) -> (String, String) {
+    let login = server.get("/login").ok().body;
+    let token = attr_of(&login, "<input type=\"hidden\" name=\"csrf\"", "value").unwrap();
+    let r = server.post(
+        "/login",
+        &[("csrf", &token), ("name", name), ("password", password)],
+    );
+    assert_eq!(r.status, 303, "{}", r.body);
+    let (cookie, _) = session_cookie(&r);
+    let page = server.get_with_cookie("/", &cookie).ok().body;
+    let csrf = attr_of(&page, "<meta name=\"csrf-token\"", "content").unwrap();
+    (cookie, csrf)
+}
+
+#[test]
+fn operators_log_in_and_act_only_as_their_role() {
+    let (qa, qb, tb, users) = tenants();
+    let server = serve_operators(&users, &[]);
+
+    // Logged out: pages redirect to the login form, posts are refused.
+    for path in [
+        "/",
+        &format!("/queues/{}", seg(&qa)),
+        "/tasks/1",
+        "/search?q=1",
+    ] {
+        let r = server.get(path);
+        assert_eq!(
+            (r.status, r.header("location")),
+            (303, Some("/login")),
+            "{path}"
+        );
+    }
+    let r = server.post(&format!("/queues/{}/pause", seg(&qa)), &[("csrf", "x")]);
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert_eq!(server.get("/healthz").status, 200, "open");
+
+    // Wrong passwords and unknown names read the same.
+    let login = server.get("/login").ok().body;
+    let token = attr_of(&login, "<input type=\"hidden\" name=\"csrf\"", "value").unwrap();
+    for (name, pw) in [("alice", "bob-pw"), ("nobody", "alice-pw"), ("sso_a", "")] {
+        let r = server.post(
+            "/login",
+            &[("csrf", &token), ("name", name), ("password", pw)],
+        );
+        assert_eq!(r.status, 401, "{name}: {}", r.body);
+        assert!(r.body.contains("Wrong name or password."), "{}", r.body);
+        assert!(r.header("set-cookie").is_none());
+    }
+    // The login form is a form like the others: its token is checked.
+    let r = server.post(
+        "/login",
+        &[
+            ("csrf", "forged"),
+            ("name", "alice"),
+            ("password", "alice-pw"),
+        ],
+    );
+    assert_eq!(r.status, 403, "{}", r.body);
+
+    let r = server.post(
+        "/login",
+        &[
+            ("csrf", &token),
+            ("name", "alice"),
+            ("password", "alice-pw"),
+        ],
+    );
+    assert_eq!(r.status, 303, "{}", r.body);
+    let (_, set) = session_cookie(&r);
+    for flag in ["HttpOnly", "SameSite=Strict", "Path=/"] {
+        assert!(set.contains(flag), "{set}");
+    }
+    assert!(!set.contains("Secure"), "plain HTTP: {set}");
+
+    let (alice, alice_csrf) = log_in(&server, "alice", "alice-pw");
+    let (bob, _) = log_in(&server, "bob", "bob-pw");
+    let page = server.get_with_cookie("/", &alice).ok().body;
+    queue_row(&page, &qa);
+    assert!(
+        !page.contains("srv_tb."),
+        "alice sees no tenant b queue:\n{page}"
+    );
+    let page = server.get_with_cookie("/", &bob).ok().body;
+    queue_row(&page, &qb);
+    assert!(!page.contains("srv_ta."), "{page}");
+    let r = server.get_with_cookie(&format!("/queues/{}", seg(&qb)), &alice);
+    assert_eq!(r.status, 404, "{}", r.body);
+    let r = server.get_with_cookie(&format!("/tasks/{tb}"), &alice);
+    assert_eq!(r.status, 404, "{}", r.body);
+    server.get_with_cookie(&format!("/tasks/{tb}"), &bob).ok();
+
+    // A forged post with alice's own session and token against tenant b:
+    // the database refuses it, nothing changes.
+    let forge = |path: &str| {
+        server.request(
+            "POST",
+            path,
+            &[("Cookie", &alice)],
+            &form_encode(&[("csrf", &alice_csrf)]),
+        )
+    };
+    let r = forge(&format!("/queues/{}/pause", seg(&qb)));
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert!(r.body.contains("[42501]"), "{}", r.body);
+    assert_eq!(forge(&format!("/tasks/{tb}/cancel")).status, 404);
+    let mut admin = cluster().connect_as(ADMIN);
+    assert!(!paused(&mut admin, &qb));
+    let mut su = cluster().connect();
+    assert_eq!(task_count(&mut su, &qb, Some("ready")), 1);
+    // Her own queue she may pause.
+    assert_eq!(forge(&format!("/queues/{}/pause", seg(&qa))).status, 303);
+    assert!(paused(&mut admin, &qa));
+
+    // /metrics: the operator's queues only; Basic credentials for scrapers.
+    let m = server.get_with_cookie("/metrics", &bob).ok().body;
+    assert!(
+        m.contains(&format!("queue=\"{qb}\"")) && !m.contains("srv_ta."),
+        "{m}"
+    );
+    let r = server.get("/metrics");
+    assert_eq!(r.status, 401);
+    assert!(r
+        .header("www-authenticate")
+        .unwrap_or("")
+        .starts_with("Basic"));
+    use base64ct::Encoding as _;
+    let basic = format!(
+        "Basic {}",
+        base64ct::Base64::encode_string(b"alice:alice-pw")
+    );
+    let r = server
+        .request("GET", "/metrics", &[("Authorization", &basic)], "")
+        .ok();
+    assert!(
+        r.body.contains(&format!("queue=\"{qa}\"")) && !r.body.contains("srv_tb."),
+        "{}",
+        r.body
+    );
+
+    // Logout ends the session on the server too.
+    let r = server.request(
+        "POST",
+        "/logout",
+        &[("Cookie", &alice)],
+        &form_encode(&[("csrf", &alice_csrf)]),
+    );
+    assert_eq!(r.status, 303, "{}", r.body);
+    assert!(r.header("set-cookie").unwrap_or("").contains("Max-Age=0"));
+    assert_eq!(server.get_with_cookie("/", &alice).status, 303);
+}
+
+#[test]
+fn the_connection_role_alone_reaches_no_queue() {
+    let (qa, _, _, _) = tenants();
+    // The gateway's own rights: none (NOINHERIT), whatever it may become.
+    let mut gateway = cluster().connect_as(GATEWAY);
+    let e = gateway
+        .query("SELECT * FROM aedb_queue.queue_overview()", &[])
+        .unwrap_err();
+    assert_eq!(e.code().map(|c| c.code()), Some("42501"), "{e}");
+    // As tenant a it still cannot reach tenant b (the login role's rights
+    // are checked too, and SET ROLE only narrows).
+    gateway.batch_execute("SET ROLE srv_ops_a").unwrap();
+    let rows = sql(
+        &mut gateway,
+        "SELECT queue FROM aedb_queue.queue_overview()",
+        &[],
+    );
+    let names: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+    assert!(
+        names.contains(&qa) && names.iter().all(|n| n.starts_with("srv_ta.")),
+        "{names:?}"
+    );
+}
+
+#[test]
+fn the_user_header_is_trusted_only_from_a_trusted_proxy() {
+    let (qa, _, _, users) = tenants();
+    let header = [("X-Forwarded-User", "sso_a")];
+    let trusting = serve_operators(
+        &users,
+        &[
+            "--trust-user-header",
+            "X-Forwarded-User",
+            "--trusted-proxy",
+            "127.0.0.2",
+        ],
+    );
+    // From the proxy's address: the operator's page, no login needed.
+    let r = trusting.request_from("127.0.0.2", "/", &header).ok();
+    queue_row(&r.body, &qa);
+    assert!(r.body.contains(">sso_a<"), "{}", r.body);
+    // The same header from elsewhere is ignored: the login form.
+    let r = trusting.request("GET", "/", &header, "");
+    assert_eq!((r.status, r.header("location")), (303, Some("/login")));
+    // A name the users file does not have is nobody.
+    let r = trusting.request_from("127.0.0.2", "/", &[("X-Forwarded-User", "mallory")]);
+    assert_eq!(r.status, 303);
+}
+
+#[test]
+fn repeated_failed_logins_are_refused_for_a_while() {
+    let (_, _, _, users) = tenants();
+    let server = serve_operators(&users, &[]);
+    let login = server.get("/login").ok().body;
+    let token = attr_of(&login, "<input type=\"hidden\" name=\"csrf\"", "value").unwrap();
+    let try_login = |pw: &str| {
+        server
+            .post(
+                "/login",
+                &[("csrf", &token), ("name", "bob"), ("password", pw)],
+            )
+            .status
+    };
+    for _ in 0..5 {
+        assert_eq!(try_login("guess"), 401);
+    }
+    assert_eq!(
+        try_login("bob-pw"),
+        429,
+        "even the right password, for a minute"
+    );
+}
+
+#[test]
+fn no_login_is_for_loopback_and_login_needs_a_users_file() {
+    let run = run_command(
+        {
+            let mut c = support::command(cluster());
+            c.args(["serve", "--no-login", "--listen", "0.0.0.0:0"]);
+            c
+        },
+        "",
+    );
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(
+        run.stderr.contains("--no-login serves everyone"),
+        "{}",
+        run.stderr
+    );
+    let run = run_command(
+        {
+            let mut c = support::command(cluster());
+            c.args(["serve", "--listen", "127.0.0.1:0"]);
+            c
+        },
+        "",
+    );
+    assert_eq!(run.code, 2, "a usage error: {run:?}");
+    assert!(run.stderr.contains("--users"), "{}", run.stderr);
 }

@@ -60,7 +60,7 @@ test('--max-queues caps the queue labels; the rest are summed under "other"', as
   const bin = process.env.AEDB_QUEUE_BIN;
   if (!bin) return t.skip('AEDB_QUEUE_BIN not set');
   const dsn = `host=${process.env.PGHOST} port=${process.env.PGPORT} dbname=${process.env.PGDATABASE} user=dash_admin`;
-  const child = spawn(bin, ['serve', '--listen', '127.0.0.1:0', '--max-queues', '3', '--dsn', dsn], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const child = spawn(bin, ['serve', '--listen', '127.0.0.1:0', '--no-login', '--max-queues', '3', '--dsn', dsn], { stdio: ['ignore', 'pipe', 'inherit'] });
   try {
     let out = '';
     const url = await new Promise((resolve, reject) => {

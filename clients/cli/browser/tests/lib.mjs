@@ -18,6 +18,12 @@ export const ADMIN = () => env('AEDB_ADMIN_URL');
 export const READER = () => env('AEDB_READER_URL');
 export const TENANT = () => env('AEDB_TENANT_URL');
 export const PLAIN = () => env('AEDB_PLAIN_URL');
+// Servers with operators (--users): password logins; the proxy header trusted
+// from 127.0.0.2 only (OPS) or from 127.0.0.1 (SSO); HTTPS with a self-signed
+// certificate (TLS).
+export const OPS = () => env('AEDB_OPS_URL');
+export const SSO = () => env('AEDB_SSO_URL');
+export const TLS = () => env('AEDB_TLS_URL');
 export const seed = () => JSON.parse(readFileSync(env('AEDB_SEED'), 'utf8'));
 
 // psql as postgres on the preloaded cluster (PGHOST, PGPORT, PGUSER, PGDATABASE
@@ -48,13 +54,16 @@ export const CHROMIUM_ARGS = ['--no-sandbox', '--disable-gpu', '--no-first-run',
 // A browser context with a profile of its own, closed (and removed) by close().
 // Every page opened in it records uncaught page errors and dialogs, which
 // hostile text must never cause.
-export async function openBrowser({ width = 1280, height = 900 } = {}) {
+// `context` adds options of the browser context (extraHTTPHeaders, or
+// ignoreHTTPSErrors for the self-signed certificate).
+export async function openBrowser({ width = 1280, height = 900, context: more = {} } = {}) {
   const dir = mkdtempSync(join(tmpdir(), 'aedb-browser-'));
   const context = await chromium.launchPersistentContext(dir, {
     executablePath: process.env.AEDB_CHROMIUM || '/usr/bin/chromium',
     headless: true,
     args: CHROMIUM_ARGS,
     viewport: { width, height },
+    ...more,
   });
   const events = { dialogs: [], pageErrors: [] };
   context.on('page', (page) => watch(page, events));

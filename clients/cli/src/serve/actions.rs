@@ -15,6 +15,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Form;
 
+use super::identity::Operator;
 use super::pages::{flash_cookie, queue_href, PageError};
 use super::queries;
 use super::Shared;
@@ -47,9 +48,14 @@ fn origin_ok(headers: &HeaderMap) -> bool {
     }
 }
 
-/// 403 unless the token and the origin are this server's.
-fn check_request(app: &super::App, headers: &HeaderMap, fields: &Fields) -> Result<(), PageError> {
-    let token_ok = fields.get("csrf").is_some_and(|t| same(t, &app.csrf));
+/// 403 unless the form carries `expected` (the operator's token, or the
+/// login form's) and the origin is this server's.
+pub fn check_request(
+    expected: &str,
+    headers: &HeaderMap,
+    fields: &Fields,
+) -> Result<(), PageError> {
+    let token_ok = !expected.is_empty() && fields.get("csrf").is_some_and(|t| same(t, expected));
     if !token_ok {
         return Err(PageError::new(
             StatusCode::FORBIDDEN,
@@ -68,7 +74,7 @@ fn check_request(app: &super::App, headers: &HeaderMap, fields: &Fields) -> Resu
 /// 303 to `path`, carrying `msg` to that page. The shared overview is
 /// dropped first, so the page shows what the action did.
 fn see(app: &super::App, path: &str, msg: &str) -> Response {
-    app.overview.invalidate();
+    app.invalidate();
     (
         StatusCode::SEE_OTHER,
         [
@@ -98,12 +104,13 @@ fn task_id_field(fields: &Fields) -> Result<Option<i64>, PageError> {
 async fn set_paused(
     app: Shared,
     queue: String,
+    op: Operator,
     headers: HeaderMap,
     fields: Fields,
     paused: bool,
 ) -> Result<Response, PageError> {
-    check_request(&app, &headers, &fields)?;
-    let c = app.pool.get().await?;
+    check_request(&op.csrf, &headers, &fields)?;
+    let c = app.view(&op)?.db.conn().await?;
     let changed = queries::set_paused(&c, &queue, paused).await?;
     let msg = match (paused, changed) {
         (true, true) => format!("Paused {queue}: nothing is handed out until it is resumed."),
@@ -117,31 +124,34 @@ async fn set_paused(
 pub async fn pause(
     State(app): State<Shared>,
     Path(queue): Path<String>,
+    op: Operator,
     headers: HeaderMap,
     Form(f): Form<Fields>,
 ) -> Result<Response, PageError> {
-    set_paused(app, queue, headers, f, true).await
+    set_paused(app, queue, op, headers, f, true).await
 }
 
 pub async fn resume(
     State(app): State<Shared>,
     Path(queue): Path<String>,
+    op: Operator,
     headers: HeaderMap,
     Form(f): Form<Fields>,
 ) -> Result<Response, PageError> {
-    set_paused(app, queue, headers, f, false).await
+    set_paused(app, queue, op, headers, f, false).await
 }
 
 /// One task (`task_id`), or every dead task in chunks.
 pub async fn retry_dead(
     State(app): State<Shared>,
     Path(queue): Path<String>,
+    op: Operator,
     headers: HeaderMap,
     Form(f): Form<Fields>,
 ) -> Result<Response, PageError> {
-    check_request(&app, &headers, &f)?;
+    check_request(&op.csrf, &headers, &f)?;
     let task_id = task_id_field(&f)?;
-    let c = app.pool.get().await?;
+    let c = app.view(&op)?.db.conn().await?;
     let msg = match task_id {
         Some(id) => match queries::retry_dead(&c, &queue, Some(id), None).await? {
             0 => format!("Task {id} is not dead: nothing moved."),
@@ -176,10 +186,11 @@ pub async fn retry_dead(
 pub async fn purge(
     State(app): State<Shared>,
     Path(queue): Path<String>,
+    op: Operator,
     headers: HeaderMap,
     Form(f): Form<Fields>,
 ) -> Result<Response, PageError> {
-    check_request(&app, &headers, &f)?;
+    check_request(&op.csrf, &headers, &f)?;
     if f.get("confirm").map(|s| s.as_str()) != Some(queue.as_str()) {
         return Err(PageError::new(
             StatusCode::BAD_REQUEST,
@@ -188,7 +199,7 @@ pub async fn purge(
     }
     let state = f.get("state").map(|s| s.trim()).unwrap_or("");
     let force = f.get("force").is_some_and(|v| v == "true" || v == "on");
-    let c = app.pool.get().await?;
+    let c = app.view(&op)?.db.conn().await?;
     let n = queries::purge(&c, &queue, state, force).await?;
     Ok(see(
         &app,
@@ -201,11 +212,12 @@ pub async fn purge(
 pub async fn cancel(
     State(app): State<Shared>,
     Path(id): Path<i64>,
+    op: Operator,
     headers: HeaderMap,
     Form(f): Form<Fields>,
 ) -> Result<Response, PageError> {
-    check_request(&app, &headers, &f)?;
-    let c = app.pool.get().await?;
+    check_request(&op.csrf, &headers, &f)?;
+    let c = app.view(&op)?.db.conn().await?;
     let task = queries::find_by_id(&c, id).await?.ok_or_else(|| {
         PageError::not_found(format!("No task {id} in a queue this role may read."))
     })?;

@@ -14,8 +14,9 @@ use std::time::{Duration, Instant};
 
 use axum::extract::State;
 use axum::http::header::CONTENT_TYPE;
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Response};
 
+use super::identity::Operator;
 use super::queries::{self, Counter, Counts, Overview, COUNTERS_UNAVAILABLE};
 use super::Shared;
 
@@ -321,10 +322,10 @@ pub fn render(s: &Scrape, max_queues: usize) -> String {
 /// The counters are read on every scrape (cheap, and they say whether the
 /// database answers); the overview is the shared snapshot.
 async fn read(
-    app: &super::App,
+    view: &super::View,
 ) -> Result<(std::sync::Arc<Vec<Overview>>, Option<Vec<Counter>>), String> {
-    let c = app.pool.get().await.map_err(|e| e.to_string())?;
-    let (overview, counters) = futures_util::join!(app.overview.get(), queries::counters(&c));
+    let c = view.db.conn().await.map_err(|e| e.message)?;
+    let (overview, counters) = futures_util::join!(view.overview.get(), queries::counters(&c));
     let overview = overview.map_err(|e| e.message)?;
     let counters = match counters {
         Ok(rows) => Some(rows),
@@ -336,9 +337,14 @@ async fn read(
 
 /// `GET /metrics`: always 200, with aedb_queue_up 0 when the database did
 /// not answer (so the scrape itself stays up and alerts can fire on it).
-pub async fn handler(State(app): State<Shared>) -> impl IntoResponse {
+/// Only the queues the operator's role may read.
+pub async fn handler(State(app): State<Shared>, op: Operator) -> Response {
+    let view = match app.view(&op) {
+        Ok(v) => v,
+        Err(e) => return e.into_response(),
+    };
     let started = Instant::now();
-    let result = tokio::time::timeout(SCRAPE_LIMIT, read(&app))
+    let result = tokio::time::timeout(SCRAPE_LIMIT, read(view))
         .await
         .unwrap_or_else(|_| Err("timed out".into()));
     let duration_secs = started.elapsed().as_secs_f64();
@@ -369,6 +375,7 @@ pub async fn handler(State(app): State<Shared>) -> impl IntoResponse {
         [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
         body,
     )
+        .into_response()
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
 //! `aedb-queue serve`: the web dashboard and the Prometheus endpoint.
 //!
 //! - `mod.rs`: options, shared state, router, startup.
+//! - `identity/`: who is asking (users file, sessions, the proxy's header).
+//! - `db.rs`: connections that run as the operator's database role.
 //! - `queries.rs`: every SQL statement (bound parameters only).
 //! - `sampler.rs`: the in-memory history behind charts and rates.
 //! - `snapshot.rs`: the latest queue_overview, shared and kept briefly.
@@ -8,34 +10,45 @@
 //! - `pages/`: the HTML pages (maud escapes every value it renders).
 //! - `actions.rs`: the POST actions, behind a CSRF token and an Origin check.
 //! - `hosts.rs`: the Host header every request must carry (DNS rebinding).
+//! - `tls.rs`: HTTPS.
 //! - `svg.rs`: the charts, as pure functions.
 //!
-//! The server connects as the DSN's role with a small pool; every page
+//! Each operator's requests run as their database role, so every page
 //! shows what that role may read, and offers an action only where
 //! `queue_access()` says it administers the queue (the SQL call checks
-//! again). Nothing counts rows on a page load: figures come from
+//! again). Each role has its own view: snapshot and history, sampled as
+//! that role, so no operator sees figures of a queue their role may not
+//! read. Nothing counts rows on a page load: figures come from
 //! `queue_overview` (bounded reads, estimates marked) and the counters.
 
 mod actions;
+mod db;
 mod hosts;
+pub mod identity;
 mod metrics;
 mod pages;
 mod queries;
 mod sampler;
 mod snapshot;
 mod svg;
+mod tls;
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use axum::http::{HeaderName, StatusCode};
 use axum::routing::{get, post};
 use axum::Router;
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use tokio_postgres::{Config, NoTls};
+use tokio_postgres::Config;
 
 use crate::error::{Error, Result};
+use db::Db;
+use identity::{Identity, Mode, Operator};
+use pages::PageError;
 use sampler::History;
 
 #[derive(clap::Args, Debug)]
@@ -90,6 +103,49 @@ pub struct Options {
     #[arg(long, value_name = "N", default_value_t = 1000, hide = true,
           value_parser = clap::value_parser!(i32).range(1..=1_000_000))]
     pub exact_limit: i32,
+
+    /// The operators: one a line, "NAME ROLE HASH" (HASH from
+    /// `aedb-queue hash-password`, or "-" for single sign-on only). Each
+    /// operator's requests run as ROLE (SET ROLE from the DSN's role).
+    #[arg(long, value_name = "FILE", required_unless_present = "no_login")]
+    pub users: Option<PathBuf>,
+
+    /// Single sign-on: a reverse proxy names the operator (of the users
+    /// file) in this header, e.g. X-Forwarded-User. Trusted only on
+    /// connections from a --trusted-proxy address.
+    #[arg(
+        long,
+        value_name = "HEADER",
+        requires = "trusted_proxies",
+        requires = "users"
+    )]
+    pub trust_user_header: Option<HeaderName>,
+
+    /// The address a --trust-user-header proxy connects from (repeatable).
+    #[arg(
+        long = "trusted-proxy",
+        value_name = "IP",
+        requires = "trust_user_header"
+    )]
+    pub trusted_proxies: Vec<IpAddr>,
+
+    /// No login: everyone who reaches the server acts as the DSN's role.
+    /// Only with a loopback --listen address (a local, single-user setup).
+    #[arg(long, conflicts_with = "users")]
+    pub no_login: bool,
+
+    /// Minutes a login lasts.
+    #[arg(long, value_name = "MINUTES", default_value_t = 720,
+          value_parser = clap::value_parser!(u64).range(1..=43_200))]
+    pub session_minutes: u64,
+
+    /// Serve HTTPS with this certificate chain (PEM); needs --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
 }
 
 fn max_age_secs(s: &str) -> std::result::Result<f64, String> {
@@ -99,14 +155,22 @@ fn max_age_secs(s: &str) -> std::result::Result<f64, String> {
     }
 }
 
-/// What every handler shares.
-pub struct App {
-    pub pool: Pool,
+/// What one role sees: its connections, its latest overview and its
+/// history.
+pub struct View {
+    pub db: Db,
     /// The latest queue_overview (pages, /metrics, the sampler).
     pub overview: Arc<snapshot::OverviewCache>,
-    /// The per-process token every form carries.
-    pub csrf: String,
     pub history: Arc<Mutex<History>>,
+}
+
+/// What every handler shares.
+pub struct App {
+    /// One view per operator role (None: the connection's own role).
+    views: BTreeMap<Option<String>, View>,
+    /// /healthz's connections (the connection role; it only pings).
+    health: Db,
+    pub identity: Identity,
     pub exact_limit: i32,
     pub max_queues: usize,
     pub sample_every: f64,
@@ -114,10 +178,23 @@ pub struct App {
     pub refresh_secs: u32,
 }
 
-pub type Shared = Arc<App>;
+impl App {
+    /// The view of the operator's role.
+    pub fn view(&self, op: &Operator) -> std::result::Result<&View, PageError> {
+        self.views
+            .get(&op.role)
+            .ok_or_else(|| PageError::new(StatusCode::FORBIDDEN, "No view for this role."))
+    }
 
-/// How long a page or a scrape waits for a pooled connection or a new one.
-const POOL_WAIT: Duration = Duration::from_secs(5);
+    /// After an action: every role reads its overview anew.
+    pub fn invalidate(&self) {
+        for v in self.views.values() {
+            v.overview.invalidate();
+        }
+    }
+}
+
+pub type Shared = Arc<App>;
 
 /// The SQLSTATE of a server error.
 pub fn sqlstate(e: &tokio_postgres::Error) -> Option<String> {
@@ -145,36 +222,6 @@ pub fn describe_db(e: &tokio_postgres::Error) -> String {
     }
 }
 
-fn csrf_token() -> Result<String> {
-    let mut bytes = [0u8; 32];
-    getrandom::fill(&mut bytes)
-        .map_err(|e| Error::msg(format!("no random bytes for the CSRF token: {e}")))?;
-    let mut s = String::with_capacity(64);
-    for b in bytes {
-        let _ = write!(s, "{b:02x}");
-    }
-    Ok(s)
-}
-
-fn pool(cfg: &Config, size: u32) -> Result<Pool> {
-    let manager = Manager::from_config(
-        cfg.clone(),
-        NoTls,
-        // A closed connection (the server restarted) is replaced on checkout.
-        ManagerConfig {
-            recycling_method: RecyclingMethod::Fast,
-        },
-    );
-    Pool::builder(manager)
-        .max_size(size as usize)
-        .runtime(Runtime::Tokio1)
-        .wait_timeout(Some(POOL_WAIT))
-        .create_timeout(Some(POOL_WAIT))
-        .recycle_timeout(Some(POOL_WAIT))
-        .build()
-        .map_err(|e| Error::msg(format!("connection pool: {e}")))
-}
-
 fn router(app: Shared, allowed: Vec<hosts::Allowed>) -> Router {
     Router::new()
         .route("/", get(pages::overview::page))
@@ -189,7 +236,16 @@ fn router(app: Shared, allowed: Vec<hosts::Allowed>) -> Router {
         .route("/queues/{queue}/purge", post(actions::purge))
         .route("/tasks/{id}/cancel", post(actions::cancel))
         .route("/assets/app.js", get(pages::script))
+        .route(
+            "/login",
+            get(identity::login::page).post(identity::login::submit),
+        )
+        .route("/logout", post(identity::login::logout))
         .fallback(pages::not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            identity::require,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             Arc::new(allowed),
             hosts::check,
@@ -228,7 +284,7 @@ async fn healthz(
     axum::extract::State(app): axum::extract::State<Shared>,
 ) -> (axum::http::StatusCode, String) {
     use axum::http::StatusCode;
-    match app.pool.get().await {
+    match app.health.conn().await {
         Ok(c) => match queries::ping(&c).await {
             Ok(()) => (StatusCode::OK, "ok\n".into()),
             Err(e) => (
@@ -236,7 +292,10 @@ async fn healthz(
                 format!("database: {}\n", describe_db(&e)),
             ),
         },
-        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("database: {e}\n")),
+        Err(e) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("database: {}\n", e.message),
+        ),
     }
 }
 
@@ -257,48 +316,104 @@ async fn stop_signal() {
     let _ = tokio::signal::ctrl_c().await;
 }
 
+/// How operators are known, from the options; refuses --no-login on an
+/// address other hosts can reach.
+fn mode(opts: &Options) -> Result<Mode> {
+    if opts.no_login {
+        if !opts.listen.ip().is_loopback() {
+            return Err(Error::msg(format!(
+                "--no-login serves everyone as the DSN's role: only on a loopback address, not {}; \
+                 give operators a --users file",
+                opts.listen
+            )));
+        }
+        return Ok(Mode::NoLogin);
+    }
+    let path = opts
+        .users
+        .as_ref()
+        .ok_or_else(|| Error::msg("serve needs --users FILE (or --no-login on loopback)"))?;
+    Ok(Mode::Login {
+        users: identity::users::Users::load(path).map_err(Error::msg)?,
+        header: opts.trust_user_header.clone(),
+        proxies: opts.trusted_proxies.clone(),
+    })
+}
+
+fn views(
+    identity: &Identity,
+    pool: &deadpool_postgres::Pool,
+    opts: &Options,
+) -> BTreeMap<Option<String>, View> {
+    let capacity = sampler::capacity(opts.history, opts.sample_every);
+    identity
+        .roles()
+        .into_iter()
+        .map(|role| {
+            let db = Db::new(pool.clone(), role.as_deref());
+            let view = View {
+                overview: snapshot::OverviewCache::new(
+                    db.clone(),
+                    opts.exact_limit,
+                    Duration::from_secs_f64(opts.max_age),
+                ),
+                history: Arc::new(Mutex::new(History::new(capacity, opts.max_queues as usize))),
+                db,
+            };
+            (role, view)
+        })
+        .collect()
+}
+
+/// The first sample of every view before the first page, so that pages
+/// know whether the counters are there; a database that is down only logs.
+async fn first_samples(app: &App) {
+    for (role, v) in &app.views {
+        sampler::sample_once(v).await;
+        if let Some(e) = &v
+            .history
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .last_error
+        {
+            let who = role.as_deref().unwrap_or("the connection role");
+            eprintln!("warning: first sample as {who} failed (serving anyway): {e}");
+        }
+    }
+}
+
 pub async fn run(cfg: &Config, opts: &Options) -> Result<()> {
-    let max_queues = opts.max_queues as usize;
-    let history = Arc::new(Mutex::new(History::new(
-        sampler::capacity(opts.history, opts.sample_every),
-        max_queues,
-    )));
-    let pool = pool(cfg, opts.pool_size)?;
-    let overview = snapshot::OverviewCache::new(
-        pool.clone(),
-        opts.exact_limit,
-        Duration::from_secs_f64(opts.max_age),
-    );
+    let tls = match (&opts.tls_cert, &opts.tls_key) {
+        (Some(cert), Some(key)) => Some(tls::config(cert, key)?),
+        _ => None,
+    };
+    let identity = Identity::new(
+        mode(opts)?,
+        Duration::from_secs(opts.session_minutes * 60),
+        tls.is_some(),
+    )
+    .map_err(Error::msg)?;
+    let pool = db::pool(cfg, opts.pool_size)?;
     let app = Arc::new(App {
-        pool,
-        overview,
-        csrf: csrf_token()?,
-        history: history.clone(),
+        views: views(&identity, &pool, opts),
+        health: Db::new(pool, None),
+        identity,
         exact_limit: opts.exact_limit,
-        max_queues,
+        max_queues: opts.max_queues as usize,
         sample_every: opts.sample_every,
         history_minutes: opts.history,
         refresh_secs: opts.refresh,
     });
-    // The first sample before the first page, so that pages know whether
-    // the counters are there; a database that is down only logs.
-    sampler::sample_once(&app.pool, &app.overview, &history).await;
-    if let Some(e) = &history.lock().unwrap_or_else(|p| p.into_inner()).last_error {
-        eprintln!("warning: first sample failed (serving anyway): {e}");
-    }
-    let listener = tokio::net::TcpListener::bind(opts.listen)
-        .await
+    first_samples(&app).await;
+    let listener = std::net::TcpListener::bind(opts.listen)
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
         .map_err(|e| Error::msg(format!("cannot listen on {}: {e}", opts.listen)))?;
     let addr = listener
         .local_addr()
         .map_err(|e| Error::msg(format!("cannot read the bound address: {e}")))?;
-    sampler::spawn(
-        app.pool.clone(),
-        app.overview.clone(),
-        history,
-        Duration::from_secs_f64(opts.sample_every),
-    );
-    println!("listening on http://{addr}");
+    sampler::spawn(app.clone(), Duration::from_secs_f64(opts.sample_every));
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    println!("listening on {scheme}://{addr}");
     use std::io::Write as _;
     let _ = std::io::stdout().flush();
     let allowed = hosts::allowed(addr, &opts.allowed_hosts);
@@ -309,8 +424,27 @@ pub async fn run(cfg: &Config, opts: &Options) -> Result<()> {
             addr.port()
         );
     }
-    axum::serve(listener, router(app, allowed))
-        .with_graceful_shutdown(stop_signal())
-        .await
-        .map_err(|e| Error::msg(format!("server: {e}")))
+    let handle = axum_server::Handle::new();
+    let stopping = handle.clone();
+    tokio::spawn(async move {
+        stop_signal().await;
+        stopping.graceful_shutdown(Some(Duration::from_secs(10)));
+    });
+    // The peer address: the trusted proxy check and the login limiter.
+    let service = router(app, allowed).into_make_service_with_connect_info::<SocketAddr>();
+    let served = match tls {
+        Some(config) => {
+            axum_server::from_tcp_rustls(listener, config)
+                .handle(handle)
+                .serve(service)
+                .await
+        }
+        None => {
+            axum_server::from_tcp(listener)
+                .handle(handle)
+                .serve(service)
+                .await
+        }
+    };
+    served.map_err(|e| Error::msg(format!("server: {e}")))
 }

@@ -9,13 +9,10 @@
 //! at a reset (the new value is what happened since).
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use deadpool_postgres::Pool;
-
 use super::queries::{self, Counter, Counts, Overview, COUNTERS_UNAVAILABLE};
-use super::snapshot::OverviewCache;
+use super::{Shared, View};
 
 /// The most points kept per queue, whatever --history and --sample-every
 /// ask for (about 100 bytes each).
@@ -208,10 +205,11 @@ pub fn now_secs() -> f64 {
 /// One sample into `history`; a failure is kept in `last_error` (the
 /// previous points stay).
 /// The overview read here is kept as the latest snapshot for the pages.
-pub async fn sample_once(pool: &Pool, overview: &OverviewCache, history: &Mutex<History>) {
+/// Runs as the view's role: each role's history holds only its queues.
+pub async fn sample_once(view: &View) {
     let result = async {
-        let overview = overview.read().await.map_err(|e| e.message)?;
-        let c = pool.get().await.map_err(|e| e.to_string())?;
+        let overview = view.overview.read().await.map_err(|e| e.message)?;
+        let c = view.db.conn().await.map_err(|e| e.message)?;
         let counters = match queries::counters(&c).await {
             Ok(rows) => Ok(rows),
             Err(e) if super::sqlstate(&e).as_deref() == Some(COUNTERS_UNAVAILABLE) => {
@@ -222,7 +220,7 @@ pub async fn sample_once(pool: &Pool, overview: &OverviewCache, history: &Mutex<
         Ok::<_, String>((overview, counters))
     }
     .await;
-    let mut h = history.lock().unwrap_or_else(|p| p.into_inner());
+    let mut h = view.history.lock().unwrap_or_else(|p| p.into_inner());
     match result {
         Ok((overview, counters)) => {
             h.record(now_secs(), &overview, counters.as_deref().ok());
@@ -236,13 +234,8 @@ pub async fn sample_once(pool: &Pool, overview: &OverviewCache, history: &Mutex<
     }
 }
 
-/// Samples every `every` until the process ends.
-pub fn spawn(
-    pool: Pool,
-    overview: Arc<OverviewCache>,
-    history: Arc<Mutex<History>>,
-    every: Duration,
-) {
+/// Samples every view every `every` until the process ends.
+pub fn spawn(app: Shared, every: Duration) {
     tokio::spawn(async move {
         // The first sample was taken before serving (`sample_once`): the
         // next one is due a period later, not at once (an immediate tick
@@ -251,7 +244,9 @@ pub fn spawn(
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            sample_once(&pool, &overview, &history).await;
+            for view in app.views.values() {
+                sample_once(view).await;
+            }
         }
     });
 }

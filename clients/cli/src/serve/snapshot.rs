@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use deadpool_postgres::Pool;
+use super::db::Db;
 
 use super::pages::PageError;
 use super::queries::{self, Overview};
@@ -25,7 +25,7 @@ use super::queries::{self, Overview};
 pub const STALE_LIMIT: u32 = 10;
 
 pub struct OverviewCache {
-    pool: Pool,
+    db: Db,
     exact_limit: i32,
     max_age: Duration,
     latest: Mutex<Option<(Instant, Arc<Vec<Overview>>)>>,
@@ -55,9 +55,9 @@ pub fn freshness(age: Duration, max_age: Duration) -> Freshness {
 }
 
 impl OverviewCache {
-    pub fn new(pool: Pool, exact_limit: i32, max_age: Duration) -> Arc<OverviewCache> {
+    pub fn new(db: Db, exact_limit: i32, max_age: Duration) -> Arc<OverviewCache> {
         Arc::new(OverviewCache {
-            pool,
+            db,
             exact_limit,
             max_age,
             latest: Mutex::new(None),
@@ -88,7 +88,7 @@ impl OverviewCache {
 
     /// Reads the overview now and keeps it.
     pub async fn read(&self) -> Result<Arc<Vec<Overview>>, PageError> {
-        let c = self.pool.get().await?;
+        let c = self.db.conn().await?;
         let rows = queries::overview(&c, self.exact_limit).await?;
         Ok(self.store(rows))
     }
@@ -104,7 +104,7 @@ impl OverviewCache {
         });
     }
 
-    /// The overview of every queue the role may read, by name.
+    /// The overview of every queue this role may read, by name.
     pub async fn get(self: &Arc<Self>) -> Result<Arc<Vec<Overview>>, PageError> {
         if let Some((at, rows)) = self.current() {
             match freshness(at.elapsed(), self.max_age) {

@@ -10,10 +10,12 @@ pub mod task;
 use axum::extract::FromRequestParts;
 use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE, COOKIE, SET_COOKIE};
 use axum::http::request::Parts;
+use axum::http::HeaderMap;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use maud::{html, Markup, PreEscaped, DOCTYPE};
 
+use super::identity::Operator;
 use super::{describe_db, sqlstate};
 
 /// The cookie that carries an action's message to the page it redirects to.
@@ -73,10 +75,12 @@ document.addEventListener('submit', function (e) {
 "#;
 
 /// The page shell: `<title>` starting with "aedb_queue", the nav with the
-/// search form, the flash message if any. `csrf` goes in a meta tag too
-/// (`meta[name=csrf-token]`), for scripts and for tests of the server's
-/// own checks; error pages leave it out.
-pub fn layout(title: &str, csrf: Option<&str>, flash: Option<&str>, body: Markup) -> Markup {
+/// search form and the operator (with a logout button after a password
+/// login), the flash message if any. The operator's CSRF token goes in a
+/// meta tag too (`meta[name=csrf-token]`), for scripts and for tests of
+/// the server's own checks; error and login pages leave it out.
+pub fn layout(title: &str, op: Option<&Operator>, flash: Option<&str>, body: Markup) -> Markup {
+    let csrf = op.map(|o| o.csrf.as_str());
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -97,6 +101,15 @@ pub fn layout(title: &str, csrf: Option<&str>, flash: Option<&str>, body: Markup
                             aria-label="task id or idempotency key";
                         " "
                         button type="submit" { "Search" }
+                    }
+                    @if let Some(o) = op.filter(|o| !o.name.is_empty()) {
+                        span #operator title=(o.role.as_deref().unwrap_or("")) { (o.name) }
+                        @if o.session {
+                            form #logout method="post" action="/logout" {
+                                (csrf_field(&o.csrf))
+                                button type="submit" { "Log out" }
+                            }
+                        }
                     }
                 }
                 main {
@@ -123,6 +136,16 @@ pub async fn script() -> Response {
         .into_response()
 }
 
+/// The value of cookie `name` in the request, if sent.
+pub fn cookie_value<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get_all(COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|kv| kv.trim().strip_prefix(name)?.strip_prefix('='))
+}
+
 /// The message an action left for this page, read from its cookie.
 pub struct Flash(pub Option<String>);
 
@@ -130,14 +153,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Flash {
     type Rejection = std::convert::Infallible;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        let msg = parts
-            .headers
-            .get_all(COOKIE)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(';'))
-            .filter_map(|kv| kv.trim().strip_prefix(FLASH_COOKIE)?.strip_prefix('='))
-            .find_map(hex_decode);
+        let msg = cookie_value(&parts.headers, FLASH_COOKIE).and_then(hex_decode);
         Ok(Flash(msg))
     }
 }
@@ -361,9 +377,15 @@ mod tests {
             count(1200, true).into_string(),
             "<span class=\"estimate\" title=\"estimate\">~1200</span>"
         );
+        let op = Operator {
+            name: "<alice>".into(),
+            role: Some("ra".into()),
+            csrf: "t0k".into(),
+            session: true,
+        };
         let page = layout(
             "<q>",
-            Some("t0k"),
+            Some(&op),
             Some("<b>done</b>"),
             html! { p { ("<script>x</script>") } },
         )
@@ -381,6 +403,8 @@ mod tests {
             page.contains("<meta name=\"csrf-token\" content=\"t0k\">"),
             "{page}"
         );
+        assert!(page.contains("&lt;alice&gt;"), "{page}");
+        assert!(page.contains("<form id=\"logout\""), "{page}");
     }
 
     #[test]

@@ -5,10 +5,11 @@ use axum::response::Response;
 use maud::{html, Markup};
 
 use super::{count, human_secs, layout, queue_href, respond, Flash, PageError};
+use crate::serve::identity::Operator;
 use crate::serve::queries::Overview;
 use crate::serve::sampler::{self, CountersState, Point};
 use crate::serve::svg;
-use crate::serve::Shared;
+use crate::serve::{Shared, View};
 
 /// Rates on the pages are over the last minute of samples.
 pub const RATE_WINDOW_SECS: f64 = 60.0;
@@ -147,10 +148,15 @@ fn content(app: &crate::serve::App, overview: &[Overview], history: &sampler::Hi
     }
 }
 
-pub async fn page(State(app): State<Shared>, flash: Flash) -> Result<Response, PageError> {
-    let overview = app.overview.get().await?;
+pub async fn page(
+    State(app): State<Shared>,
+    op: Operator,
+    flash: Flash,
+) -> Result<Response, PageError> {
+    let view: &View = app.view(&op)?;
+    let overview = view.overview.get().await?;
     let body = {
-        let history = app.history.lock().unwrap_or_else(|p| p.into_inner());
+        let history = view.history.lock().unwrap_or_else(|p| p.into_inner());
         html! {
             h1 { "Queues" }
             (content(&app, &overview, &history))
@@ -158,6 +164,6 @@ pub async fn page(State(app): State<Shared>, flash: Flash) -> Result<Response, P
     };
     Ok(respond(
         &flash,
-        layout("queues", Some(&app.csrf), flash.0.as_deref(), body),
+        layout("queues", Some(&op), flash.0.as_deref(), body),
     ))
 }

@@ -9,9 +9,10 @@ use super::overview::{counters_notice, estimates_legend, failure_text, rates, th
 use super::{
     count, csrf_field, human_secs, layout, opt, queue_href, respond, shorten, Flash, PageError,
 };
+use crate::serve::identity::Operator;
 use crate::serve::queries::{self, ConcurrencyKey, OrderingKey, Overview, Schedule, Task};
 use crate::serve::sampler::{self, Point};
-use crate::serve::{svg, Shared};
+use crate::serve::{svg, Shared, View};
 
 /// Tasks listed per state (queue_list's limit): the page stays small
 /// whatever the queue holds.
@@ -44,8 +45,8 @@ struct QueuePage {
     ordering_keys: Vec<OrderingKey>,
 }
 
-async fn load(app: &crate::serve::App, queue: &str) -> Result<QueuePage, PageError> {
-    let c = app.pool.get().await?;
+async fn load(app: &crate::serve::App, view: &View, queue: &str) -> Result<QueuePage, PageError> {
+    let c = view.db.conn().await?;
     // One connection, the statements pipelined. The queue's own figures are
     // read now (one queue is cheap), not taken from the shared snapshot.
     let (overview, administer, in_flight, ready, scheduled, dead, schedules, ckeys, okeys) = futures_util::join!(
@@ -435,15 +436,17 @@ fn summary(o: &Overview, points: &[Point], counters: &sampler::CountersState) ->
 pub async fn page(
     State(app): State<Shared>,
     Path(queue): Path<String>,
+    op: Operator,
     flash: Flash,
 ) -> Result<Response, PageError> {
-    let p = load(&app, &queue).await?;
+    let view = app.view(&op)?;
+    let p = load(&app, view, &queue).await?;
     let (points, counters) = {
-        let h = app.history.lock().unwrap_or_else(|e| e.into_inner());
+        let h = view.history.lock().unwrap_or_else(|e| e.into_inner());
         (h.points(&queue), h.counters.clone())
     };
     let o = &p.overview;
-    let csrf = app.csrf.as_str();
+    let csrf = op.csrf.as_str();
     let body = html! {
         p.muted { a href="/" { "Queues" } " / " a href=(queue_href(&o.queue)) { (o.queue) } }
         h1 { (o.queue) }
@@ -462,6 +465,6 @@ pub async fn page(
     };
     Ok(respond(
         &flash,
-        layout(&queue, Some(&app.csrf), flash.0.as_deref(), body),
+        layout(&queue, Some(&op), flash.0.as_deref(), body),
     ))
 }

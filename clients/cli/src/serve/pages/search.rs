@@ -10,6 +10,7 @@ use axum::response::{IntoResponse, Response};
 use maud::html;
 
 use super::{layout, queue_href, shorten, PageError};
+use crate::serve::identity::Operator;
 use crate::serve::queries;
 use crate::serve::Shared;
 
@@ -23,9 +24,10 @@ fn see_task(id: i64) -> Response {
 pub async fn page(
     State(app): State<Shared>,
     Query(params): Query<HashMap<String, String>>,
+    op: Operator,
 ) -> Result<Response, PageError> {
     let q = params.get("q").map(|s| s.trim()).unwrap_or("");
-    let c = app.pool.get().await?;
+    let c = app.view(&op)?.db.conn().await?;
     if let Ok(id) = q.parse::<i64>() {
         if queries::find_by_id(&c, id).await?.is_some() {
             return Ok(see_task(id));
@@ -64,5 +66,5 @@ pub async fn page(
             }
         }
     };
-    Ok(layout("search", Some(&app.csrf), None, body).into_response())
+    Ok(layout("search", Some(&op), None, body).into_response())
 }

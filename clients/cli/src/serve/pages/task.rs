@@ -8,6 +8,7 @@ use maud::{html, Markup};
 
 use super::queue::{cancel_form, retry_form};
 use super::{human_secs, layout, opt, pretty_json, queue_href, respond, Flash, PageError};
+use crate::serve::identity::Operator;
 use crate::serve::queries::{self, Task, TaskError};
 use crate::serve::Shared;
 
@@ -117,9 +118,10 @@ fn errors_section(errors: &[TaskError]) -> Markup {
 pub async fn page(
     State(app): State<Shared>,
     Path(id): Path<i64>,
+    op: Operator,
     flash: Flash,
 ) -> Result<Response, PageError> {
-    let c = app.pool.get().await?;
+    let c = app.view(&op)?.db.conn().await?;
     let t = queries::find_by_id(&c, id).await?.ok_or_else(|| {
         PageError::not_found(format!("No task {id} in a queue this role may read."))
     })?;
@@ -148,7 +150,7 @@ pub async fn page(
             .collect(),
     };
     let administer = administer?;
-    let csrf = app.csrf.as_str();
+    let csrf = op.csrf.as_str();
     let body = html! {
         p.muted { a href="/" { "Queues" } " / " a href=(queue_href(&t.queue)) { (t.queue) } " / " (t.task_id) }
         h1 { "Task " (t.task_id) }
@@ -170,11 +172,6 @@ pub async fn page(
     };
     Ok(respond(
         &flash,
-        layout(
-            &format!("task {id}"),
-            Some(&app.csrf),
-            flash.0.as_deref(),
-            body,
-        ),
+        layout(&format!("task {id}"), Some(&op), flash.0.as_deref(), body),
     ))
 }
