@@ -162,9 +162,27 @@ pub async fn purge(
     }
 }
 
-/// `pause QUEUE` / `resume QUEUE`.
-pub async fn set_paused(c: &Client, queue: &str, paused: bool, json: bool) -> Result<()> {
-    let changed = sql::set_paused(c, queue, paused).await?;
+/// `pause QUEUE [--create]` / `resume QUEUE [--create]`. A queue the role
+/// cannot see is an error unless `create`: SQL's queue_pause creates it (so
+/// that a pause can come before the first task), which for a typo would
+/// leave a queue in the dashboard and /metrics for good.
+pub async fn set_paused(
+    c: &Client,
+    queue: &str,
+    paused: bool,
+    create: bool,
+    json: bool,
+) -> Result<()> {
+    let verb = if paused { "pause" } else { "resume" };
+    let changed = sql::set_paused(c, queue, paused, create)
+        .await?
+        .ok_or_else(|| {
+            Error::msg(format!(
+                "no queue {queue:?} in aedb_queue.queue_stats (it has never been used or \
+                 configured, or this role may not read it); nothing was done. \
+                 To {verb} it before its first task, pass --create"
+            ))
+        })?;
     if json {
         let mut r = Record::default();
         r.push("queue", queue);
