@@ -7,6 +7,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use tokio_postgres::Client;
 
 use crate::error::{Error, Result};
+use crate::inspect;
 use crate::output::{self, Record};
 use crate::sql;
 
@@ -178,9 +179,8 @@ pub async fn set_paused(
         .await?
         .ok_or_else(|| {
             Error::msg(format!(
-                "no queue {queue:?} in aedb_queue.queue_stats (it has never been used or \
-                 configured, or this role may not read it); nothing was done. \
-                 To {verb} it before its first task, pass --create"
+                "{}; nothing was done. To {verb} it before its first task, pass --create",
+                inspect::no_such_queue(queue)
             ))
         })?;
     if json {
