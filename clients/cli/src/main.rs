@@ -362,6 +362,28 @@ mod tests {
     }
 
     #[test]
+    fn duration_flags_keep_their_text_for_the_server_and_refuse_an_empty_one() {
+        let cli = Cli::try_parse_from(["aedb-queue", "enqueue", "q", "--delay", "1h30m"]).unwrap();
+        assert!(matches!(cli.command, Command::Enqueue { delay, .. } if delay == "1h30m"));
+        // The default is no delay; a negative number reaches the server (which refuses it).
+        let cli = Cli::try_parse_from(["aedb-queue", "enqueue", "q"]).unwrap();
+        assert!(matches!(cli.command, Command::Enqueue { delay, .. } if delay == "0"));
+        let cli = Cli::try_parse_from(["aedb-queue", "enqueue", "q", "--delay", "-1"]).unwrap();
+        assert!(matches!(cli.command, Command::Enqueue { delay, .. } if delay == "-1"));
+        for flag in [
+            ["enqueue", "q", "--delay"],
+            ["stats", "q", "--watch"],
+            ["tail", "q", "--interval"],
+        ] {
+            let mut args = vec!["aedb-queue"];
+            args.extend(flag);
+            args.push(" ");
+            let err = Cli::try_parse_from(&args).unwrap_err();
+            assert_eq!(err.exit_code(), 2, "{args:?}");
+        }
+    }
+
+    #[test]
     fn negative_priorities_parse() {
         let cli = Cli::try_parse_from(["aedb-queue", "enqueue", "q", "--priority", "-5"]).unwrap();
         match cli.command {
