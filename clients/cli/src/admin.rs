@@ -7,6 +7,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use tokio_postgres::Client;
 
 use crate::error::{Error, Result};
+use crate::inspect;
 use crate::output::{self, Record};
 use crate::sql;
 
@@ -162,9 +163,26 @@ pub async fn purge(
     }
 }
 
-/// `pause QUEUE` / `resume QUEUE`.
-pub async fn set_paused(c: &Client, queue: &str, paused: bool, json: bool) -> Result<()> {
-    let changed = sql::set_paused(c, queue, paused).await?;
+/// `pause QUEUE [--create]` / `resume QUEUE [--create]`. A queue the role
+/// cannot see is an error unless `create`: SQL's queue_pause creates it (so
+/// that a pause can come before the first task), which for a typo would
+/// leave a queue in the dashboard and /metrics for good.
+pub async fn set_paused(
+    c: &Client,
+    queue: &str,
+    paused: bool,
+    create: bool,
+    json: bool,
+) -> Result<()> {
+    let verb = if paused { "pause" } else { "resume" };
+    let changed = sql::set_paused(c, queue, paused, create)
+        .await?
+        .ok_or_else(|| {
+            Error::msg(format!(
+                "{}; nothing was done. To {verb} it before its first task, pass --create",
+                inspect::no_such_queue(queue)
+            ))
+        })?;
     if json {
         let mut r = Record::default();
         r.push("queue", queue);

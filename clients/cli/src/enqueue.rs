@@ -16,7 +16,8 @@ use crate::sql;
 pub const BATCH: usize = 1000;
 
 pub struct Options<'a> {
-    pub delay_secs: f64,
+    /// `--delay`, a duration as in SQL, already checked by `duration::seconds`.
+    pub delay: &'a str,
     pub priority: i64,
     pub idempotency_key: Option<&'a str>,
 }
@@ -33,7 +34,7 @@ pub async fn one(
         c,
         queue,
         payload,
-        opts.delay_secs,
+        opts.delay,
         opts.priority,
         opts.idempotency_key,
     )
@@ -115,7 +116,7 @@ pub async fn file(
         if payloads.is_empty() {
             break;
         }
-        let ids = sql::enqueue_batch(c, queue, &payloads, opts.delay_secs, opts.priority)
+        let ids = sql::enqueue_batch(c, queue, &payloads, opts.delay, opts.priority)
             .await
             .map_err(|e| {
                 pb.abandon();

@@ -1,8 +1,9 @@
 //! The one error type of the command line, and how it is shown.
 //!
 //! Server errors keep their SQLSTATE, message, detail and hint; everything
-//! else is a message. `main` prints [`Error::report`] on stderr and exits 1
-//! (clap's usage errors exit 2 before any of this runs).
+//! else is a message. `main` prints [`Error::report`] on stderr and exits
+//! with [`Error::exit_code`]: 1, or 2 for a flag value the server found bad
+//! (clap's own usage errors exit 2 before any of this runs).
 
 use std::fmt::Write as _;
 
@@ -12,6 +13,9 @@ pub enum Error {
     Db(tokio_postgres::Error),
     /// A failure of the command itself (no such task, cancelled purge, bad file).
     Msg(String),
+    /// A flag's value the server found bad (a duration): exits 2 like
+    /// clap's usage errors.
+    Usage(String),
     /// Another error, with what the command was doing when it happened.
     Context(String, Box<Error>),
     /// stdout was closed by its reader (`aedb-queue list q | head`): stop quietly.
@@ -29,6 +33,19 @@ impl From<tokio_postgres::Error> for Error {
 impl Error {
     pub fn msg(s: impl Into<String>) -> Self {
         Error::Msg(s.into())
+    }
+
+    pub fn usage(s: impl Into<String>) -> Self {
+        Error::Usage(s.into())
+    }
+
+    /// The exit code: 2 for usage errors (as clap's), else 1.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Error::Usage(_) => 2,
+            Error::Context(_, inner) => inner.exit_code(),
+            _ => 1,
+        }
     }
 
     pub fn context(self, what: impl Into<String>) -> Self {
@@ -67,7 +84,7 @@ impl Error {
                     }
                 }
             },
-            Error::Msg(m) => out.push_str(m),
+            Error::Msg(m) | Error::Usage(m) => out.push_str(m),
             Error::Context(what, inner) => {
                 let _ = write!(out, "{what}: ");
                 inner.write_to(out);

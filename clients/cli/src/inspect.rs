@@ -33,11 +33,12 @@ const STATS_COLUMNS: &[(&str, &str, bool)] = &[
     ("fair_share", "fair_share", true),
 ];
 
-fn no_such_queue(queue: &str) -> Error {
-    Error::msg(format!(
+/// Why a named queue has no row (`stats QUEUE`, `pause QUEUE`).
+pub fn no_such_queue(queue: &str) -> String {
+    format!(
         "no queue {queue:?} in aedb_queue.queue_stats (it has never been used or configured, \
          or this role may not read it)"
-    ))
+    )
 }
 
 /// The rows of one refresh: every queue, or the one asked for.
@@ -46,7 +47,7 @@ async fn stats_rows(c: &Client, queue: Option<&str>) -> Result<Vec<Record>> {
         None => sql::stats_all(c).await,
         Some(q) => Ok(vec![sql::stats_one(c, q)
             .await?
-            .ok_or_else(|| no_such_queue(q))?]),
+            .ok_or_else(|| Error::msg(no_such_queue(q)))?]),
     }
 }
 

@@ -3,10 +3,12 @@
 //! Connects as a member of `aedb_queue_admin`, runs the extension's SQL
 //! functions with bound parameters (`sql.rs`), and prints tables or JSON
 //! (`output.rs`). Exit codes: 0 success, 1 any failure (server errors print
-//! their SQLSTATE), 2 usage errors (from clap).
+//! their SQLSTATE), 2 usage errors (from clap, or a duration the server's
+//! interval input refuses).
 
 mod admin;
 mod conn;
+mod duration;
 mod enqueue;
 mod error;
 mod inspect;
@@ -36,7 +38,10 @@ use crate::error::{Error, Result};
         PGHOST, PGPORT, PGUSER, PGDATABASE and PGPASSWORD (defaults 127.0.0.1, \
         5432, the OS user, the user name). No TLS.\n\n\
         Exit codes: 0 success, 1 failure (a server error prints its SQLSTATE), \
-        2 usage error."
+        2 usage error.\n\n\
+        Durations (--delay, --watch, --interval) are written as in SQL, read by \
+        PostgreSQL's interval input: '90 seconds', '1 hour', '1h30m', '500ms', \
+        '2 days'; a plain number is seconds."
 )]
 struct Cli {
     /// Connection string (key=value pairs or a postgresql:// URL).
@@ -61,11 +66,12 @@ enum Command {
     Stats {
         /// Only this queue.
         queue: Option<String>,
-        /// Refresh every SECONDS (fractions allowed) until Ctrl-C; redraws in
-        /// place on a terminal, prints one snapshot after another otherwise
-        /// (with --json: one document per line).
-        #[arg(long, value_name = "SECONDS", value_parser = positive_secs)]
-        watch: Option<f64>,
+        /// Refresh every DURATION until Ctrl-C: as in SQL ('2s', '500ms',
+        /// '1 minute') or seconds (fractions allowed), 10 ms to 1 day;
+        /// redraws in place on a terminal, prints one snapshot after another
+        /// otherwise (with --json: one document per line).
+        #[arg(long, value_name = "DURATION", value_parser = duration_text)]
+        watch: Option<String>,
     },
 
     /// List tasks of a queue (aedb_queue.queue_list), in the state's own
@@ -132,10 +138,26 @@ enum Command {
 
     /// Stop handing out tasks of a queue (enqueues still land; the reaper
     /// still reclaims expired leases).
-    Pause { queue: String },
+    ///
+    /// A queue this role cannot see (a typo) is an error and nothing is
+    /// created, unless --create.
+    Pause {
+        queue: String,
+        /// Pause a queue that does not exist yet (it is created paused, so
+        /// that its first tasks wait).
+        #[arg(long)]
+        create: bool,
+    },
 
     /// Hand out tasks of a paused queue again.
-    Resume { queue: String },
+    ///
+    /// A queue this role cannot see is an error, unless --create.
+    Resume {
+        queue: String,
+        /// Create the queue (running) if it does not exist yet.
+        #[arg(long)]
+        create: bool,
+    },
 
     /// Enqueue one task, or one per line of a file; prints the task id(s).
     ///
@@ -152,14 +174,16 @@ enum Command {
         /// One JSON payload per line.
         #[arg(long, value_name = "FILE")]
         file: Option<PathBuf>,
-        /// Ready only after this many seconds (fractions allowed).
+        /// Ready only after this long: a duration as in SQL ('90 seconds',
+        /// '1 hour', '1h30m', '2 days') or seconds (fractions allowed).
         #[arg(
             long,
-            value_name = "SECS",
-            default_value_t = 0.0,
-            allow_negative_numbers = true
+            value_name = "DURATION",
+            default_value = "0",
+            allow_negative_numbers = true,
+            value_parser = duration_text
         )]
-        delay: f64,
+        delay: String,
         /// Higher is served first.
         #[arg(
             long,
@@ -188,9 +212,10 @@ enum Command {
     Tail {
         /// Only these queues (default: every queue).
         queues: Vec<String>,
-        /// Seconds between reads of queue_stats.
-        #[arg(long, value_name = "SECONDS", default_value_t = 1.0, value_parser = positive_secs)]
-        interval: f64,
+        /// Time between reads of queue_stats: as in SQL ('2s', '500ms') or
+        /// seconds, 10 ms to 1 day.
+        #[arg(long, value_name = "DURATION", default_value = "1", value_parser = duration_text)]
+        interval: String,
     },
 
     /// Serve the web dashboard and Prometheus metrics (/metrics) over HTTP
@@ -214,6 +239,16 @@ enum Command {
         /// The database role their requests run as.
         role: String,
     },
+}
+
+/// A duration flag's text, read later by the server (`duration.rs`); only
+/// an empty one is refused here.
+fn duration_text(s: &str) -> std::result::Result<String, String> {
+    if s.trim().is_empty() {
+        Err("expected a duration such as '90 seconds', '1h' or a number of seconds".into())
+    } else {
+        Ok(s.to_string())
+    }
 }
 
 fn positive_secs(s: &str) -> std::result::Result<f64, String> {
@@ -247,14 +282,20 @@ async fn run(cli: Cli) -> Result<()> {
     let cfg = conn::config(cli.dsn.as_deref())?;
     let json = cli.json;
     if let Command::Tail { queues, interval } = &cli.command {
-        return tail::run(&cfg, queues, *interval, json).await;
+        return tail::run(&cfg, queues, interval, json).await;
     }
     if let Command::Serve(opts) = &cli.command {
         return serve::run(&cfg, opts).await;
     }
     let c = conn::connect(&cfg).await?;
     match cli.command {
-        Command::Stats { queue, watch } => inspect::stats(&c, queue.as_deref(), watch, json).await,
+        Command::Stats { queue, watch } => {
+            let watch = match watch {
+                Some(text) => Some(duration::refresh(&c, "--watch", &text).await?),
+                None => None,
+            };
+            inspect::stats(&c, queue.as_deref(), watch, json).await
+        }
         Command::List {
             queue,
             state,
@@ -270,8 +311,10 @@ async fn run(cli: Cli) -> Result<()> {
             force,
             yes,
         } => admin::purge(&c, &queue, &state, force, yes, json).await,
-        Command::Pause { queue } => admin::set_paused(&c, &queue, true, json).await,
-        Command::Resume { queue } => admin::set_paused(&c, &queue, false, json).await,
+        Command::Pause { queue, create } => admin::set_paused(&c, &queue, true, create, json).await,
+        Command::Resume { queue, create } => {
+            admin::set_paused(&c, &queue, false, create, json).await
+        }
         Command::Enqueue {
             queue,
             payload,
@@ -280,8 +323,10 @@ async fn run(cli: Cli) -> Result<()> {
             priority,
             idempotency_key,
         } => {
+            // Checked before anything is sent, so a bad one enqueues nothing.
+            duration::seconds(&c, "--delay", &delay).await?;
             let opts = enqueue::Options {
-                delay_secs: delay,
+                delay: &delay,
                 priority,
                 idempotency_key: idempotency_key.as_deref(),
             };
@@ -316,7 +361,7 @@ fn main() -> ExitCode {
         Ok(()) | Err(Error::BrokenPipe) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("{}", e.report());
-            ExitCode::from(1)
+            ExitCode::from(e.exit_code())
         }
     }
 }
@@ -345,6 +390,28 @@ mod tests {
             "k",
         ]);
         assert!(r.is_err());
+    }
+
+    #[test]
+    fn duration_flags_keep_their_text_for_the_server_and_refuse_an_empty_one() {
+        let cli = Cli::try_parse_from(["aedb-queue", "enqueue", "q", "--delay", "1h30m"]).unwrap();
+        assert!(matches!(cli.command, Command::Enqueue { delay, .. } if delay == "1h30m"));
+        // The default is no delay; a negative number reaches the server (which refuses it).
+        let cli = Cli::try_parse_from(["aedb-queue", "enqueue", "q"]).unwrap();
+        assert!(matches!(cli.command, Command::Enqueue { delay, .. } if delay == "0"));
+        let cli = Cli::try_parse_from(["aedb-queue", "enqueue", "q", "--delay", "-1"]).unwrap();
+        assert!(matches!(cli.command, Command::Enqueue { delay, .. } if delay == "-1"));
+        for flag in [
+            ["enqueue", "q", "--delay"],
+            ["stats", "q", "--watch"],
+            ["tail", "q", "--interval"],
+        ] {
+            let mut args = vec!["aedb-queue"];
+            args.extend(flag);
+            args.push(" ");
+            let err = Cli::try_parse_from(&args).unwrap_err();
+            assert_eq!(err.exit_code(), 2, "{args:?}");
+        }
     }
 
     #[test]

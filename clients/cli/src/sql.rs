@@ -70,13 +70,25 @@ pub(crate) const PURGE: &str =
     "SELECT aedb_queue.queue_purge($1::text, $2::text, force => $3::bool)::int8";
 pub(crate) const PAUSE: &str = "SELECT aedb_queue.queue_pause($1::text)";
 pub(crate) const RESUME: &str = "SELECT aedb_queue.queue_resume($1::text)";
+/// The CLI's pause and resume: only a queue the role can see in
+/// queue_stats (no row comes back otherwise), so that a typo does not create
+/// a queue; `--create` runs [`PAUSE`] / [`RESUME`] instead.
+macro_rules! if_known {
+    () => {
+        " WHERE EXISTS (SELECT 1 FROM aedb_queue.queue_stats WHERE queue = $1::text)"
+    };
+}
+const PAUSE_KNOWN: &str = concat!("SELECT aedb_queue.queue_pause($1::text)", if_known!());
+const RESUME_KNOWN: &str = concat!("SELECT aedb_queue.queue_resume($1::text)", if_known!());
+/// A duration flag's text read by interval input, in seconds.
+const INTERVAL_SECS: &str = "SELECT extract(epoch FROM $1::text::interval)::float8";
 const ENQUEUE: &str = "SELECT task_id::int8, deduplicated \
      FROM aedb_queue.queue_enqueue($1::text, $2::jsonb, \
-          delay => make_interval(secs => $3::float8), priority => $4::int8, \
+          delay => $3::text::interval, priority => $4::int8, \
           idempotency_key => $5::text)";
 const ENQUEUE_BATCH: &str = "SELECT b.id::int8 \
      FROM aedb_queue.queue_enqueue_batch($1::text, $2::jsonb[], \
-          delay => make_interval(secs => $3::float8), priority => $4::int8) \
+          delay => $3::text::interval, priority => $4::int8) \
           WITH ORDINALITY AS b(id, ord) ORDER BY b.ord";
 /// The channel `queue_configure(notify => true)` queues notify on.
 pub const LISTEN: &str = "LISTEN aedb_queue; LISTEN aedb_queue_completed";
@@ -151,10 +163,30 @@ pub async fn purge(c: &Client, queue: &str, state: &str, force: bool) -> Result<
         .try_get(0)?)
 }
 
-/// `queue_pause` / `queue_resume`: whether that changed anything.
-pub async fn set_paused(c: &Client, queue: &str, paused: bool) -> Result<bool> {
-    let sql = if paused { PAUSE } else { RESUME };
-    Ok(c.query_one(sql, &[&queue]).await?.try_get(0)?)
+/// `queue_pause` / `queue_resume`: whether that changed anything, or None
+/// if the queue is unknown (nothing done) and `create` was not asked for.
+pub async fn set_paused(
+    c: &Client,
+    queue: &str,
+    paused: bool,
+    create: bool,
+) -> Result<Option<bool>> {
+    let sql = match (paused, create) {
+        (true, true) => PAUSE,
+        (false, true) => RESUME,
+        (true, false) => PAUSE_KNOWN,
+        (false, false) => RESUME_KNOWN,
+    };
+    let rows = c.query(sql, &[&queue]).await?;
+    rows.first()
+        .map(|r| r.try_get(0))
+        .transpose()
+        .map_err(Error::from)
+}
+
+/// A duration's text in seconds, as interval input reads it.
+pub async fn interval_secs(c: &Client, text: &str) -> Result<f64> {
+    Ok(c.query_one(INTERVAL_SECS, &[&text]).await?.try_get(0)?)
 }
 
 /// `queue_enqueue`: (task_id, deduplicated).
@@ -162,14 +194,14 @@ pub async fn enqueue(
     c: &Client,
     queue: &str,
     payload: Option<&Value>,
-    delay_secs: f64,
+    delay: &str,
     priority: i64,
     idempotency_key: Option<&str>,
 ) -> Result<(i64, bool)> {
     let row = c
         .query_one(
             ENQUEUE,
-            &[&queue, &payload, &delay_secs, &priority, &idempotency_key],
+            &[&queue, &payload, &delay, &priority, &idempotency_key],
         )
         .await?;
     Ok((row.try_get(0)?, row.try_get(1)?))
@@ -180,11 +212,11 @@ pub async fn enqueue_batch(
     c: &Client,
     queue: &str,
     payloads: &[Value],
-    delay_secs: f64,
+    delay: &str,
     priority: i64,
 ) -> Result<Vec<i64>> {
     let rows = c
-        .query(ENQUEUE_BATCH, &[&queue, &payloads, &delay_secs, &priority])
+        .query(ENQUEUE_BATCH, &[&queue, &payloads, &delay, &priority])
         .await?;
     rows.iter()
         .map(|r| r.try_get(0).map_err(Error::from))

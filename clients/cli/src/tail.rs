@@ -8,6 +8,7 @@ use tokio::sync::mpsc;
 use tokio_postgres::{AsyncMessage, Config};
 
 use crate::conn;
+use crate::duration;
 use crate::error::{Error, Result};
 use crate::output::{self, Record};
 use crate::sql;
@@ -127,7 +128,7 @@ fn completed_line(queue: &str, count: u64, first: i64, json: bool) -> Result<()>
 }
 
 /// Runs until Ctrl-C (or the connection fails).
-pub async fn run(cfg: &Config, queues: &[String], interval: f64, json: bool) -> Result<()> {
+pub async fn run(cfg: &Config, queues: &[String], interval: &str, json: bool) -> Result<()> {
     let (client, mut connection) = conn::connect_raw(cfg).await?;
     // The connection runs on its own task and hands the notifications over;
     // replies to the queries of this task are routed to it as usual.
@@ -150,6 +151,7 @@ pub async fn run(cfg: &Config, queues: &[String], interval: f64, json: bool) -> 
             }
         }
     });
+    let interval = duration::refresh(&client, "--interval", interval).await?;
     client.batch_execute(sql::LISTEN).await?;
     let wanted = |q: &str| queues.is_empty() || queues.iter().any(|w| w == q);
     if queues.is_empty() {

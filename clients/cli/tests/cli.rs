@@ -410,9 +410,189 @@ fn pause_and_resume_stop_and_restart_handing_out_tasks() {
     );
 }
 
+/// Whether the extension has a row for the queue, read as the superuser.
+fn queue_row(su: &mut Client, queue: &str) -> Option<bool> {
+    su.query_opt(
+        "SELECT paused FROM aedb_queue.queue WHERE name = $1::text",
+        &[&queue],
+    )
+    .expect("read aedb_queue.queue")
+    .map(|r| r.get(0))
+}
+
+#[test]
+fn pause_and_resume_of_an_unknown_queue_fail_and_create_nothing_without_create() {
+    let cluster = Cluster::shared();
+    let mut su = cluster.connect();
+    let typo = unique_queue("cli_typo");
+    for verb in ["pause", "resume"] {
+        for json in [false, true] {
+            let mut args = vec![verb, typo.as_str()];
+            if json {
+                args.push("--json");
+            }
+            let run = cli(cluster, &args);
+            assert_eq!(run.code, 1, "{args:?}: {run:#?}");
+            assert!(run.stdout.is_empty(), "{args:?}: {run:#?}");
+            assert!(
+                run.stderr.contains(&format!("no queue {typo:?}"))
+                    && run.stderr.contains("--create"),
+                "{args:?}: {run:#?}"
+            );
+        }
+    }
+    assert_eq!(queue_row(&mut su, &typo), None, "a typo created a queue");
+    let stats = cli(cluster, &["stats", "--json"]).ok().json();
+    assert!(
+        !stats
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["queue"] == json!(typo)),
+        "the typo shows in stats: {stats}"
+    );
+
+    // --create: paused before its first task, which then waits.
+    let q = unique_queue("cli_precreate");
+    let run = cli(cluster, &["pause", &q, "--create", "--json"])
+        .ok()
+        .json();
+    assert_eq!(run, json!({ "queue": q, "paused": true, "changed": true }));
+    assert_eq!(queue_row(&mut su, &q), Some(true));
+    let mut producer = cluster.connect_as(PRODUCER);
+    enqueue(&mut producer, &q, &json!("early"));
+    let mut worker = cluster.connect_as(WORKER);
+    assert!(claim_one(&mut worker, &q, "w1", "5 minutes").is_none());
+    // Known now: resume needs no --create.
+    cli(cluster, &["resume", &q]).ok();
+    assert_eq!(queue_row(&mut su, &q), Some(false));
+    let r = unique_queue("cli_precreate_running");
+    cli(cluster, &["resume", &r, "--create"]).ok();
+    assert_eq!(queue_row(&mut su, &r), Some(false));
+}
+
 // ---------------------------------------------------------------------------
 // enqueue
 // ---------------------------------------------------------------------------
+
+/// Seconds from now until the task is due, read as the superuser.
+fn due_in(su: &mut Client, task_id: i64) -> f64 {
+    su.query_one(
+        "SELECT extract(epoch FROM not_before - now())::float8 \
+         FROM aedb_queue.task WHERE task_id = $1",
+        &[&task_id],
+    )
+    .expect("the task")
+    .get(0)
+}
+
+#[test]
+fn enqueue_delay_takes_durations_as_in_sql_and_refuses_bad_ones_naming_the_flag() {
+    let cluster = Cluster::shared();
+    let q = unique_queue("cli_delay");
+    let mut su = cluster.connect();
+    // (text, seconds): SQL's interval input, a plain number is seconds.
+    let cases = [
+        ("1h", 3600.0),
+        ("90 seconds", 90.0),
+        ("1h30m", 5400.0),
+        ("2 days", 172_800.0),
+        ("PT1H", 3600.0),
+        ("600", 600.0),
+        ("1.5", 1.5),
+    ];
+    for (text, secs) in cases {
+        let run = cli(cluster, &["enqueue", &q, "{}", "--delay", text]).ok();
+        let id: i64 = run.stdout.trim().parse().unwrap();
+        let due = due_in(&mut su, id);
+        // Due at enqueue time + the delay; the test may run a while after.
+        assert!(due <= secs && due > secs - 60.0, "{text}: due in {due} s");
+    }
+    // The file form too.
+    let path = temp_file(&format!("{q}.jsonl"));
+    std::fs::write(&path, "{}\n{}\n").unwrap();
+    let ids: Vec<i64> = cli(
+        cluster,
+        &[
+            "enqueue",
+            &q,
+            "--file",
+            path.to_str().unwrap(),
+            "--delay",
+            "3 hours",
+        ],
+    )
+    .ok()
+    .stdout
+    .lines()
+    .map(|l| l.parse().unwrap())
+    .collect();
+    assert_eq!(ids.len(), 2);
+    for id in ids {
+        let due = due_in(&mut su, id);
+        assert!(due <= 10_800.0 && due > 10_740.0, "due in {due} s");
+    }
+
+    // A bad duration: a usage error naming the flag, nothing enqueued.
+    let before = task_count(&mut su, &q, None);
+    for bad in ["1x", "an hour", "1 fortnight", ""] {
+        for file in [false, true] {
+            let mut args = vec!["enqueue", q.as_str()];
+            if file {
+                args.extend(["--file", path.to_str().unwrap()]);
+            }
+            args.extend(["--delay", bad]);
+            let run = cli(cluster, &args);
+            assert_eq!(run.code, 2, "{args:?}: {run:#?}");
+            assert!(
+                run.stderr
+                    .contains(&format!("invalid value '{bad}' for '--delay <DURATION>'")),
+                "{args:?}: {run:#?}"
+            );
+            assert!(!run.stderr.contains("[22007]"), "{run:#?}");
+        }
+    }
+    assert_eq!(task_count(&mut su, &q, None), before);
+}
+
+#[test]
+fn watch_and_interval_take_durations_as_in_sql() {
+    let cluster = Cluster::shared();
+    let q = unique_queue("cli_refresh");
+    let mut producer = cluster.connect_as(PRODUCER);
+    enqueue(&mut producer, &q, &json!(1));
+
+    let mut watch = spawn(cluster, &["stats", &q, "--watch", "200ms", "--json"]);
+    watch.json_line("with ready 1", |v| v["ready"] == json!(1));
+    enqueue(&mut producer, &q, &json!(2));
+    watch.json_line("with ready 2", |v| v["ready"] == json!(2));
+    drop(watch);
+
+    let mut tail = spawn(
+        cluster,
+        &["tail", &q, "--interval", "0.2 seconds", "--json"],
+    );
+    tail.json_line("with the first counts", |v| v["queue"] == json!(q));
+    drop(tail);
+
+    for (flag, args) in [
+        ("--watch", vec!["stats", q.as_str(), "--watch"]),
+        ("--interval", vec!["tail", q.as_str(), "--interval"]),
+    ] {
+        // Bad syntax, and out of 10 ms to 1 day: usage errors naming the flag.
+        for bad in ["soon", "0", "2 days", "0.001", ""] {
+            let mut args = args.clone();
+            args.push(bad);
+            let run = cli(cluster, &args);
+            assert_eq!(run.code, 2, "{args:?}: {run:#?}");
+            assert!(
+                run.stderr
+                    .contains(&format!("invalid value '{bad}' for '{flag} <DURATION>'")),
+                "{args:?}: {run:#?}"
+            );
+        }
+    }
+}
 
 #[test]
 fn enqueue_prints_the_task_id_and_applies_the_options() {
@@ -735,7 +915,7 @@ fn server_errors_exit_1_with_their_sqlstate_and_usage_errors_exit_2() {
     let cluster = Cluster::shared();
     for args in [
         &["list", ""][..],
-        &["pause", ""],
+        &["pause", "", "--create"],
         &["show", "", "1"],
         &["enqueue", "", "{}"],
     ] {

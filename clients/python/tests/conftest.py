@@ -94,7 +94,8 @@ class Cluster:
         except OSError:
             return ""
 
-    def start(self) -> None:
+    def start(self, *, app: bool = True) -> None:
+        """initdb, start and CREATE DATABASE; with ``app``, also the extension, roles and tables of the suite."""
         if os.geteuid() == 0:
             shutil.chown(self.base, "postgres", "postgres")
         self._pg(str(PG_BIN / "initdb"), "-D", str(self.data), "-U", "postgres", "-A", "trust",
@@ -115,6 +116,10 @@ class Cluster:
         self.pg_ctl_start()
         with psycopg.connect(self.dsn("postgres", "postgres"), autocommit=True) as conn:
             conn.execute(f"CREATE DATABASE {DBNAME}")
+        if app:
+            self._set_up_app()
+
+    def _set_up_app(self) -> None:
         with self.su() as conn:
             conn.execute("CREATE EXTENSION aedb_queue")
             for role, memberships in ROLES.items():
@@ -169,14 +174,13 @@ class Cluster:
             ).fetchone()[0] > 0
 
 
-@pytest.fixture(scope="session")
-def cluster():
+def _started(app: bool):
     if not (PG_BIN / "initdb").exists():
         pytest.exit(f"PostgreSQL 15 binaries not found in {PG_BIN}", returncode=2)
     _reap_stale()
     c = Cluster()
     try:
-        c.start()
+        c.start(app=app)
     except Exception:
         shutil.rmtree(c.base, ignore_errors=True)
         raise
@@ -184,6 +188,18 @@ def cluster():
         yield c
     finally:
         c.stop()
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    yield from _started(app=True)
+
+
+@pytest.fixture
+def bare_cluster():
+    """A cluster of the test's own with an empty database: no extension, roles or tables (roles are
+    cluster-wide, so set-up SQL that creates them cannot run on the shared cluster)."""
+    yield from _started(app=False)
 
 
 @pytest.fixture

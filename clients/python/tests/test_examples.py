@@ -1,4 +1,5 @@
-"""The README's examples (kept as files under examples/) run as written; the benchmark script works."""
+"""The README's examples (kept as files under examples/) run as written, as the roles its set-up SQL makes;
+the benchmark script works."""
 
 from __future__ import annotations
 
@@ -13,26 +14,45 @@ import sys
 import pytest
 
 from aedb_queue import enqueue_batch
+from conftest import PG_BIN
 from helpers import live, wait_until
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def readme_blocks() -> dict[str, str]:
-    """Code blocks of the README that follow a line ``<!-- file: examples/NAME.py -->``."""
+    """Code blocks of the README that follow a line ``<!-- file: examples/NAME -->``."""
     text = (ROOT / "README.md").read_text()
-    pattern = re.compile(r"<!-- file: (\S+) -->\n```python\n(.*?)```", re.S)
+    pattern = re.compile(r"<!-- file: (\S+) -->\n```(?:python|sql)\n(.*?)```", re.S)
     return {name: body for name, body in pattern.findall(text)}
 
 
 def test_readme_shows_the_example_files_verbatim():
     blocks = readme_blocks()
-    assert set(blocks) == {"examples/producer.py", "examples/worker.py"}
+    assert set(blocks) == {"examples/setup.sql", "examples/producer.py", "examples/worker.py"}
     for name, body in blocks.items():
         assert body == (ROOT / name).read_text(), f"README's {name} differs from the file"
 
 
-def test_producer_and_worker_examples_run(cluster, su, tmp_path):
+def test_setup_sql_then_producer_and_worker_examples_run_as_its_roles(bare_cluster, tmp_path):
+    """A cluster of its own (the SQL creates cluster-wide roles), set up by the README's block through psql
+    as a deployer would; the examples then run as the roles it made, with only the grants it gave."""
+    cluster = bare_cluster
+    sql = readme_blocks()["examples/setup.sql"]
+    setup = subprocess.run([str(PG_BIN / "psql"), "-X", "-v", "ON_ERROR_STOP=1", "-d", cluster.dsn("postgres")],
+                           input=sql, capture_output=True, text=True, timeout=60)
+    assert setup.returncode == 0, setup.stderr
+    with cluster.su() as su:
+        roles = su.execute("SELECT r.rolname, r.rolsuper, array_agg(g.rolname ORDER BY g.rolname) "
+                           "FROM pg_roles r JOIN pg_auth_members m ON m.member = r.oid "
+                           "JOIN pg_roles g ON g.oid = m.roleid WHERE r.rolname LIKE 'app_%' "
+                           "GROUP BY 1, 2 ORDER BY 1").fetchall()
+        assert roles == [("app_producer", False, ["aedb_queue_producer"]),
+                         ("app_service", False, ["aedb_queue_producer", "aedb_queue_worker"])]
+        run_examples(cluster, su, tmp_path)
+
+
+def run_examples(cluster, su, tmp_path) -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     produced = subprocess.run([sys.executable, "examples/producer.py"], cwd=ROOT, capture_output=True, text=True,
                               timeout=60, env={**env, "AEDB_QUEUE_DSN": cluster.dsn("app_producer")})
