@@ -33,7 +33,7 @@ use std::time::Duration;
 use axum::routing::{get, post};
 use axum::Router;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use tokio_postgres::{Config, NoTls};
+use crate::conn::Config;
 
 use crate::error::{Error, Result};
 use sampler::History;
@@ -158,8 +158,8 @@ fn csrf_token() -> Result<String> {
 
 fn pool(cfg: &Config, size: u32) -> Result<Pool> {
     let manager = Manager::from_config(
-        cfg.clone(),
-        NoTls,
+        cfg.config(),
+        cfg.connector(),
         // A closed connection (the server restarted) is replaced on checkout.
         ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
