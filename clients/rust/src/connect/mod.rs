@@ -48,7 +48,8 @@ impl std::fmt::Debug for Settings {
 impl Settings {
     /// From a connection string (`host=... sslmode=...` or a
     /// `postgresql://` URL; empty for the environment only), then for each
-    /// setting it leaves out, as libpq: `PGHOST` (else 127.0.0.1),
+    /// setting it leaves out, as libpq: `PGHOST` and `PGHOSTADDR` (else
+    /// 127.0.0.1),
     /// `PGPORT`, `PGUSER` (else the OS user), `PGDATABASE`, `PGPASSWORD`,
     /// `PGSSLMODE` (else prefer), `PGSSLROOTCERT`, `PGSSLCERT`, `PGSSLKEY`
     /// (else `~/.postgresql/root.crt`, `postgresql.crt`, `postgresql.key`
@@ -126,9 +127,19 @@ fn nonblank(value: Option<String>) -> Option<String> {
 /// libpq's fallbacks for what the connection string leaves out.
 fn fill_from_env(cfg: &mut Config, env: &dyn Fn(&str) -> Option<String>) -> Result<()> {
     if cfg.get_hosts().is_empty() && cfg.get_hostaddrs().is_empty() {
-        let hosts = nonblank(env("PGHOST")).unwrap_or_else(|| "127.0.0.1".to_string());
-        for h in hosts.split(',').map(str::trim).filter(|h| !h.is_empty()) {
+        let addrs = nonblank(env("PGHOSTADDR"));
+        let hosts = nonblank(env("PGHOST")).or_else(|| match addrs {
+            Some(_) => None,
+            None => Some("127.0.0.1".to_string()),
+        });
+        for h in hosts.iter().flat_map(|h| h.split(',')).map(str::trim) {
             cfg.host(h);
+        }
+        for a in addrs.iter().flat_map(|a| a.split(',')).map(str::trim) {
+            let addr = a
+                .parse()
+                .map_err(|_| Error::invalid("PGHOSTADDR", format!("not an IP address: {a:?}")))?;
+            cfg.hostaddr(addr);
         }
     }
     if cfg.get_ports().is_empty() {
@@ -288,5 +299,8 @@ mod tests {
         let s = parse("hostaddr=10.0.0.1 user=u", &vars).unwrap();
         assert!(s.config().get_hosts().is_empty(), "hostaddr alone names the server");
         assert!(parse("", &[("PGPORT", "x")]).is_err());
+        let s = parse("", &[("PGHOST", "localhost"), ("PGHOSTADDR", "127.0.0.1")]).unwrap();
+        assert_eq!(s.config().get_hosts(), &[Host::Tcp("localhost".into())]);
+        assert_eq!(s.config().get_hostaddrs(), &["127.0.0.1".parse::<std::net::IpAddr>().unwrap()]);
     }
 }
