@@ -68,7 +68,9 @@ impl TlsCluster {
             ),
         );
         fs::write(cluster.data.join("pg_hba.conf"), HBA).expect("write pg_hba.conf");
-        cluster.pg_ctl_stop("fast").unwrap_or_else(|e| panic!("{e}"));
+        cluster
+            .pg_ctl_stop("fast")
+            .unwrap_or_else(|e| panic!("{e}"));
         cluster.start_again();
         TlsCluster { cluster, certs }
     }
@@ -117,7 +119,10 @@ hostssl all all 127.0.0.1/32 trust
 
 fn append(path: &Path, text: &str) {
     use std::io::Write;
-    let mut f = fs::OpenOptions::new().append(true).open(path).expect("open for append");
+    let mut f = fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .expect("open for append");
     f.write_all(text.as_bytes()).expect("append");
 }
 
@@ -158,10 +163,18 @@ fn write_certs(dir: &Path) -> Certs {
         vec!["localhost".to_string()],
         ExtendedKeyUsagePurpose::ServerAuth,
     );
-    let (client_pem, client_key) =
-        leaf(&issuer, CERT_USER, Vec::new(), ExtendedKeyUsagePurpose::ClientAuth);
-    let (forged_pem, forged_key) =
-        leaf(&other, CERT_USER, Vec::new(), ExtendedKeyUsagePurpose::ClientAuth);
+    let (client_pem, client_key) = leaf(
+        &issuer,
+        CERT_USER,
+        Vec::new(),
+        ExtendedKeyUsagePurpose::ClientAuth,
+    );
+    let (forged_pem, forged_key) = leaf(
+        &other,
+        CERT_USER,
+        Vec::new(),
+        ExtendedKeyUsagePurpose::ClientAuth,
+    );
     let file = |name: &str, text: &str| {
         let path = dir.join(name);
         fs::write(&path, text).expect("write a TLS file");

@@ -74,7 +74,10 @@ fn pgsslmode_and_pgsslrootcert_are_honoured_by_the_cli() {
     cmd.args(["stats", &q]);
     let unknown = run_command(cmd, "");
     assert_eq!(unknown.code, 1, "{unknown:#?}");
-    assert!(unknown.stderr.contains("unknown value \"verify_full\""), "{unknown:#?}");
+    assert!(
+        unknown.stderr.contains("unknown value \"verify_full\""),
+        "{unknown:#?}"
+    );
 }
 
 #[test]
@@ -94,10 +97,18 @@ fn pgsslmode_require_never_falls_back_to_a_server_without_tls() {
 fn get(addr: &str, path: &str) -> (u16, String) {
     let mut s = TcpStream::connect(addr).expect("connect to the dashboard");
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut text = String::new();
     s.read_to_string(&mut text).expect("read the response");
-    let status = text.split(' ').nth(1).and_then(|c| c.parse().ok()).expect("a status");
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("a status");
     (status, text)
 }
 
@@ -111,10 +122,21 @@ fn the_dashboard_serves_over_a_verify_full_connection() {
     );
     let mut server = spawn(
         &cluster().cluster,
-        &["--dsn", &dsn, "serve", "--listen", "127.0.0.1:0", "--max-age", "0"],
+        &[
+            "--dsn",
+            &dsn,
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--max-age",
+            "0",
+        ],
     );
     let line = server.stdout_line("listening on", |l| l.starts_with("listening on http://"));
-    let addr = line.trim_start_matches("listening on http://").trim().to_string();
+    let addr = line
+        .trim_start_matches("listening on http://")
+        .trim()
+        .to_string();
     let (status, body) = get(&addr, "/healthz");
     assert_eq!(status, 200, "{body}");
     let (status, body) = get(&addr, "/");
@@ -130,5 +152,8 @@ fn the_dashboard_serves_over_a_verify_full_connection() {
         )
         .unwrap();
     let (tls, plain): (i64, i64) = (row.get(0), row.get(1));
-    assert!(tls > 0 && plain == 0, "dashboard sessions: {tls} with TLS, {plain} without");
+    assert!(
+        tls > 0 && plain == 0,
+        "dashboard sessions: {tls} with TLS, {plain} without"
+    );
 }

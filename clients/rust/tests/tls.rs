@@ -8,7 +8,9 @@
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use aedb_queue_client::{handler, Client, Done, EnqueueOptions, QueueOptions, Settings, Task, Worker};
+use aedb_queue_client::{
+    handler, Client, Done, EnqueueOptions, QueueOptions, Settings, Task, Worker,
+};
 use aedb_queue_itests::tls::{TlsCluster, CERT_USER};
 use aedb_queue_itests::{Cluster, WORKER};
 
@@ -97,7 +99,11 @@ fn verify_ca_checks_the_chain_and_not_the_name() {
 
 #[test]
 fn verify_full_checks_the_chain_and_the_host_name() {
-    let dsn = format!("{} sslmode=verify-full sslrootcert={}", cluster().dsn(WORKER), ca());
+    let dsn = format!(
+        "{} sslmode=verify-full sslrootcert={}",
+        cluster().dsn(WORKER),
+        ca()
+    );
     assert_eq!(session(&dsn), Ok((true, WORKER.to_string())));
     // The same as a URL, the TLS parameters percent-encoded.
     let url = format!(
@@ -108,25 +114,46 @@ fn verify_full_checks_the_chain_and_the_host_name() {
     assert_eq!(session(&url), Ok((true, WORKER.to_string())));
 
     let by_ip = cluster().dsn_to("host=127.0.0.1", WORKER);
-    refused(&format!("{by_ip} sslmode=verify-full sslrootcert={}", ca()), "not valid for name");
+    refused(
+        &format!("{by_ip} sslmode=verify-full sslrootcert={}", ca()),
+        "not valid for name",
+    );
     // A name the certificate does not hold, at the right address.
     let wrong = cluster().dsn_to("host=db.example hostaddr=127.0.0.1", WORKER);
-    refused(&format!("{wrong} sslmode=verify-full sslrootcert={}", ca()), "not valid for name");
-    let dsn = format!("{} sslmode=verify-full sslrootcert={}", cluster().dsn(WORKER), other_ca());
+    refused(
+        &format!("{wrong} sslmode=verify-full sslrootcert={}", ca()),
+        "not valid for name",
+    );
+    let dsn = format!(
+        "{} sslmode=verify-full sslrootcert={}",
+        cluster().dsn(WORKER),
+        other_ca()
+    );
     refused(&dsn, "UnknownIssuer");
 }
 
 #[test]
 fn require_with_a_root_certificate_checks_the_chain() {
-    let dsn = format!("{} sslmode=require sslrootcert={}", cluster().dsn(WORKER), other_ca());
+    let dsn = format!(
+        "{} sslmode=require sslrootcert={}",
+        cluster().dsn(WORKER),
+        other_ca()
+    );
     refused(&dsn, "UnknownIssuer");
-    let dsn = format!("{} sslmode=require sslrootcert={}", cluster().dsn(WORKER), ca());
+    let dsn = format!(
+        "{} sslmode=require sslrootcert={}",
+        cluster().dsn(WORKER),
+        ca()
+    );
     assert_eq!(session(&dsn), Ok((true, WORKER.to_string())));
 }
 
 #[test]
 fn verify_full_without_a_readable_root_certificate_is_an_error() {
-    let dsn = format!("{} sslmode=verify-full sslrootcert=/nonexistent/ca.crt", cluster().dsn(WORKER));
+    let dsn = format!(
+        "{} sslmode=verify-full sslrootcert=/nonexistent/ca.crt",
+        cluster().dsn(WORKER)
+    );
     refused(&dsn, "/nonexistent/ca.crt");
     let dsn = format!("{} sslmode=verify_full", cluster().dsn(WORKER));
     refused(&dsn, "unknown value \"verify_full\"");
@@ -135,7 +162,11 @@ fn verify_full_without_a_readable_root_certificate_is_an_error() {
 #[test]
 fn the_client_certificate_authenticates_the_cert_user() {
     let c = &cluster().certs;
-    let base = format!("{} sslmode=verify-full sslrootcert={}", cluster().dsn(CERT_USER), ca());
+    let base = format!(
+        "{} sslmode=verify-full sslrootcert={}",
+        cluster().dsn(CERT_USER),
+        ca()
+    );
     let with_cert = format!(
         "{base} sslcert={} sslkey={}",
         c.client_cert.display(),
@@ -158,10 +189,16 @@ fn the_client_certificate_authenticates_the_cert_user() {
 fn require_and_verify_full_never_fall_back_to_a_server_without_tls() {
     let plain = Cluster::start();
     let dsn = plain.dsn(WORKER);
-    refused(&format!("{dsn} sslmode=require"), "server does not support TLS");
+    refused(
+        &format!("{dsn} sslmode=require"),
+        "server does not support TLS",
+    );
     let verify = format!("{dsn} sslmode=verify-full sslrootcert={}", ca());
     refused(&verify, "server does not support TLS");
-    assert_eq!(session(&format!("{dsn} sslmode=prefer")), Ok((false, WORKER.to_string())));
+    assert_eq!(
+        session(&format!("{dsn} sslmode=prefer")),
+        Ok((false, WORKER.to_string()))
+    );
 }
 
 /// The producer client and the worker runtime over verify-full with the
@@ -173,7 +210,9 @@ fn the_client_and_the_worker_runtime_work_over_verify_full() {
     let queue = "tls.drain";
     let tls = cluster();
     tls.connect()
-        .batch_execute(&format!("SELECT aedb_queue.queue_configure('{queue}', notify => true)"))
+        .batch_execute(&format!(
+            "SELECT aedb_queue.queue_configure('{queue}', notify => true)"
+        ))
         .unwrap();
     let c = &tls.certs;
     let dsn = format!(
@@ -208,7 +247,11 @@ fn the_client_and_the_worker_runtime_work_over_verify_full() {
     let listening = "SELECT count(*) FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid) \
                      WHERE a.usename = 'app_cert' AND a.query = 'LISTEN aedb_queue' AND s.ssl";
     eventually("the LISTEN session over TLS", || {
-        tls.connect().query_one(listening, &[]).unwrap().get::<_, i64>(0) == 1
+        tls.connect()
+            .query_one(listening, &[])
+            .unwrap()
+            .get::<_, i64>(0)
+            == 1
     });
     let producer = rt.block_on(async { Client::connect(&dsn, 2) }).unwrap();
     for round in 0..2 {
@@ -216,7 +259,11 @@ fn the_client_and_the_worker_runtime_work_over_verify_full() {
             let mut ids = Vec::new();
             for n in 0..3 {
                 let e = producer
-                    .enqueue(queue, &serde_json::json!({ "round": round, "n": n }), &EnqueueOptions::default())
+                    .enqueue(
+                        queue,
+                        &serde_json::json!({ "round": round, "n": n }),
+                        &EnqueueOptions::default(),
+                    )
                     .await
                     .unwrap();
                 ids.push(e.task_id);
@@ -227,7 +274,12 @@ fn the_client_and_the_worker_runtime_work_over_verify_full() {
             let mut seen = Vec::new();
             while seen.len() < ids.len() {
                 let bound = tokio::time::timeout(Duration::from_secs(60), done_rx.recv());
-                seen.push(bound.await.expect("round not drained: no wake-up?").unwrap());
+                seen.push(
+                    bound
+                        .await
+                        .expect("round not drained: no wake-up?")
+                        .unwrap(),
+                );
             }
             seen
         });

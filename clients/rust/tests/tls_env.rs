@@ -15,7 +15,10 @@ fn enqueue(dsn: &str) -> Result<i64, String> {
     rt.block_on(async {
         let client = Client::connect(dsn, 1).map_err(|e| e.to_string())?;
         let opts = EnqueueOptions::default();
-        match client.enqueue("tls.env", &serde_json::json!({}), &opts).await {
+        match client
+            .enqueue("tls.env", &serde_json::json!({}), &opts)
+            .await
+        {
             Ok(e) => Ok(e.task_id),
             Err(e) => Err(chain(&e)),
         }
@@ -55,6 +58,10 @@ fn pgsslmode_and_pgsslrootcert_are_honoured() {
     assert!(e.contains("UnknownIssuer"), "{e}");
 
     // The connection string wins over the variables.
-    let dsn = format!("{} sslrootcert={}", tls.dsn(PRODUCER), tls.certs.ca.display());
+    let dsn = format!(
+        "{} sslrootcert={}",
+        tls.dsn(PRODUCER),
+        tls.certs.ca.display()
+    );
     enqueue(&dsn).unwrap();
 }

@@ -33,8 +33,8 @@ use std::time::Duration;
 use axum::routing::{get, post};
 use axum::Router;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use crate::conn::Config;
 
+use crate::conn::Config;
 use crate::error::{Error, Result};
 use sampler::History;
 

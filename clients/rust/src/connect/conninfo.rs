@@ -90,7 +90,10 @@ fn split_pairs(s: &str) -> Result<Split> {
         if is_tls_key(&key) {
             split.tls.insert(key, value);
         } else {
-            kept.push(format!("{key}='{}'", value.replace('\\', "\\\\").replace('\'', "\\'")));
+            kept.push(format!(
+                "{key}='{}'",
+                value.replace('\\', "\\\\").replace('\'', "\\'")
+            ));
         }
     }
     split.rest = kept.join(" ");

@@ -179,7 +179,8 @@ fn resolve_tls(
     mut given: HashMap<String, String>,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<TlsSettings> {
-    let mut setting = |key: &str, var: &str| nonblank(given.remove(key)).or_else(|| nonblank(env(var)));
+    let mut setting =
+        |key: &str, var: &str| nonblank(given.remove(key)).or_else(|| nonblank(env(var)));
     let mode = match setting("sslmode", "PGSSLMODE") {
         Some(m) => m.parse::<SslMode>()?,
         None => SslMode::Prefer,
@@ -207,14 +208,19 @@ fn resolve_tls(
         Some(r) => Some(PathBuf::from(r)),
         None => default("root.crt"),
     };
-    let cert = cert.map(PathBuf::from).or_else(|| default("postgresql.crt"));
+    let cert = cert
+        .map(PathBuf::from)
+        .or_else(|| default("postgresql.crt"));
     let key = key.map(PathBuf::from).or_else(|| default("postgresql.key"));
     let client_cert = match (cert, key) {
         (Some(cert), Some(key)) => Some((cert, key)),
         (Some(cert), None) => {
             return Err(Error::invalid(
                 "sslkey",
-                format!("the client certificate {} needs its key: set sslkey or PGSSLKEY", cert.display()),
+                format!(
+                    "the client certificate {} needs its key: set sslkey or PGSSLKEY",
+                    cert.display()
+                ),
             ))
         }
         (None, _) => None,
@@ -244,17 +250,27 @@ mod tests {
         assert_eq!(s.tls().mode, SslMode::Prefer);
         assert_eq!(s.config().get_hosts(), &[Host::Tcp("127.0.0.1".into())]);
         assert_eq!(s.config().get_user(), Some("alice"));
-        assert_eq!(s.config().get_ssl_mode(), tokio_postgres::config::SslMode::Prefer);
+        assert_eq!(
+            s.config().get_ssl_mode(),
+            tokio_postgres::config::SslMode::Prefer
+        );
     }
 
     #[test]
     fn pgsslmode_applies_unless_the_connection_string_says_otherwise() {
         let s = parse("host=db", &[("PGSSLMODE", "require")]).unwrap();
         assert_eq!(s.tls().mode, SslMode::Require);
-        assert_eq!(s.config().get_ssl_mode(), tokio_postgres::config::SslMode::Require);
+        assert_eq!(
+            s.config().get_ssl_mode(),
+            tokio_postgres::config::SslMode::Require
+        );
         let s = parse("host=db sslmode=disable", &[("PGSSLMODE", "require")]).unwrap();
         assert_eq!(s.tls().mode, SslMode::Disable);
-        let s = parse("postgresql://db/app?sslmode=allow", &[("PGSSLMODE", "require")]).unwrap();
+        let s = parse(
+            "postgresql://db/app?sslmode=allow",
+            &[("PGSSLMODE", "require")],
+        )
+        .unwrap();
         assert_eq!(s.tls().mode, SslMode::Allow);
     }
 
@@ -264,8 +280,11 @@ mod tests {
         assert!(e.to_string().contains("sslmode"), "{e}");
         let e = parse("host=db sslmode=verify-full", &[("HOME", "/nonexistent")]).unwrap_err();
         assert!(e.to_string().contains("needs the CA certificate"), "{e}");
-        let e = parse("host=db sslmode=verify-ca", &[("PGSSLROOTCERT", "/nonexistent/ca.crt")])
-            .unwrap_err();
+        let e = parse(
+            "host=db sslmode=verify-ca",
+            &[("PGSSLROOTCERT", "/nonexistent/ca.crt")],
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("/nonexistent/ca.crt"), "{e}");
         let e = parse("host=db sslcert=/c.crt", &[]).unwrap_err();
         assert!(e.to_string().contains("needs its key"), "{e}");
@@ -275,7 +294,11 @@ mod tests {
 
     #[test]
     fn disable_reads_no_file() {
-        let s = parse("host=db sslmode=disable sslrootcert=/nonexistent sslcert=/c", &[]).unwrap();
+        let s = parse(
+            "host=db sslmode=disable sslrootcert=/nonexistent sslcert=/c",
+            &[],
+        )
+        .unwrap();
         assert_eq!(s.tls().root_cert, None);
         assert_eq!(s.tls().client_cert, None);
     }
@@ -297,10 +320,16 @@ mod tests {
         assert_eq!(c.get_dbname(), Some("app"));
         assert_eq!(c.get_password(), Some(&b"pw"[..]));
         let s = parse("hostaddr=10.0.0.1 user=u", &vars).unwrap();
-        assert!(s.config().get_hosts().is_empty(), "hostaddr alone names the server");
+        assert!(
+            s.config().get_hosts().is_empty(),
+            "hostaddr alone names the server"
+        );
         assert!(parse("", &[("PGPORT", "x")]).is_err());
         let s = parse("", &[("PGHOST", "localhost"), ("PGHOSTADDR", "127.0.0.1")]).unwrap();
         assert_eq!(s.config().get_hosts(), &[Host::Tcp("localhost".into())]);
-        assert_eq!(s.config().get_hostaddrs(), &["127.0.0.1".parse::<std::net::IpAddr>().unwrap()]);
+        assert_eq!(
+            s.config().get_hostaddrs(),
+            &["127.0.0.1".parse::<std::net::IpAddr>().unwrap()]
+        );
     }
 }

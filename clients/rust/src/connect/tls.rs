@@ -227,7 +227,9 @@ impl ServerCertVerifier for ChainOnly {
         handshake_signature(&self.provider, message, cert, dss, false)
     }
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider.signature_verification_algorithms.supported_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }
 
@@ -267,7 +269,9 @@ impl ServerCertVerifier for AnyCertificate {
         handshake_signature(&self.provider, message, cert, dss, false)
     }
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider.signature_verification_algorithms.supported_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }
 
@@ -291,7 +295,14 @@ mod tests {
 
     #[test]
     fn sslmode_values_are_libpqs_and_others_are_refused() {
-        for s in ["disable", "allow", "prefer", "require", "verify-ca", "verify-full"] {
+        for s in [
+            "disable",
+            "allow",
+            "prefer",
+            "require",
+            "verify-ca",
+            "verify-full",
+        ] {
             assert_eq!(s.parse::<SslMode>().unwrap().to_string(), s);
         }
         let e = "verify_full".parse::<SslMode>().unwrap_err().to_string();
@@ -301,7 +312,11 @@ mod tests {
     #[test]
     fn verify_modes_without_a_root_certificate_are_refused() {
         for mode in [SslMode::VerifyCa, SslMode::VerifyFull] {
-            let tls = TlsSettings { mode, root_cert: None, client_cert: None };
+            let tls = TlsSettings {
+                mode,
+                root_cert: None,
+                client_cert: None,
+            };
             let e = connector(&tls).err().unwrap().to_string();
             assert!(e.contains("needs the CA certificate"), "{e}");
         }
@@ -309,7 +324,12 @@ mod tests {
 
     #[test]
     fn a_missing_root_certificate_is_an_error_in_every_tls_mode() {
-        for mode in [SslMode::Prefer, SslMode::Require, SslMode::VerifyCa, SslMode::VerifyFull] {
+        for mode in [
+            SslMode::Prefer,
+            SslMode::Require,
+            SslMode::VerifyCa,
+            SslMode::VerifyFull,
+        ] {
             let tls = TlsSettings {
                 mode,
                 root_cert: Some("/nonexistent/root.crt".into()),
