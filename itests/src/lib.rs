@@ -35,6 +35,7 @@ pub mod pgbouncer;
 pub mod server_log;
 pub mod shards;
 pub mod standby;
+pub mod tls;
 
 use std::fs;
 use std::path::{Path, PathBuf};

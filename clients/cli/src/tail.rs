@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
-use tokio_postgres::{AsyncMessage, Config};
+use tokio_postgres::AsyncMessage;
 
-use crate::conn;
+use crate::conn::{self, Config};
 use crate::duration;
 use crate::error::{Error, Result};
 use crate::output::{self, Record};

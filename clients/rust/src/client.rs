@@ -2,8 +2,8 @@
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use serde::Serialize;
-use tokio_postgres::NoTls;
 
+use crate::connect::Settings;
 use crate::enqueue::{self, EnqueueOptions, Enqueued};
 use crate::error::{Error, Result};
 use crate::statement::Statements;
@@ -17,11 +17,11 @@ pub struct Client {
     statements: Statements,
 }
 
-/// A pool of `size` connections made from `config`.
-pub fn pool(config: tokio_postgres::Config, size: usize) -> Result<Pool> {
+/// A pool of `size` connections made with `settings` (and their TLS).
+pub fn pool(settings: &Settings, size: usize) -> Result<Pool> {
     let manager = Manager::from_config(
-        config,
-        NoTls,
+        settings.config(),
+        settings.connector(),
         ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         },
@@ -34,10 +34,10 @@ pub fn pool(config: tokio_postgres::Config, size: usize) -> Result<Pool> {
 
 impl Client {
     /// A client over `size` pooled connections from a connection string
-    /// (`host=... user=... dbname=...` or a `postgresql://` URL).
+    /// (`host=... user=... dbname=... sslmode=...` or a `postgresql://`
+    /// URL; see [`Settings::parse`]).
     pub fn connect(conninfo: &str, size: usize) -> Result<Client> {
-        let config: tokio_postgres::Config = conninfo.parse()?;
-        Ok(Client::from_pool(pool(config, size)?))
+        Ok(Client::from_pool(pool(&Settings::parse(conninfo)?, size)?))
     }
 
     pub fn from_pool(pool: Pool) -> Client {

@@ -7,10 +7,14 @@
 //!   strict completion in the handler's own transaction, LISTEN wake-ups,
 //!   graceful shutdown that hands unfinished tasks back, reconnects.
 //!
+//! - [`Settings`]: where and how to connect, TLS as libpq's `sslmode`
+//!   says, for every connection the crate makes.
+//!
 //! Every SQL statement is in `sql.rs`; the README's "Rust client" section
 //! has the examples.
 
 mod client;
+pub mod connect;
 mod duration;
 mod enqueue;
 mod error;
@@ -25,6 +29,7 @@ mod worker;
 pub mod otel;
 
 pub use client::{pool, Client};
+pub use connect::{Settings, SslMode, TlsSettings};
 pub use enqueue::{enqueue, enqueue_batch, EnqueueOptions, Enqueued};
 pub use error::{Error, Result};
 pub use handler::{handler, BoxFuture, Handler};

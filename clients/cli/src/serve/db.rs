@@ -15,7 +15,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
-use tokio_postgres::{Config, NoTls};
+
+use crate::conn::Config;
 
 use super::pages::PageError;
 use crate::error::{Error, Result};
@@ -32,9 +33,10 @@ pub struct Db {
 }
 
 pub fn pool(cfg: &Config, size: u32) -> Result<Pool> {
+    // TLS as the DSN's sslmode says (crate::conn).
     let manager = Manager::from_config(
-        cfg.clone(),
-        NoTls,
+        cfg.config(),
+        cfg.connector(),
         // A closed connection (the server restarted) is replaced on checkout.
         ManagerConfig {
             recycling_method: RecyclingMethod::Fast,

@@ -43,8 +43,8 @@ use std::time::Duration;
 use axum::http::{HeaderName, StatusCode};
 use axum::routing::{get, post};
 use axum::Router;
-use tokio_postgres::Config;
 
+use crate::conn::Config;
 use crate::error::{Error, Result};
 use db::Db;
 use identity::{Identity, Mode, Operator};

@@ -31,6 +31,10 @@ pub fn command(cluster: &Cluster) -> Command {
         "PGSERVICE",
         "PGOPTIONS",
         "PGSSLMODE",
+        "PGSSLROOTCERT",
+        "PGSSLCERT",
+        "PGSSLKEY",
+        "PGHOSTADDR",
     ] {
         cmd.env_remove(var);
     }

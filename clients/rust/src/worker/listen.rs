@@ -8,20 +8,21 @@ use std::sync::Arc;
 
 use futures_util::{stream, StreamExt};
 use tokio::sync::{mpsc, watch};
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::AsyncMessage;
 
 use super::backoff::Backoff;
 use super::{Phase, QueueRuntime};
+use crate::connect::Settings;
 use crate::sql;
 
 pub(crate) async fn run(
-    config: tokio_postgres::Config,
+    settings: Settings,
     queues: HashMap<String, Arc<QueueRuntime>>,
     mut phase: watch::Receiver<Phase>,
 ) {
     let mut backoff = Backoff::default();
     loop {
-        match config.connect(NoTls).await {
+        match settings.connect().await {
             Ok((client, mut connection)) => {
                 let (tx, mut rx) = mpsc::unbounded_channel::<String>();
                 // The connection's messages arrive only while it is polled.

@@ -22,6 +22,7 @@ use deadpool_postgres::Pool;
 use tokio::sync::{watch, Notify, Semaphore};
 
 use crate::client::pool;
+use crate::connect::Settings;
 use crate::error::{Error, Result};
 use crate::handler::Handler;
 use crate::statement::Statements;
@@ -171,7 +172,7 @@ pub(crate) struct QueueRuntime {
 
 /// Builds a [`Worker`].
 pub struct WorkerBuilder {
-    config: tokio_postgres::Config,
+    settings: Settings,
     pool: Option<Pool>,
     queues: Vec<(QueueOptions, Arc<dyn Handler>)>,
     shutdown_timeout: Duration,
@@ -246,7 +247,7 @@ impl WorkerBuilder {
             ));
         }
         let listen_config = match (&self.listen_conninfo, self.statements) {
-            (Some(conninfo), _) => conninfo.parse()?,
+            (Some(conninfo), _) => Settings::parse(conninfo)?,
             (None, Statements::Unnamed) if self.listen => {
                 return Err(Error::invalid(
                     "listen_conninfo",
@@ -254,13 +255,13 @@ impl WorkerBuilder {
                      set listen_conninfo, or listen(false)",
                 ))
             }
-            (None, _) => self.config.clone(),
+            (None, _) => self.settings.clone(),
         };
         // Each slot's settle and its handler's transaction or checkpoint.
         let size = queues.iter().map(|(o, _)| 2 * o.concurrency).sum::<usize>() + 2;
         let pool = match self.pool {
             Some(pool) => pool,
-            None => pool(self.config.clone(), size)?,
+            None => pool(&self.settings, size)?,
         };
         Ok(Worker {
             database: startup::describe(&self.config),
@@ -280,7 +281,7 @@ pub struct Worker {
     /// Where the pool connects, for log lines (no password).
     database: String,
     /// Where LISTEN connects.
-    listen_config: tokio_postgres::Config,
+    listen_config: Settings,
     statements: Statements,
     pool: Pool,
     queues: Vec<(QueueOptions, Arc<dyn Handler>)>,
@@ -294,11 +295,12 @@ pub struct Worker {
 const HAND_BACK_BOUND: Duration = Duration::from_secs(10);
 
 impl Worker {
-    /// A worker connecting with `conninfo` (`host=... user=... dbname=...`
-    /// or a `postgresql://` URL).
+    /// A worker connecting with `conninfo` (`host=... user=... dbname=...
+    /// sslmode=...` or a `postgresql://` URL; see [`Settings::parse`]), for
+    /// every connection: its pool and its LISTEN session.
     pub fn builder(conninfo: &str) -> Result<WorkerBuilder> {
         Ok(WorkerBuilder {
-            config: conninfo.parse()?,
+            settings: Settings::parse(conninfo)?,
             pool: None,
             queues: Vec::new(),
             shutdown_timeout: Duration::from_secs(30),
