@@ -126,6 +126,7 @@ fn the_dashboard_serves_over_a_verify_full_connection() {
             "--dsn",
             &dsn,
             "serve",
+            "--no-login",
             "--listen",
             "127.0.0.1:0",
             "--max-age",

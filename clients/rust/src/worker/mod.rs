@@ -264,7 +264,7 @@ impl WorkerBuilder {
             None => pool(&self.settings, size)?,
         };
         Ok(Worker {
-            database: startup::describe(&self.config),
+            database: startup::describe(&self.settings.config()),
             listen_config,
             statements: self.statements,
             pool,
