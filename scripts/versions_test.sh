@@ -20,6 +20,8 @@ declare -A found=(
     [clients/cli/Cargo.toml]=$(manifest_version clients/cli/Cargo.toml)
     [clients/python/aedb_queue/__init__.py]=$(sed -n 's/^__version__ = "\(.*\)"/\1/p' clients/python/aedb_queue/__init__.py)
 )
+# The CLI is built on the client of its own version (pinned: published together).
+found["clients/cli/Cargo.toml's aedb_queue_client"]=$(sed -n 's/^aedb_queue_client = .*version = "=\([^"]*\)".*/\1/p' clients/cli/Cargo.toml)
 # A static version in pyproject.toml would bypass __version__.
 if static=$(manifest_version clients/python/pyproject.toml) && [ -n "$static" ]; then
     found[clients/python/pyproject.toml]=$static
