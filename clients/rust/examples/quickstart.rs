@@ -9,10 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aedb_queue_client::{
-    enqueue, handler, Done, EnqueueOptions, QueueOptions, Task, TaskError, Worker,
+    enqueue, handler, Done, EnqueueOptions, QueueOptions, Settings, Task, TaskError, Worker,
 };
 use serde::{Deserialize, Serialize};
-use tokio_postgres::NoTls;
 
 #[derive(Serialize, Deserialize)]
 struct Email {
@@ -25,7 +24,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dsn = std::env::var("AEDB_QUEUE_DSN")?;
 
     // Producer: the tasks commit with the application's own writes, or not at all.
-    let (mut client, connection) = tokio_postgres::connect(&dsn, NoTls).await?;
+    // Settings: the DSN as libpq reads it, TLS as its sslmode says.
+    let (mut client, connection) = Settings::parse(&dsn)?.connect().await?;
     tokio::spawn(connection);
     let tx = client.transaction().await?;
     for to in ["ada@example.com", "alan@example.com", "grace@example.com"] {

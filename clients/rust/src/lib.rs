@@ -41,3 +41,8 @@ pub use worker::{shutdown_signal, QueueOptions, Report, Worker, WorkerBuilder};
 #[doc = include_str!("../README.md")]
 #[cfg(all(doctest, feature = "otel"))]
 pub struct ReadmeDoctests;
+
+/// The repository's README's Rust example, compiled as a doc test too.
+#[doc = include_str!("../../../README.md")]
+#[cfg(all(doctest, feature = "otel"))]
+pub struct FrontDoorDoctests;
