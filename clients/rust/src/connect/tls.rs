@@ -142,10 +142,16 @@ pub(crate) fn connector(tls: &TlsSettings) -> Result<MakeRustlsConnect> {
         Check::ChainAndName(roots) => builder.with_root_certificates(roots),
         Check::Chain(roots) => builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(ChainOnly { roots, provider })),
+            .with_custom_certificate_verifier(Arc::new(NoHostName {
+                roots: Some(roots),
+                provider,
+            })),
         Check::Nothing => builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AnyCertificate { provider })),
+            .with_custom_certificate_verifier(Arc::new(NoHostName {
+                roots: None,
+                provider,
+            })),
     };
     let config = match &tls.client_cert {
         Some((cert, key)) => builder
@@ -183,15 +189,18 @@ fn private_key(path: &Path) -> Result<PrivateKeyDer<'static>> {
         .map_err(|e| Error::invalid("sslkey", format!("{}: {e}", path.display())))
 }
 
-/// verify-ca (and require or prefer given a root certificate): the chain
-/// must end in a root of `roots`; the name in it is not looked at.
+/// Every mode but verify-full checks no host name: with `roots` (verify-ca,
+/// and require or prefer given a root certificate) the chain must end in one
+/// of them; without (prefer and require, as libpq), any certificate is
+/// taken. Either way the handshake's signatures are checked, so the server
+/// holds the key of the certificate it shows.
 #[derive(Debug)]
-struct ChainOnly {
-    roots: Arc<RootCertStore>,
+struct NoHostName {
+    roots: Option<Arc<RootCertStore>>,
     provider: Arc<CryptoProvider>,
 }
 
-impl ServerCertVerifier for ChainOnly {
+impl ServerCertVerifier for NoHostName {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -200,56 +209,16 @@ impl ServerCertVerifier for ChainOnly {
         _ocsp_response: &[u8],
         now: UnixTime,
     ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        let cert = ParsedCertificate::try_from(end_entity)?;
-        verify_server_cert_signed_by_trust_anchor(
-            &cert,
-            &self.roots,
-            intermediates,
-            now,
-            self.provider.signature_verification_algorithms.all,
-        )?;
-        Ok(ServerCertVerified::assertion())
-    }
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        handshake_signature(&self.provider, message, cert, dss, true)
-    }
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        handshake_signature(&self.provider, message, cert, dss, false)
-    }
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
-}
-
-/// prefer and require without a root certificate, as libpq: encrypted,
-/// but any certificate is taken (the handshake's signatures still checked,
-/// so the server holds the key of the certificate it shows).
-#[derive(Debug)]
-struct AnyCertificate {
-    provider: Arc<CryptoProvider>,
-}
-
-impl ServerCertVerifier for AnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
+        if let Some(roots) = &self.roots {
+            let cert = ParsedCertificate::try_from(end_entity)?;
+            verify_server_cert_signed_by_trust_anchor(
+                &cert,
+                roots,
+                intermediates,
+                now,
+                self.provider.signature_verification_algorithms.all,
+            )?;
+        }
         Ok(ServerCertVerified::assertion())
     }
     fn verify_tls12_signature(
