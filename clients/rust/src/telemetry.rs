@@ -134,7 +134,6 @@ impl Attempt {
         return Span::none();
     }
 
-
     /// The handler failed with `error`: an `exception` event now, the error
     /// status when the attempt ends.
     pub fn failed(&mut self, error: &TaskError) {

@@ -19,6 +19,9 @@ use otel::{opentelemetry, opentelemetry_sdk};
 use tokio_postgres::NoTls;
 use tracing_subscriber::layer::SubscriberExt;
 
+mod support;
+use support::runtime;
+
 /// The process's one subscriber (the worker's tasks run on the runtime's
 /// threads, so a thread-local default would not see them): the otel layer
 /// over a provider that exports each span synchronously when it ends.
@@ -128,14 +131,6 @@ fn assert_succeeded(span: &SpanData) {
         span.events.iter().all(|e| e.name != "exception"),
         "{span:#?}"
     );
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime")
 }
 
 /// Resolves once `sql` (a boolean, run as the superuser) is true, or after

@@ -16,13 +16,8 @@ use aedb_queue_itests::{json, ledger_counts, Cluster, ADMIN, PRODUCER, SERVICE, 
 use tokio_postgres::types::Type;
 use tokio_postgres::NoTls;
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime")
-}
+mod support;
+use support::runtime;
 
 /// Resolves once `queue` holds no task (read directly as the superuser).
 async fn until_empty(dsn: String, queue: String, bound: Duration) {

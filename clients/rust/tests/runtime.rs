@@ -16,13 +16,8 @@ use aedb_queue_client::{handler, Done, QueueOptions, Report, Task, TaskError, Wo
 use aedb_queue_itests::{json, Cluster, SERVICE, SUPERUSER, WORKER};
 use tokio_postgres::NoTls;
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime")
-}
+mod support;
+use support::runtime;
 
 fn load(cluster: &Cluster, queue: &str, n: usize) -> Vec<i64> {
     let mut c = cluster.connect_as(aedb_queue_itests::PRODUCER);

@@ -14,29 +14,12 @@ use aedb_queue_client::{
 use aedb_queue_itests::tls::{TlsCluster, CERT_USER};
 use aedb_queue_itests::{Cluster, WORKER};
 
+mod support;
+use support::{chain, runtime};
+
 fn cluster() -> &'static TlsCluster {
     static CLUSTER: OnceLock<TlsCluster> = OnceLock::new();
     CLUSTER.get_or_init(|| TlsCluster::start(""))
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime")
-}
-
-/// The error and its causes, as one line.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cause = c.source();
-    }
-    s
 }
 
 /// Connects with `conninfo`; Ok(whether the session uses TLS, its role),

@@ -7,6 +7,9 @@ use aedb_queue_client::{Client, EnqueueOptions};
 use aedb_queue_itests::tls::TlsCluster;
 use aedb_queue_itests::{Cluster, PRODUCER};
 
+mod support;
+use support::chain;
+
 fn enqueue(dsn: &str) -> Result<i64, String> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -23,18 +26,6 @@ fn enqueue(dsn: &str) -> Result<i64, String> {
             Err(e) => Err(chain(&e)),
         }
     })
-}
-
-/// The error and its causes, as one line.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cause = c.source();
-    }
-    s
 }
 
 #[test]
