@@ -38,9 +38,10 @@ bash scripts/router_regress.sh
 log "4/10 isolation specs (pg_isolation_regress: fixed interleavings of concurrent sessions), with aedb_queue.direct_writes auto, then off (the same expected files)"
 both_write_paths isolation
 
-log "5/10 upgrade from each of $(earlier_versions)(ALTER EXTENSION UPDATE with tasks in every state; schema = fresh install); the .deb installed, upgraded under a running worker and removed (scripts/package_test.sh)"
+log "5/10 upgrade from each of $(earlier_versions)(ALTER EXTENSION UPDATE with tasks in every state; schema = fresh install); the .deb installed, upgraded under a running worker and removed (scripts/package_test.sh); a TLS-only deployment of two tenants as docs/deployment.md makes it: the .deb, a Rust worker, the CLI and the dashboard over verify-full, each operator seeing only their tenant (scripts/deployment_test.sh)"
 upgrade_from_earlier_versions
 bash scripts/package_test.sh
+bash scripts/deployment_test.sh
 
 log "6/10 integration tests over TCP; the model test again with aedb_queue.direct_writes off"
 cargo test -p aedb_queue_itests -- --test-threads=2

@@ -3,6 +3,9 @@
 //! them with a typed handler and stop once all three are sent.
 //!
 //!     AEDB_QUEUE_DSN='host=127.0.0.1 user=app dbname=app' cargo run --example quickstart
+//!
+//! `AEDB_QUEUE_NAME` names the queue (default `emails`): a tenant's worker
+//! uses one of its own queues (docs/deployment.md).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -22,6 +25,7 @@ struct Email {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dsn = std::env::var("AEDB_QUEUE_DSN")?;
+    let queue = std::env::var("AEDB_QUEUE_NAME").unwrap_or_else(|_| "emails".into());
 
     // Producer: the tasks commit with the application's own writes, or not at all.
     // Settings: the DSN as libpq reads it, TLS as its sslmode says.
@@ -35,7 +39,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         };
         enqueue(
             &tx,
-            "emails",
+            &queue,
             &email,
             &EnqueueOptions::new().max_attempts(3),
         )
@@ -48,7 +52,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let counter = sent.clone();
     let worker = Worker::builder(&dsn)?
         .queue(
-            QueueOptions::new("emails")
+            QueueOptions::new(&queue)
                 .concurrency(4)
                 .lease(Duration::from_secs(30)),
             handler(move |task: Task<Email>| {
