@@ -60,7 +60,7 @@ bash clients/python/test.sh
 log "9/10 the dashboard in headless Chromium (Playwright; every page and action, CSRF, roles, hostile text)"
 bash clients/cli/browser/run.sh
 
-log "10/10 the other majors: ${MAJORS:-none} (scripts/test_major.sh: pg_test, pg_regress and upgrades on each; on 18 also isolation, the integration tests and pg_upgrade from 15)"
+log "10/10 the other majors: ${MAJORS:-none} (scripts/test_major.sh: pg_test, pg_regress and upgrades on each; on 16 and 17 the direct writes' differential itests; on 18 also isolation, the router's regress, every integration test and pg_upgrade from 15)"
 for major in $MAJORS; do
     bash scripts/test_major.sh "$major"
 done
