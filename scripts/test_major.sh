@@ -2,7 +2,8 @@
 # Runs the suites that scripts/test.sh runs on PostgreSQL 15 against another
 # major (docs/postgres-majors.md):
 #   scripts/test_major.sh NN            16 or 17: pg_test, pg_regress, upgrades,
-#                                       the direct writes' differential itests
+#                                       the direct writes' differential itests,
+#                                       the .deb's contents
 #                                       18: those, isolation, the router, every
 #                                       integration test and pg_upgrade from 15
 #   scripts/test_major.sh NN --full     every one of them on any major
@@ -27,6 +28,11 @@ both_write_paths regress
 
 log "PostgreSQL $major: ALTER EXTENSION UPDATE from each of $(earlier_versions)"
 upgrade_from_earlier_versions
+
+# Not installed here (no postgresql-NN package to satisfy Depends,
+# docs/install.md): its files, paths and Depends are checked.
+log "PostgreSQL $major: the .deb (scripts/package.sh --pg $major): the files scripts/install.sh installed, at postgresql-$major's paths"
+bash scripts/package_contents_test.sh
 
 if ! $full; then
     log "PostgreSQL $major: the direct writes against the statements (itests write_paths*: differential, DDL under load, executor hooks)"

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The .deb of a major this machine has no Debian package of (16, 17, 18 are
+# relocatable installs here, so nothing satisfies its Depends: docs/install.md)
+# is checked without installing it: built with scripts/package.sh --pg NN, it
+# holds exactly the extension's files that scripts/install.sh just installed
+# into that major (same names, same SQL, the library of the same build,
+# stripped), at the paths of apt.postgresql.org's postgresql-NN, and depends
+# on postgresql-NN. scripts/test_major.sh runs it after the major's regress.
+#   AEDB_PG_MAJOR=NN bash scripts/package_contents_test.sh
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+cd "$ROOT"
+fail() { printf '\npackage contents test FAILED: %s\n' "$*" >&2; exit 1; }
+
+WORK=$TEST_DIR/package-contents
+rm -rf "$WORK" && mkdir -p "$WORK"
+deb=$(bash scripts/package.sh --pg "$PG_MAJOR" --debug --out "$WORK" 2>"$WORK/package.log") ||
+    { cat "$WORK/package.log" >&2; fail "scripts/package.sh --pg $PG_MAJOR"; }
+[ "$(dpkg-deb -f "$deb" Package)" = "postgresql-$PG_MAJOR-aedb-queue" ] || fail "the package's name: $(dpkg-deb -f "$deb" Package)"
+dpkg-deb -f "$deb" Depends | tr ',' '\n' | grep -qx " *postgresql-$PG_MAJOR" ||
+    fail "Depends does not name postgresql-$PG_MAJOR: $(dpkg-deb -f "$deb" Depends)"
+dpkg-deb -x "$deb" "$WORK/root"
+
+installed=$("$PG_CONFIG" --sharedir)/extension
+packaged=$WORK/root/usr/share/postgresql/$PG_MAJOR/extension
+# Every aedb_queue* file the development install put there is packaged, unchanged, and nothing else.
+diff <(cd "$installed" && ls aedb_queue* | sort) <(cd "$packaged" && ls | sort) >&2 ||
+    fail "the packaged extension files differ from those installed into $installed (diff above)"
+for f in "$packaged"/*; do
+    cmp -s "$f" "$installed/$(basename "$f")" || fail "$(basename "$f") differs from the installed one"
+done
+lib=$WORK/root/usr/lib/postgresql/$PG_MAJOR/lib/aedb_queue.so
+[ -f "$lib" ] || fail "no library at /usr/lib/postgresql/$PG_MAJOR/lib/aedb_queue.so"
+strip --strip-unneeded --remove-section=.comment --remove-section=.note \
+    -o "$WORK/installed.so" "$("$PG_CONFIG" --pkglibdir)/aedb_queue.so"
+cmp -s "$lib" "$WORK/installed.so" || fail "the packaged library is not the installed build, stripped"
+n=$(ls "$packaged" | wc -l)
+echo "   $(basename "$deb"): Depends postgresql-$PG_MAJOR; $n extension files and the library at postgresql-$PG_MAJOR's paths, the same as installed"
