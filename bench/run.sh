@@ -3,11 +3,11 @@
 #   bash bench/run.sh            full run (about 35 minutes), all systems
 #   bash bench/run.sh --quick    iteration run (under 3 minutes), aedb_queue and baseline, each with its one-transaction loop
 #   bash bench/run.sh --only soak [--minutes 30 | --trial]
-#                                the soak (issue 15), alone: steady load with
+#                                the soak, alone: steady load with
 #                                retries, timers, dead letters and reaping for
 #                                30 minutes (--trial: 4), results in bench/results/soak/
 #   bash bench/run.sh --only router
-#                                the router (issue 16), alone, about 4 minutes: its own
+#                                the router, alone, about 4 minutes: its own
 #                                3 shard clusters and router (scripts/shards.sh, ports
 #                                54380-54383: AEDB_BENCH_SHARDS_PORT, AEDB_BENCH_SHARDS_DIR),
 #                                per-call overhead and drains of 1 and 3 shards,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Firing precision of the background-worker reaper, issue 11's target: p99
+# Firing precision of the background-worker reaper, target: p99
 # lateness of timers and schedule fires <= 1.5 s with 10,000 schedules and
 # aedb_queue.reaper_interval = 1s.
 #   bench/schedules.sh [seconds per workload]      (default 120)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Timing targets the tests do not assert (issue 42: a loaded machine misses a
+# Timing targets the tests do not assert (a loaded machine misses a
 # tight bound with nothing wrong): the reaper's lateness, DROP DATABASE's time,
 # the retention catch-up, the rate limit's use, the failover recovery (the
 # SQL loop's and the Rust worker runtime's) and the chaos recovery times. The integration tests that exercise them measure them

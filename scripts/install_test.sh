@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installing leaves running servers alone (issue 42, item 8), both ways this
+# Installing leaves running servers alone, both ways this
 # project installs: scripts/install.sh, and cargo pgrx test's `sudo cp`
 # through scripts/pgrx_test/sudo (scripts/pg_test.sh). For each: a backend
 # that has the library loaded goes on working after an install, because the

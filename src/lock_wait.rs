@@ -1,4 +1,4 @@
-//! The reaper never waits on a lock a tenant can hold (issue 42): one
+//! The reaper never waits on a lock a tenant can hold: one
 //! tenant's open transaction must not stop every tenant's timers, leases
 //! and schedules. Everything a reap of every queue does runs with a short
 //! `lock_timeout`; a queue or schedule whose lock is not granted in time is

@@ -1,4 +1,4 @@
-//! `#[pg_test]`s of issue 42's error text and panics: an argument of any
+//! `#[pg_test]`s of error text and panics: an argument of any
 //! size is echoed in a few dozen bytes (`aedb_queue_core::error::quoted`),
 //! a caller without the right learns nothing of its arguments, and inputs
 //! that made a Rust panic reach the client (XX000) get their own SQLSTATE.

@@ -1,4 +1,4 @@
-//! `#[pg_test]`s of what bounds schedules (issue 42, item 4): the length
+//! `#[pg_test]`s of what bounds schedules: the length
 //! of a pattern, the schedules of one queue, each queue's share of a
 //! pass, the payload bytes of one pass, and a listing that parses only the
 //! patterns its caller may read. Conventions as in `tests.rs`.
@@ -68,7 +68,7 @@ mod tests {
 
     /// One queue's many due schedules, all due earlier than another
     /// queue's one, do not take a pass's whole budget: each queue with due
-    /// schedules gets its share (before issue 42, earliest first).
+    /// schedules gets its share (once, earliest first).
     #[pg_test]
     fn each_queue_gets_a_share_of_a_pass() {
         for i in 0..20 {
@@ -119,7 +119,7 @@ mod tests {
 
     /// A listing of every schedule the caller may read parses only those
     /// schedules' patterns: another tenant's stored pattern, however bad,
-    /// neither costs nor breaks it (before issue 42 each row was parsed).
+    /// neither costs nor breaks it (each row was once parsed).
     #[pg_test]
     fn a_listing_parses_only_what_its_caller_may_read() {
         exec("CREATE ROLE lister LOGIN IN ROLE aedb_queue_worker");

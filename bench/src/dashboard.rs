@@ -1,4 +1,4 @@
-//! `--only dashboard` (issue 14): the dashboard's page loads and /metrics
+//! `--only dashboard`: the dashboard's page loads and /metrics
 //! over 1,000,000 tasks in 100 queues, and the hot-path cost of the
 //! extension's shared-memory counters (`aedb_queue.track_counters` on
 //! against off, paired). Results go to `<out>/latest.md`.
@@ -340,7 +340,7 @@ fn write_report(
     let (ready, scheduled, dead, in_flight) = MIX;
     let _ = writeln!(
         md,
-        "# aedb_queue dashboard and counters benchmark (issue 14)\n"
+        "# aedb_queue dashboard and counters benchmark\n"
     );
     let _ = writeln!(
         md,

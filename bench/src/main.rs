@@ -955,7 +955,7 @@ async fn main() -> Result<()> {
         port: args.port,
         user: "postgres".into(),
     };
-    // The soak (issue 15) runs only when named (`--only soak`), alone, and
+    // The soak runs only when named (`--only soak`), alone, and
     // writes results/soak/ (results/soak/trial/ with --trial).
     if args
         .only
@@ -978,7 +978,7 @@ async fn main() -> Result<()> {
         })
         .await;
     }
-    // The router (issue 16) runs only when named (`--only router`), alone,
+    // The router runs only when named (`--only router`), alone,
     // against the shards and router bench/run.sh starts, and writes
     // results/router/.
     if args
@@ -999,7 +999,7 @@ async fn main() -> Result<()> {
         })
         .await;
     }
-    // The dashboard scenario (issue 14) runs only when named (`--only
+    // The dashboard scenario runs only when named (`--only
     // dashboard`), on its own, and writes its own latest.md.
     if args
         .only

@@ -1,4 +1,4 @@
-//! `--only router` (issue 16): the cost of going through the PL/Proxy
+//! `--only router`: the cost of going through the PL/Proxy
 //! router (docs/scale-out.md). Needs the shard clusters and the router of
 //! `scripts/shards.sh` (bench/run.sh starts them on ports of their own).
 //!

@@ -1,4 +1,4 @@
-//! `--only soak` (issue 15): a long run at a steady offered rate well below
+//! `--only soak`: a long run at a steady offered rate well below
 //! saturation, with retries, timers, dead letters, abandoned leases reaped
 //! and completed tasks kept for a window, sampled every few seconds: the
 //! workers' backend memory, the extension's table and index sizes, dead

@@ -1,4 +1,4 @@
-//! Flow control rules (issue 12), pure: the token bucket behind a queue's
+//! Flow control rules, pure: the token bucket behind a queue's
 //! rate limit. A bucket holds at most `burst` tokens and gains `rate`
 //! tokens per `per` of time; a claim takes at most what it holds and never
 //! waits for more.

@@ -18,7 +18,7 @@ import os
 import re
 import sys
 
-# The agreed /metrics names (issue 14 interface).
+# The agreed /metrics names.
 KNOWN = {
     "aedb_queue_tasks",
     "aedb_queue_tasks_estimated",

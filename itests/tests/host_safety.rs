@@ -1,5 +1,5 @@
 //! What an operator meets installing aedb_queue in a database that is not
-//! ours (issue 42): the extension can be dropped and installed again, and
+//! ours: the extension can be dropped and installed again, and
 //! its superuser-only SQL functions never run a tenant's operator.
 
 use aedb_queue_itests::*;
@@ -141,7 +141,7 @@ fn cpu_ticks(pid: i32) -> u64 {
 
 /// A due schedule whose row a session holds cannot fire; the background
 /// reaper must wait its interval before looking again, not wake at once
-/// for the fire time that has passed (before issue 42 it woke every
+/// for the fire time that has passed (it once woke every
 /// millisecond: 30 % of a core for as long as the row was held).
 #[test]
 fn a_held_due_schedule_does_not_make_the_reaper_spin() {

@@ -1,4 +1,4 @@
-//! Running out of background worker slots (issue 42, item 1). Slots are
+//! Running out of background worker slots. Slots are
 //! shared with pg_cron's launcher, the logical replication launcher and
 //! parallel query: with more databases than slots, the launcher must warn
 //! and try again later, never crash (a crash of a preloaded library's

@@ -272,7 +272,7 @@ pub fn write(
     let mut md = String::new();
     let _ = writeln!(
         md,
-        "# The router: overhead per call and scale-out (issue 16)\n\n\
+        "# The router: overhead per call and scale-out\n\n\
          Run {started}, `bash bench/run.sh {cmd}`. Machine: {cores} cores, which the 3 shards, the \
          router, the client and anything else running share (load average {lb} before, {la} \
          after, the run's own load included), so latencies and jobs/s are noisy; the paired ratios (same client, rounds interleaved) \

@@ -392,7 +392,7 @@ pub fn write(dir: &Path, run: &Run, samples: &[Sample]) -> Result<()> {
     );
     let _ = writeln!(
         md,
-        "**Windows.** Warm-up: minutes 0-{}. First: minutes {}-{}. Last: minutes {}-{}. Target (issue 15): the last window's p99 pickup latency and total size within {TARGET_RATIO}× of the first's; memory flatness is checked with the same bound.\n",
+        "**Windows.** Warm-up: minutes 0-{}. First: minutes {}-{}. Last: minutes {}-{}. Target: the last window's p99 pickup latency and total size within {TARGET_RATIO}× of the first's; memory flatness is checked with the same bound.\n",
         minutes(p.warm_up), minutes(p.first.0), minutes(p.first.1), minutes(p.last.0), minutes(p.last.1)
     );
     let _ = writeln!(md, "## Target\n\n| check | measure | first | last | last / first | verdict |\n|---|---|---|---|---|---|");

@@ -36,7 +36,9 @@ use crate::error::{Error, Result};
         (\"host=... port=... user=... dbname=...\") or URL \
         (postgresql://user@host:port/db); whatever it leaves out comes from \
         PGHOST, PGPORT, PGUSER, PGDATABASE and PGPASSWORD (defaults 127.0.0.1, \
-        5432, the OS user, the user name). No TLS.\n\n\
+        5432, the OS user, the user name). TLS as libpq's sslmode says (in the \
+        DSN, or PGSSLMODE, PGSSLROOTCERT, PGSSLCERT, PGSSLKEY); an sslmode that \
+        cannot be honoured is an error.\n\n\
         Exit codes: 0 success, 1 failure (a server error prints its SQLSTATE), \
         2 usage error.\n\n\
         Durations (--delay, --watch, --interval) are written as in SQL, read by \
