@@ -41,7 +41,8 @@ use crate::error::{Error, Result};
         cannot be honoured is an error.\n\n\
         Exit codes: 0 success, 1 failure (a server error prints its SQLSTATE), \
         2 usage error.\n\n\
-        Durations (--delay, --watch, --interval) are written as in SQL, read by \
+        Durations (--delay, --watch, --interval, serve's --sample-every and \
+        --max-age) are written as in SQL, read by \
         PostgreSQL's interval input: '90 seconds', '1 hour', '1h30m', '500ms', \
         '2 days'; a plain number is seconds."
 )]
@@ -250,13 +251,6 @@ fn duration_text(s: &str) -> std::result::Result<String, String> {
         Err("expected a duration such as '90 seconds', '1h' or a number of seconds".into())
     } else {
         Ok(s.to_string())
-    }
-}
-
-fn positive_secs(s: &str) -> std::result::Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(v) if (0.01..=86_400.0).contains(&v) => Ok(v),
-        _ => Err(format!("expected seconds from 0.01 to 86400, got {s:?}")),
     }
 }
 

@@ -1459,6 +1459,99 @@ fn the_shared_overview_is_kept_for_max_age_and_dropped_by_an_action() {
     assert_eq!(server.get(&format!("/queues/{}", seg(&newer))).status, 200);
 }
 
+/// `aedb-queue serve ARGS` (no login, any port) run to its end: for start-up
+/// failures.
+fn serve_fails(args: &[&str]) -> Run {
+    let mut cmd = support::command(cluster());
+    cmd.args(["serve", "--no-login", "--listen", "127.0.0.1:0"]);
+    cmd.args(args);
+    run_command(cmd, "")
+}
+
+/// A DSN of the cluster's database on a port where nothing listens.
+fn dead_dsn() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    format!("host=127.0.0.1 port={port} user={ADMIN} dbname={DB} connect_timeout=5")
+}
+
+#[test]
+fn sample_every_and_max_age_take_durations_as_in_sql() {
+    let q = unique_queue("srv_durations");
+    let mut producer = cluster().connect_as(PRODUCER);
+    enqueue(&mut producer, &q, &json!(1));
+    let ready = |m: &str| {
+        must_sample(
+            m,
+            &format!("aedb_queue_tasks{{queue=\"{q}\",state=\"ready\"}}"),
+        )
+    };
+    // Read by the server's interval input: '1 hour' samples hourly, and a
+    // snapshot is served for '10 minutes'.
+    let server = serve(
+        cluster(),
+        &["--sample-every", "1 hour", "--max-age", "10 minutes"],
+    );
+    must(&server.get("/").ok().body, "Sampled every 3600 s,");
+    assert_eq!(ready(&server.metrics()), 1.0);
+    enqueue(&mut producer, &q, &json!(2));
+    assert_eq!(ready(&server.metrics()), 1.0, "kept for --max-age");
+    drop(server);
+    for (every, shown) in [("250ms", "0.25"), ("PT2S", "2"), ("1.5", "1.5")] {
+        let server = serve(cluster(), &["--sample-every", every, "--max-age", "0"]);
+        must(
+            &server.get("/").ok().body,
+            &format!("Sampled every {shown} s,"),
+        );
+        assert_eq!(ready(&server.metrics()), 2.0, "--max-age 0 reads anew");
+    }
+
+    // Bad syntax, or out of the flag's range: usage errors naming the flag.
+    for (flag, bad) in [
+        ("--sample-every", "soon"),
+        ("--sample-every", "0"),
+        ("--sample-every", "5ms"),
+        ("--sample-every", "2 days"),
+        ("--max-age", "1x"),
+        ("--max-age", "-1"),
+        ("--max-age", "1 second ago"),
+        ("--max-age", "2 hours"),
+    ] {
+        let run = serve_fails(&[flag, bad]);
+        assert_eq!(run.code, 2, "{flag} {bad}: {run:#?}");
+        assert!(
+            run.stderr
+                .contains(&format!("invalid value '{bad}' for '{flag} <DURATION>'")),
+            "{flag} {bad}: {run:#?}"
+        );
+        assert!(!run.stdout.contains("listening on"), "{run:#?}");
+    }
+
+    // The database down at start: plain numbers are seconds and serve starts...
+    let dead = dead_dsn();
+    let server = serve(
+        cluster(),
+        &["--dsn", &dead, "--sample-every", "0.5", "--max-age", "1"],
+    );
+    assert_eq!(server.get("/healthz").status, 503);
+    drop(server);
+    // ...any other duration is an error naming the flag that says what to do.
+    for flag in ["--sample-every", "--max-age"] {
+        let run = serve_fails(&["--dsn", &dead, flag, "1 minute"]);
+        assert_eq!(run.code, 1, "{flag}: {run:#?}");
+        assert!(
+            run.stderr.contains(&format!("{flag} '1 minute'"))
+                && run.stderr.contains(&format!("give {flag} in seconds"))
+                && run.stderr.contains("or start the database"),
+            "{flag}: {run:#?}"
+        );
+        assert!(!run.stdout.contains("listening on"), "{run:#?}");
+    }
+}
+
 #[test]
 fn queue_labels_are_capped_and_the_rest_summed_as_other() {
     // A database of its own, so that the queues are exactly these.

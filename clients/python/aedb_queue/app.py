@@ -36,6 +36,13 @@ class App:
     transaction``) pass ``transaction_pooler=True``: no statement is prepared
     server-side; LISTEN then needs ``listen_conninfo``, a direct connection
     (or ``listen=False``). See docs/pgbouncer.md.
+
+    Durations (``shutdown_timeout`` here, ``lease``, ``poll_interval`` and
+    ``heartbeat_interval`` of :meth:`task`) are seconds (int or float),
+    timedeltas, or text written as in SQL (``"30 seconds"``, ``"1h30m"``,
+    ``"500ms"``, ``"PT1M"``). PostgreSQL's interval input reads a text on the
+    worker's first connection at start: one it refuses, or one out of its
+    option's range, is a :class:`StartupError` naming the option and the text.
     """
 
     def __init__(
@@ -43,7 +50,7 @@ class App:
         conninfo: str,
         *,
         owner_id: str | None = None,
-        shutdown_timeout: float = 30.0,
+        shutdown_timeout: _args.Duration = 30.0,
         listen: bool = True,
         application_name: str = "aedb_queue worker",
         transaction_pooler: bool = False,
@@ -53,7 +60,7 @@ class App:
             raise TypeError(f"conninfo: expected a str, got {type(conninfo).__name__}")
         self.conninfo = conninfo
         self.owner_id = _args.queue_name(owner_id, "owner_id") if owner_id is not None else default_owner_id()
-        self.shutdown_timeout = _args.seconds(shutdown_timeout, "shutdown_timeout", positive=False)
+        self.shutdown_timeout = _args.seconds_or_text(shutdown_timeout, "shutdown_timeout", positive=False)
         self.listen = bool(listen)
         self.application_name = application_name
         self.transaction_pooler = bool(transaction_pooler)
@@ -74,22 +81,25 @@ class App:
         queue: str,
         *,
         concurrency: int = 4,
-        lease: float = 30.0,
+        lease: _args.Duration = 30.0,
         batch_size: int | None = None,
-        poll_interval: float = 5.0,
-        heartbeat_interval: float | None = None,
+        poll_interval: _args.Duration = 5.0,
+        heartbeat_interval: _args.Duration | None = None,
         transactional: bool = False,
         payload_type: Any = None,
     ) -> Callable[[F], F]:
         """Register the decorated function as the handler of ``queue``.
 
         - ``concurrency``: handlers of this queue running at once in this worker.
-        - ``lease``: seconds each claim holds a task; heartbeats renew it every
-          ``heartbeat_interval`` (default: a third of the lease) while the handler runs.
+        - ``lease``: how long each claim holds a task (at least 1 second); heartbeats
+          renew it every ``heartbeat_interval`` (default: a third of the lease) while
+          the handler runs.
         - ``batch_size``: most tasks one claim asks for (default: ``concurrency``;
           a claim never asks for more than the free slots).
-        - ``poll_interval``: seconds between claims of an idle queue when no
+        - ``poll_interval``: time between claims of an idle queue when no
           notification comes (turn them on with ``queue_configure(queue, notify => true)``).
+        - Durations are seconds, timedeltas or text as in SQL (``lease="2 minutes"``),
+          a text read by PostgreSQL when the worker starts (see :class:`App`).
         - ``transactional``: the handler is called as ``handler(task, conn)`` inside a
           transaction that commits its writes with the completion, or neither.
         - ``payload_type``: decode the payload as this dataclass / pydantic model
@@ -137,12 +147,12 @@ class App:
         *,
         queues: Iterable[str] | None = None,
         concurrency: int | None = None,
-        shutdown_timeout: float | None = None,
+        shutdown_timeout: _args.Duration | None = None,
         handle_signals: bool = False,
     ) -> None:
         """Run until :meth:`stop` (or SIGTERM/SIGINT with ``handle_signals``), then shut down gracefully."""
         specs = self.select(queues, concurrency)
-        timeout = self.shutdown_timeout if shutdown_timeout is None else _args.seconds(
+        timeout = self.shutdown_timeout if shutdown_timeout is None else _args.seconds_or_text(
             shutdown_timeout, "shutdown_timeout", positive=False)
         runtime = Runtime(
             self.conninfo, specs, owner_id=self.owner_id, shutdown_timeout=timeout,
@@ -178,7 +188,7 @@ class App:
         *,
         queues: Iterable[str] | None = None,
         concurrency: int | None = None,
-        shutdown_timeout: float | None = None,
+        shutdown_timeout: _args.Duration | None = None,
         handle_signals: bool = True,
     ) -> None:
         """Run the worker in this thread until SIGTERM/SIGINT or :meth:`stop`.

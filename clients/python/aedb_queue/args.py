@@ -14,7 +14,20 @@ from typing import Any
 
 MAX_NAME_BYTES = 128
 
-Duration = int | float | timedelta
+Seconds = int | float | timedelta
+"""A duration read here: a number of seconds or a timedelta."""
+
+Duration = int | float | timedelta | str
+"""A duration: a number of seconds, a timedelta, or a str written as in SQL
+('30 seconds', '1h30m', '500ms', '2 days', 'PT1H'; a bare number is seconds)
+that PostgreSQL's interval input reads, never a parser of this package."""
+
+# What a bad duration's error says after PostgreSQL's reason.
+HOW = ("write a duration as in SQL: '90 seconds', '1 hour', '1h30m', '500ms', '2 days', "
+       "or a number of seconds")
+
+# A duration's text read by the server: the seconds of its interval.
+INTERVAL_SECONDS = "SELECT extract(epoch FROM %s::text::interval)::float8"
 
 
 def queue_name(value: Any, arg: str = "queue") -> str:
@@ -59,6 +72,50 @@ def seconds(value: Any, arg: str, *, positive: bool = True) -> float:
     d = duration(value, arg, positive=positive, optional=False)
     assert d is not None
     return d.total_seconds()
+
+
+def duration_or_text(
+    value: Any, arg: str, *, positive: bool = False, optional: bool = True
+) -> timedelta | str | None:
+    """As :func:`duration`, and a str is kept as it is for PostgreSQL's
+    interval input to read (after :func:`check_read` its seconds are checked)."""
+    if isinstance(value, str):
+        if not value.strip():
+            raise ValueError(f"{arg}: must not be empty ({HOW})")
+        return value
+    try:
+        return duration(value, arg, positive=positive, optional=optional)
+    except TypeError:
+        if value is None:
+            raise
+        raise TypeError(
+            f"{arg}: expected seconds (int or float), a timedelta or a str such as '30 seconds', "
+            f"got {type(value).__name__}"
+        ) from None
+
+
+def seconds_or_text(value: Any, arg: str, *, positive: bool = True) -> float | str:
+    """A required duration: float seconds, or a str for the server to read."""
+    d = duration_or_text(value, arg, positive=positive, optional=False)
+    assert d is not None
+    return d if isinstance(d, str) else d.total_seconds()
+
+
+def check_read(seconds: float, value: Any, arg: str, *, positive: bool) -> float:
+    """``seconds``, what the server read ``value`` (a str) as, within the sign
+    ``duration`` would check."""
+    if not math.isfinite(seconds):
+        raise ValueError(f"{arg}: must be finite, got {value!r}")
+    if positive and seconds <= 0:
+        raise ValueError(f"{arg}: must be positive, got {value!r} ({seconds:g} s)")
+    if seconds < 0:
+        raise ValueError(f"{arg}: must not be negative, got {value!r} ({seconds:g} s)")
+    return seconds
+
+
+def bad_text(arg: str, value: str, reason: str) -> ValueError:
+    """The error of a duration text the server's interval input refused."""
+    return ValueError(f"{arg}: {value!r} is not a duration PostgreSQL reads ({reason}); {HOW}")
 
 
 def integer(

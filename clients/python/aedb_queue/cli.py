@@ -8,6 +8,7 @@ import argparse
 import importlib
 import logging
 import os
+import re
 import sys
 
 from .app import App
@@ -40,7 +41,19 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _seconds(text: str) -> float:
+# Seconds, as interval input reads a bare number: digits with at most one point.
+_PLAIN_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)")
+
+
+def _duration(text: str) -> float | str:
+    """A plain number is seconds, read here; any other text (``'90 seconds'``,
+    ``'1h30m'``) goes as it is to the App, whose runtime has PostgreSQL's
+    interval input read it on its first connection (a bad one is a startup
+    error, exit 1)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a duration such as '90 seconds', '1m' or a number of seconds")
+    if not _PLAIN_NUMBER.fullmatch(text.strip()):
+        return text
     value = float(text)
     if value < 0:
         raise argparse.ArgumentTypeError("must not be negative")
@@ -51,7 +64,9 @@ def _worker_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("app", help="the App to run, as module:attribute (module alone: module:app)")
     parser.add_argument("--concurrency", type=_positive_int, help="handlers per queue running at once (overrides each task's)")
     parser.add_argument("--queues", help="comma-separated queues to work (default: every registered queue)")
-    parser.add_argument("--shutdown-timeout", type=_seconds, help="seconds running handlers get to finish after SIGTERM")
+    parser.add_argument("--shutdown-timeout", type=_duration, metavar="DURATION",
+                        help="how long running handlers get to finish after SIGTERM: seconds, or a duration "
+                             "as in SQL ('90 seconds', '2 minutes') that PostgreSQL reads at start")
     parser.add_argument("--log-level", default=os.environ.get("AEDB_QUEUE_LOG_LEVEL", "INFO"),
                         help="logging level (default INFO, or $AEDB_QUEUE_LOG_LEVEL)")
 

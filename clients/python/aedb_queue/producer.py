@@ -41,13 +41,13 @@ def _options(
     ordering_key: Any,
     fairness_key: Any,
 ) -> dict[str, Any]:
-    base = _args.duration(backoff_base, "backoff_base", positive=True)
-    ceiling = _args.duration(backoff_max, "backoff_max", positive=True)
-    if base is not None and ceiling is not None and ceiling < base:
+    base = _args.duration_or_text(backoff_base, "backoff_base", positive=True)
+    ceiling = _args.duration_or_text(backoff_max, "backoff_max", positive=True)
+    if isinstance(base, timedelta) and isinstance(ceiling, timedelta) and ceiling < base:
         raise ValueError("backoff_max: must not be less than backoff_base")
     concurrency, ordering, fairness = _args.flow_keys(concurrency_key, ordering_key, fairness_key)
     return {
-        "delay": _args.duration(delay, "delay") or timedelta(0),
+        "delay": _args.duration_or_text(delay, "delay") or timedelta(0),
         "priority": _args.integer(priority, "priority") or 0,
         "max_attempts": _args.integer(max_attempts, "max_attempts", minimum=1),
         "backoff_base": base,
@@ -58,6 +58,71 @@ def _options(
         "ordering_key": ordering,
         "fairness_key": fairness,
     }
+
+
+# The durations of an enqueue; a str is the server's to read (interval input).
+_DURATIONS = ("delay", "backoff_base", "backoff_max")
+
+
+def _texts(params: dict[str, Any]) -> list[tuple[str, str]]:
+    """The durations given as text: (argument, text)."""
+    return [(name, params[name]) for name in _DURATIONS if isinstance(params[name], str)]
+
+
+def _check_read(params: dict[str, Any], read: dict[str, float]) -> None:
+    """The checks of ``_options`` on the seconds the server read the texts as."""
+    for name, secs in read.items():
+        _args.check_read(secs, params[name], name, positive=name != "delay")
+    seconds = {name: read[name] if name in read else value.total_seconds()
+               for name in ("backoff_base", "backoff_max")
+               if (value := params[name]) is not None}
+    if len(seconds) == 2 and seconds["backoff_max"] < seconds["backoff_base"]:
+        raise ValueError(f"backoff_max: must not be less than backoff_base "
+                         f"(got {params['backoff_max']!r} and {params['backoff_base']!r})")
+
+
+def _refused(arg: str, text: str, exc: psycopg.Error) -> ValueError:
+    return _args.bad_text(arg, text, exc.diag.message_primary or str(exc))
+
+
+def _read_durations(cur: psycopg.Cursor, params: dict[str, Any]) -> None:
+    """The durations given as text, read by the server's interval input before
+    anything is enqueued, inside a savepoint: a text it refuses is a ValueError
+    naming the argument, and the caller's transaction goes on unharmed. The
+    text itself is what the enqueue then sends, as an interval."""
+    texts = _texts(params)
+    if not texts:
+        return
+    read: dict[str, float] = {}
+    arg, text = texts[0]
+    try:
+        with cur.connection.transaction():
+            for arg, text in texts:
+                row = cur.execute(_args.INTERVAL_SECONDS, (text,)).fetchone()
+                assert row is not None
+                read[arg] = row[0]
+    except psycopg.errors.DataError as exc:  # SQLSTATE class 22: what interval input refuses
+        raise _refused(arg, text, exc) from exc
+    _check_read(params, read)
+
+
+async def _aread_durations(cur: psycopg.AsyncCursor, params: dict[str, Any]) -> None:
+    """:func:`_read_durations` on an AsyncCursor."""
+    texts = _texts(params)
+    if not texts:
+        return
+    read: dict[str, float] = {}
+    arg, text = texts[0]
+    try:
+        async with cur.connection.transaction():
+            for arg, text in texts:
+                await cur.execute(_args.INTERVAL_SECONDS, (text,))
+                row = await cur.fetchone()
+                assert row is not None
+                read[arg] = row[0]
+    except psycopg.errors.DataError as exc:
+        raise _refused(arg, text, exc) from exc
+    _check_read(params, read)
 
 
 def _enqueue_params(queue: str, payload: Any, idempotency_key: Any, **options: Any) -> dict[str, Any]:
@@ -120,7 +185,12 @@ def enqueue(
     """Enqueue one task on ``conn`` (in its current transaction) and return its id.
 
     ``payload`` is any JSON value, a dataclass or a pydantic model. Durations
-    (``delay``, ``backoff_base``, ``backoff_max``) are seconds or timedeltas.
+    (``delay``, ``backoff_base``, ``backoff_max``) are seconds (int or float),
+    timedeltas, or text written as in SQL (``"30 seconds"``, ``"1h30m"``,
+    ``"500ms"``, ``"2 days"``): PostgreSQL's interval input reads the text,
+    first in a savepoint (a text it refuses is a ValueError naming the
+    argument, with the server's reason; nothing is enqueued and the caller's
+    transaction goes on), then as the interval the enqueue sends.
     With ``idempotency_key``, a second enqueue of the key returns the first
     task's id with ``deduplicated=True``.
     """
@@ -133,6 +203,7 @@ def enqueue(
     )
     cur = _cursor(conn, "enqueue")
     with cur:
+        _read_durations(cur, params)
         row = cur.execute(sql.ENQUEUE, params).fetchone()
     assert row is not None
     return Enqueued(row[0], row[1])
@@ -154,7 +225,9 @@ def enqueue_batch(
     ordering_key: str | None = None,
     fairness_key: str | None = None,
 ) -> list[int]:
-    """Enqueue one task per payload, with the same options, in one statement; ids in order."""
+    """Enqueue one task per payload, with the same options, in one statement; ids in order.
+
+    Options as for :func:`enqueue` (durations as text too)."""
     params = _batch_params(
         queue, payloads,
         delay=delay, priority=priority, max_attempts=max_attempts,
@@ -166,6 +239,7 @@ def enqueue_batch(
     with cur:
         if not params["payloads"]:
             return []
+        _read_durations(cur, params)
         return [row[0] for row in cur.execute(sql.ENQUEUE_BATCH, params).fetchall()]
 
 
@@ -196,6 +270,7 @@ async def aenqueue(
     )
     cur = _acursor(conn, "aenqueue")
     async with cur:
+        await _aread_durations(cur, params)
         await cur.execute(sql.ENQUEUE, params)
         row = await cur.fetchone()
     assert row is not None
@@ -230,5 +305,6 @@ async def aenqueue_batch(
     async with cur:
         if not params["payloads"]:
             return []
+        await _aread_durations(cur, params)
         await cur.execute(sql.ENQUEUE_BATCH, params)
         return [row[0] for row in await cur.fetchall()]

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import errors as pg_errors
 
+from . import args as _args
 from . import sql
 from .connections import Backoff, Pool, StartupError, connect_kwargs, describe, is_transient
 from .runner import Job, QueueRunner, _one_line, fetchval
@@ -42,7 +43,7 @@ class Runtime:
         specs: Iterable[TaskSpec],
         *,
         owner_id: str,
-        shutdown_timeout: float,
+        shutdown_timeout: float | str,
         listen: bool,
         application_name: str,
         transaction_pooler: bool = False,
@@ -52,7 +53,9 @@ class Runtime:
         self.transaction_pooler = transaction_pooler
         self.listen_conninfo = listen_conninfo or conninfo
         self.owner_id = owner_id
-        self.shutdown_timeout = shutdown_timeout
+        # A text is read by the server at start (_read_durations); 0 until then.
+        self._shutdown_timeout_text = shutdown_timeout if isinstance(shutdown_timeout, str) else None
+        self.shutdown_timeout = 0.0 if isinstance(shutdown_timeout, str) else shutdown_timeout
         self.application_name = application_name
         self._listen_enabled = listen
         specs = list(specs)
@@ -184,13 +187,20 @@ class Runtime:
         except psycopg.Error as exc:
             rows = None
             failure = exc
-        self.pool.release(conn)
         if not rows:
+            self.pool.release(conn)
             await self.pool.close()
             if rows is None:
                 raise StartupError(f"cannot use {where}: {_one_line(failure)}") from failure
             raise StartupError(f"the aedb_queue extension is not installed in {where} "
                                "(CREATE EXTENSION aedb_queue)")
+        try:
+            await self._read_durations(conn)
+        except BaseException:
+            self.pool.release(conn)
+            await self.pool.close()
+            raise
+        self.pool.release(conn)
         if self._listen_enabled and self.listen_conninfo != self.conninfo:
             listen_where = describe(self.listen_conninfo)
             kwargs = connect_kwargs(self.listen_conninfo, self.application_name + " listener")
@@ -203,6 +213,42 @@ class Runtime:
         log.info("worker %s started: queues %s; connected to %s (extension %s)", self.owner_id,
                  ", ".join(f"{q} (concurrency {r.spec.concurrency})" for q, r in self.runners.items()),
                  where, rows[0][0])
+
+    async def _read_durations(self, conn: psycopg.AsyncConnection) -> None:
+        """The durations given as text (``shutdown_timeout``, a task's ``lease``,
+        ``poll_interval``, ``heartbeat_interval``), read by PostgreSQL's interval
+        input on the first connection: one it refuses, or one out of its
+        option's range, is a StartupError naming the option and the text."""
+        wanted: list[tuple[str, str, str]] = []  # (what to call it, option, text)
+        if self._shutdown_timeout_text is not None:
+            wanted.append(("", "shutdown_timeout", self._shutdown_timeout_text))
+        for queue, runner in self.runners.items():
+            wanted += [(f"queue {queue!r}: ", name, text) for name, text in runner.spec.texts]
+        read: dict[str, float] = {}
+        for prefix, name, text in wanted:
+            if text in read:
+                continue
+            try:
+                row = await (await conn.execute(_args.INTERVAL_SECONDS, (text,))).fetchone()
+                assert row is not None
+                read[text] = row[0]
+            except psycopg.errors.DataError as exc:  # SQLSTATE class 22: what interval input refuses
+                reason = exc.diag.message_primary or _one_line(exc)
+                raise StartupError(prefix + str(_args.bad_text(name, text, reason))) from exc
+            except psycopg.Error as exc:
+                raise StartupError(f"{prefix}{name}: cannot read {text!r}: {_one_line(exc)}") from exc
+        if self._shutdown_timeout_text is not None:
+            text = self._shutdown_timeout_text
+            try:
+                self.shutdown_timeout = _args.check_read(read[text], text, "shutdown_timeout", positive=False)
+            except ValueError as exc:
+                raise StartupError(str(exc)) from exc
+            self._shutdown_timeout_text = None
+        for queue, runner in self.runners.items():
+            try:
+                runner.spec = runner.spec.read(read)
+            except ValueError as exc:
+                raise StartupError(f"queue {queue!r}: {exc}") from exc
 
     async def run(self) -> None:
         self.loop = asyncio.get_running_loop()

@@ -23,7 +23,7 @@ class Retry(Exception):
     The attempt counts: out of attempts, the task is dead as with any failure.
     """
 
-    def __init__(self, message: str = "retry requested", *, in_: _args.Duration = 0) -> None:
+    def __init__(self, message: str = "retry requested", *, in_: _args.Seconds = 0) -> None:
         super().__init__(message)
         self.in_ = _args.duration(in_, "in_", optional=False)
 
@@ -41,11 +41,11 @@ class FollowUp:
 
     queue: str
     payload: Any = None
-    delay: _args.Duration | None = None
+    delay: _args.Seconds | None = None
     priority: int | None = None
     max_attempts: int | None = None
-    backoff_base: _args.Duration | None = None
-    backoff_max: _args.Duration | None = None
+    backoff_base: _args.Seconds | None = None
+    backoff_max: _args.Seconds | None = None
     idempotency_key: str | None = None
     wait_for: Sequence[int] | None = None
 

@@ -40,4 +40,15 @@ def produce(conn: psycopg.Connection[tuple[object, ...]]) -> int:
     return queued.task_id
 
 
+@app.task("reports", lease="2 minutes", poll_interval="500ms", heartbeat_interval=20)
+def report(task: Task[dict[str, int]]) -> None:
+    pass
+
+
+def produce_later(conn: psycopg.Connection[tuple[object, ...]]) -> int:
+    return enqueue(conn, "emails", {"n": 1}, delay="1h30m", backoff_base=5, backoff_max="10 minutes").task_id
+
+
+slow = App("host=127.0.0.1 dbname=app user=app_service", shutdown_timeout="90 seconds")
+
 version: str = aedb_queue.__version__

@@ -72,10 +72,18 @@ pub struct Options {
           value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub max_queues: u32,
 
-    /// Seconds between samples of queue_overview and queue_counters for the
-    /// charts and rates (fractions allowed).
-    #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = crate::positive_secs)]
-    pub sample_every: f64,
+    /// How often queue_overview and queue_counters are sampled for the
+    /// charts and rates: a duration as in SQL ('10s', '500ms', '1 minute')
+    /// or seconds (fractions allowed), 10 ms to 1 day. Only a plain number
+    /// is read without the database.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "10",
+        allow_negative_numbers = true,
+        value_parser = crate::duration_text
+    )]
+    pub sample_every: String,
 
     /// Minutes of samples kept per queue (at most 2,000 samples).
     #[arg(long, value_name = "MINUTES", default_value_t = 60,
@@ -87,12 +95,19 @@ pub struct Options {
           value_parser = clap::value_parser!(u32).range(0..=3_600))]
     pub refresh: u32,
 
-    /// Serve queue_overview figures up to this many seconds old (fractions
-    /// allowed; 0: read them for every request). Older ones are replaced in
-    /// the background while they are served; actions of this server show at
-    /// once.
-    #[arg(long, value_name = "SECONDS", default_value_t = 2.0, value_parser = max_age_secs)]
-    pub max_age: f64,
+    /// Serve queue_overview figures up to this old: a duration as in SQL
+    /// ('2s', '500ms', '1 minute') or seconds (fractions allowed), 0 to 1
+    /// hour (0: read them for every request). Older ones are replaced in the
+    /// background while they are served; actions of this server show at
+    /// once. Only a plain number is read without the database.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "2",
+        allow_negative_numbers = true,
+        value_parser = crate::duration_text
+    )]
+    pub max_age: String,
 
     /// Connections in the pool.
     #[arg(long, value_name = "N", default_value_t = 4, hide = true,
@@ -148,11 +163,74 @@ pub struct Options {
     pub tls_key: Option<PathBuf>,
 }
 
-fn max_age_secs(s: &str) -> std::result::Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(v) if (0.0..=3_600.0).contains(&v) => Ok(v),
-        _ => Err(format!("expected seconds from 0 to 3600, got {s:?}")),
-    }
+/// `--sample-every` and `--max-age`, in seconds.
+#[derive(Debug, Clone, Copy)]
+struct Periods {
+    sample_every: f64,
+    max_age: f64,
+}
+
+/// The duration flags read as the other flags' durations are (by the
+/// server's interval input, `duration.rs`) and checked against their
+/// ranges. serve starts while the database is down, so a plain number is
+/// read here as seconds without connecting; any other text needs the
+/// database, and when it cannot be reached that is an error naming the
+/// flag.
+async fn periods(cfg: &Config, opts: &Options) -> Result<Periods> {
+    let mut client = None;
+    let sample_every = period(
+        cfg,
+        &mut client,
+        "--sample-every",
+        &opts.sample_every,
+        crate::duration::REFRESH_SECS,
+        "10 ms to 1 day (0.01 to 86400 seconds)",
+    )
+    .await?;
+    let max_age = period(
+        cfg,
+        &mut client,
+        "--max-age",
+        &opts.max_age,
+        0.0..=3_600.0,
+        "0 to 1 hour (0 to 3600 seconds)",
+    )
+    .await?;
+    Ok(Periods {
+        sample_every,
+        max_age,
+    })
+}
+
+async fn period(
+    cfg: &Config,
+    client: &mut Option<tokio_postgres::Client>,
+    flag: &str,
+    text: &str,
+    range: std::ops::RangeInclusive<f64>,
+    what: &str,
+) -> Result<f64> {
+    use crate::duration;
+    let secs = match duration::plain_secs(text) {
+        Some(secs) => secs,
+        None => {
+            if client.is_none() {
+                let c = crate::conn::connect(cfg).await.map_err(|e| {
+                    let reason = e.report();
+                    let reason = reason.strip_prefix("error: ").unwrap_or(&reason);
+                    Error::msg(format!(
+                        "{flag} '{text}': a duration other than a plain number is read by the \
+                         database, which cannot be reached ({reason}); give {flag} in seconds \
+                         (e.g. {flag} 10) or start the database"
+                    ))
+                })?;
+                *client = Some(c);
+            }
+            let c = client.as_ref().expect("connected above");
+            duration::seconds(c, flag, text).await?
+        }
+    };
+    duration::within(flag, text, secs, range, what)
 }
 
 /// What one role sees: its connections, its latest overview and its
@@ -344,8 +422,9 @@ fn views(
     identity: &Identity,
     pool: &deadpool_postgres::Pool,
     opts: &Options,
+    periods: Periods,
 ) -> BTreeMap<Option<String>, View> {
-    let capacity = sampler::capacity(opts.history, opts.sample_every);
+    let capacity = sampler::capacity(opts.history, periods.sample_every);
     identity
         .roles()
         .into_iter()
@@ -355,7 +434,7 @@ fn views(
                 overview: snapshot::OverviewCache::new(
                     db.clone(),
                     opts.exact_limit,
-                    Duration::from_secs_f64(opts.max_age),
+                    Duration::from_secs_f64(periods.max_age),
                 ),
                 history: Arc::new(Mutex::new(History::new(capacity, opts.max_queues as usize))),
                 db,
@@ -383,6 +462,7 @@ async fn first_samples(app: &App) {
 }
 
 pub async fn run(cfg: &Config, opts: &Options) -> Result<()> {
+    let periods = periods(cfg, opts).await?;
     let tls = match (&opts.tls_cert, &opts.tls_key) {
         (Some(cert), Some(key)) => Some(tls::config(cert, key)?),
         _ => None,
@@ -395,12 +475,12 @@ pub async fn run(cfg: &Config, opts: &Options) -> Result<()> {
     .map_err(Error::msg)?;
     let pool = db::pool(cfg, opts.pool_size)?;
     let app = Arc::new(App {
-        views: views(&identity, &pool, opts),
+        views: views(&identity, &pool, opts, periods),
         health: Db::new(pool, None),
         identity,
         exact_limit: opts.exact_limit,
         max_queues: opts.max_queues as usize,
-        sample_every: opts.sample_every,
+        sample_every: periods.sample_every,
         history_minutes: opts.history,
         refresh_secs: opts.refresh,
     });
@@ -411,7 +491,7 @@ pub async fn run(cfg: &Config, opts: &Options) -> Result<()> {
     let addr = listener
         .local_addr()
         .map_err(|e| Error::msg(format!("cannot read the bound address: {e}")))?;
-    sampler::spawn(app.clone(), Duration::from_secs_f64(opts.sample_every));
+    sampler::spawn(app.clone(), Duration::from_secs_f64(periods.sample_every));
     let scheme = if tls.is_some() { "https" } else { "http" };
     println!("listening on {scheme}://{addr}");
     use std::io::Write as _;
