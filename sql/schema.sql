@@ -388,6 +388,42 @@ CREATE TYPE aedb_queue.schedule_row AS (
 -- time without reading every registered queue.
 CREATE INDEX queue_keeps_keys_idx ON aedb_queue.queue (name) WHERE keep_idempotency_keys IS NOT NULL;
 
+-- Durable workflows (0.9.0, docs/guide.md): the steps a task's handler
+-- recorded, each under the fencing token of the claim that ran it. A step
+-- runs once: its first record stands. queue_reap() of every queue removes
+-- the rows of tasks that are gone (kept completed tasks keep theirs).
+CREATE TABLE aedb_queue.task_step (
+    task_id       bigint NOT NULL,
+    step          text NOT NULL,
+    queue         text NOT NULL,
+    result        jsonb,
+    attempt       integer NOT NULL,
+    fencing_token bigint NOT NULL,
+    recorded_at   timestamptz NOT NULL,
+    PRIMARY KEY (task_id, step)
+);
+
+-- Events by key, within a queue; the first emit of a key stands.
+CREATE TABLE aedb_queue.event (
+    queue      text NOT NULL,
+    key        text NOT NULL,
+    payload    jsonb,
+    emitted_at timestamptz NOT NULL,
+    PRIMARY KEY (queue, key)
+);
+
+-- Tasks parked until an event, or until their deadline: one row per
+-- waiting step; the deadline is its first call's.
+CREATE TABLE aedb_queue.event_wait (
+    task_id  bigint NOT NULL,
+    step     text NOT NULL,
+    queue    text NOT NULL,
+    key      text NOT NULL,
+    deadline timestamptz NOT NULL,
+    PRIMARY KEY (task_id, step)
+);
+CREATE INDEX event_wait_key_idx ON aedb_queue.event_wait (queue, key);
+
 -- pg_dump skips the contents of extension tables unless told otherwise.
 SELECT pg_catalog.pg_extension_config_dump('aedb_queue.queue', '');
 SELECT pg_catalog.pg_extension_config_dump('aedb_queue.task', '');
@@ -402,3 +438,6 @@ SELECT pg_catalog.pg_extension_config_dump('aedb_queue.concurrency_slot', '');
 SELECT pg_catalog.pg_extension_config_dump('aedb_queue.rate_bucket', '');
 SELECT pg_catalog.pg_extension_config_dump('aedb_queue.ordering_slot', '');
 SELECT pg_catalog.pg_extension_config_dump('aedb_queue.fairness_key', '');
+SELECT pg_catalog.pg_extension_config_dump('aedb_queue.task_step', '');
+SELECT pg_catalog.pg_extension_config_dump('aedb_queue.event', '');
+SELECT pg_catalog.pg_extension_config_dump('aedb_queue.event_wait', '');

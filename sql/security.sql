@@ -25,7 +25,8 @@ GRANT USAGE ON SCHEMA aedb_queue TO aedb_queue_producer, aedb_queue_worker, aedb
 GRANT USAGE ON SCHEMA aedb_queue_internal TO aedb_queue_producer, aedb_queue_worker, aedb_queue_admin;
 
 GRANT EXECUTE ON FUNCTION
-    aedb_queue.queue_enqueue, aedb_queue.queue_enqueue_batch, aedb_queue.queue_shard
+    aedb_queue.queue_enqueue, aedb_queue.queue_enqueue_batch, aedb_queue.queue_shard,
+    aedb_queue.queue_emit
 TO aedb_queue_producer;
 
 GRANT EXECUTE ON FUNCTION
@@ -35,7 +36,9 @@ GRANT EXECUTE ON FUNCTION
     aedb_queue.queue_list, aedb_queue_internal.can_read,
     aedb_queue.queue_schedule_list, aedb_queue.queue_cron_preview, aedb_queue.queue_parents,
     aedb_queue.queue_overview, aedb_queue.queue_counters, aedb_queue.queue_access, aedb_queue.queue_find,
-    aedb_queue.queue_children, aedb_queue.queue_errors, aedb_queue.queue_shard
+    aedb_queue.queue_children, aedb_queue.queue_errors, aedb_queue.queue_shard,
+    aedb_queue.queue_step_record, aedb_queue.queue_steps, aedb_queue.queue_sleep,
+    aedb_queue.queue_await_event
 TO aedb_queue_worker;
 
 -- Admins can do everything, including what the other two roles can.

@@ -69,6 +69,8 @@ mod tests_security;
 #[cfg(any(test, feature = "pg_test"))]
 mod tests_settle_and_claim;
 #[cfg(any(test, feature = "pg_test"))]
+mod tests_workflow;
+#[cfg(any(test, feature = "pg_test"))]
 mod tests_write_path;
 
 ::pgrx::pg_module_magic!();

@@ -69,6 +69,7 @@ macro_rules! table_row {
 table_row!(2: A 0, B 1);
 table_row!(3: A 0, B 1, C 2);
 table_row!(4: A 0, B 1, C 2, D 3);
+table_row!(5: A 0, B 1, C 2, D 3, E 4);
 table_row!(8: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7);
 table_row!(9: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8);
 table_row!(10: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9);

@@ -200,6 +200,22 @@ mod tests {
         );
     }
 
+    /// The workflow statements read their tables' keys and the task table's
+    /// indexes, never a whole table: a step or a wait by its task, an event
+    /// by its key, the tasks parked on an event through the waits' index.
+    #[pg_test]
+    fn workflow_statements_read_indexes_only() {
+        fill_with_clutter();
+        for (name, stmt) in crate::store::workflow::WORKFLOW_STATEMENTS {
+            let nodes = nodes_of(&crate::store::explain(stmt).unwrap());
+            assert!(!nodes.is_empty(), "{name}: no plan");
+            assert!(
+                nodes.iter().all(|(kind, _, _)| kind != "Seq Scan"),
+                "{name}: {nodes:?}"
+            );
+        }
+    }
+
     /// `queue_list` reads each state's index in its order and stops at its
     /// limit: a sort would read every task of the state first (every
     /// ready task, on a queue where only the first page is wanted). The

@@ -100,6 +100,9 @@ pub enum QueueError {
     TimeOutOfRange { arg: String, reason: String },
     /// Something the call needs is missing (pg_cron); `hint` says what to do.
     Prerequisite { message: String, hint: String },
+    /// A workflow step of this name is recorded already for the task: a
+    /// step runs once, so its first record stands.
+    StepRecorded { task_id: i64, step: String },
     /// SPI or another internal step failed; never caused by user input.
     Internal(String),
 }
@@ -134,6 +137,7 @@ impl QueueError {
             QueueError::Prerequisite { .. } => "55000",
             QueueError::UnknownRole { .. } => "42704",
             QueueError::TimeOutOfRange { .. } => "22008",
+            QueueError::StepRecorded { .. } => "23505",
             QueueError::Internal(_) => "XX000",
         }
     }
@@ -181,6 +185,11 @@ impl fmt::Display for QueueError {
                 "permission denied to {operation}: only an unconfined aedb_queue admin may, and this session's roles are confined to some queues"
             ),
             QueueError::Prerequisite { message, .. } => write!(f, "{message}"),
+            QueueError::StepRecorded { task_id, step } => write!(
+                f,
+                "step {} of task {task_id} is recorded already: a step runs once, and its first record stands",
+                quoted(step)
+            ),
             QueueError::Internal(msg) => write!(f, "aedb_queue internal error: {msg}"),
         }
     }
@@ -209,6 +218,10 @@ mod tests {
             QueueError::PermissionDenied {
                 action: "claim".into(),
                 queue: "q".into(),
+            },
+            QueueError::StepRecorded {
+                task_id: 1,
+                step: "charge".into(),
             },
             QueueError::Internal("x".into()),
         ];

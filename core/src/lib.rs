@@ -9,8 +9,9 @@
 //! - [`scan_hint`]: where a backend's next claim may resume its index scans.
 //! - [`schedule`]: cron schedules in time zones and the fire times they owe.
 //! - [`dependency`]: which parents a task waits for and how it starts.
-//! - [`flow`]: flow control (issue 12): the rate limit's token bucket.
+//! - [`flow`]: flow control: the rate limit's token bucket.
 //! - [`counters`]: per-queue event counters in a fixed table (shared memory).
+//! - [`workflow`]: durable workflows: steps, sleeps and event waits.
 //! - [`model`]: a reference model of one queue's SQL surface, for the property test.
 
 pub mod backoff;
@@ -27,6 +28,7 @@ pub mod schedule;
 pub mod spec;
 pub mod transition;
 pub mod validate;
+pub mod workflow;
 
 pub use error::QueueError;
 

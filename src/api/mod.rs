@@ -16,6 +16,7 @@ mod schedule;
 mod settle;
 mod settle_and_claim;
 mod triggers;
+mod workflow;
 mod write_path;
 
 pub(crate) use aedb_queue_core::validate::required;

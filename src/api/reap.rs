@@ -87,7 +87,22 @@ fn reap_all(max: i32) -> Result<Reaped> {
         }
         pending = busy;
     }
+    sweep_workflows(max);
     Ok(total)
+}
+
+/// Removes the workflow steps and waits of tasks that are gone, up to
+/// `max` rows of each table a pass (`store::workflow::sweep`); a failure
+/// is logged and left for a later pass, like one queue's.
+fn sweep_workflows(max: i32) {
+    if store::schema_level() < store::SchemaLevel::V090 {
+        return;
+    }
+    match in_subtransaction(|| store::workflow::sweep(max as i64)) {
+        Ok(_) => {}
+        Err(failed) if failed.lock_wait => {}
+        Err(failed) => pgrx::warning!("aedb_queue: queue_reap() did not sweep workflow steps: {failed}"),
+    }
 }
 
 /// Fires due schedules, then reaps: one queue (admin on it), or every

@@ -51,9 +51,9 @@ fn queue_complete(
 /// The task a worker holds: its queue, id and fencing token.
 #[derive(Clone, Copy)]
 pub(super) struct Held<'a> {
-    queue: &'a str,
-    task_id: i64,
-    fencing_token: i64,
+    pub(super) queue: &'a str,
+    pub(super) task_id: i64,
+    pub(super) fencing_token: i64,
 }
 
 impl<'a> Held<'a> {
@@ -71,7 +71,7 @@ impl<'a> Held<'a> {
     }
 
     /// The fence failed: 40002 under `strict`, else the caller learns it.
-    fn fenced_out(self, strict: bool) -> Result<Outcome> {
+    pub(super) fn fenced_out(self, strict: bool) -> Result<Outcome> {
         if strict {
             return Err(QueueError::LeaseLost {
                 task_id: self.task_id,

@@ -54,6 +54,7 @@ mod rows;
 mod schedule;
 mod tasks;
 mod timestamptz;
+pub(crate) mod workflow;
 
 pub use admin::{
     configure, expire_completed, expire_keys, get_task, list_tasks, notify, notify_completed,
@@ -261,7 +262,9 @@ pub enum SchemaLevel {
     V050,
     /// No task error history (`task.errors`): 0.6.0 and 0.7.0.
     V060,
+    /// No workflow tables (`task_step`, `event`, `event_wait`).
     V080,
+    V090,
 }
 
 pub fn schema_level() -> SchemaLevel {
@@ -273,8 +276,10 @@ pub fn schema_level() -> SchemaLevel {
         Some((seen, level)) if seen == generation => level,
         _ => {
             // queue_counters came with task.errors (0.8.0).
-            let level =
-                if crate::catalog::function_oid_in(c"aedb_queue", c"queue_counters").is_some() {
+            let level = if crate::catalog::relation_oid(c"task_step").is_some() {
+                SchemaLevel::V090
+            } else if crate::catalog::function_oid_in(c"aedb_queue", c"queue_counters").is_some()
+            {
                     SchemaLevel::V080
                 } else if crate::catalog::relation_oid(c"concurrency_slot").is_some() {
                     SchemaLevel::V060

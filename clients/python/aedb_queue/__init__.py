@@ -24,7 +24,7 @@ from .payloads import PayloadError
 from .producer import Enqueued, aenqueue, aenqueue_batch, enqueue, enqueue_batch
 from .task import AsyncTask, Complete, DeadLetter, FollowUp, Retry, Task
 
-__version__ = "0.8.0"
+__version__ = "0.9.0"
 
 __all__ = [
     "App",

@@ -145,7 +145,8 @@ BEGIN
             q := format('perm_%s.jobs', sc);
             id := '{}';
             tok := '{}';
-            FOREACH k IN ARRAY ARRAY['complete', 'fu_a', 'fu_b', 'batch', 'fail', 'heartbeat', 'dead', 'cac', 'fac'] LOOP
+            FOREACH k IN ARRAY ARRAY['complete', 'fu_a', 'fu_b', 'batch', 'fail', 'heartbeat', 'dead', 'cac', 'fac',
+                                     'step', 'sleep', 'await'] LOOP
                 SELECT e.task_id INTO enq FROM aedb_queue.queue_enqueue(q, jsonb_build_object('cell', k)) e;
                 SELECT id || jsonb_build_object(k, l.task_id), tok || jsonb_build_object(k, l.fencing_token)
                   INTO id, tok
@@ -271,7 +272,21 @@ BEGIN
               (47, 'queue_errors',
                   format('SELECT count(*) = 0 FROM aedb_queue.queue_errors(%L, %s)', q, id->'get')),
               (48, 'queue_children',
-                  format('SELECT count(*) = 0 FROM aedb_queue.queue_children(%L, %s)', q, id->'get'))
+                  format('SELECT count(*) = 0 FROM aedb_queue.queue_children(%L, %s)', q, id->'get')),
+              -- durable workflows: steps, sleeps and event waits are work; emits are enqueues
+              (49, 'queue_step_record',
+                  format('SELECT aedb_queue.queue_step_record(%L, %s, %s, ''s_'' || session_user) = ''applied''',
+                         q, id->'step', tok->'step')),
+              (50, 'queue_steps',
+                  format('SELECT count(*) = 0 FROM aedb_queue.queue_steps(%L, %s)', q, id->'get')),
+              (51, 'queue_sleep',
+                  format('SELECT outcome = ''applied'' FROM aedb_queue.queue_sleep(%L, %s, %s, ''s_'' || session_user, duration => ''1 hour'')',
+                         q, id->'sleep', tok->'sleep')),
+              (52, 'queue_await_event',
+                  format('SELECT outcome = ''applied'' FROM aedb_queue.queue_await_event(%L, %s, %s, ''e_'' || session_user, ''k'', ''1 hour'')',
+                         q, id->'await', tok->'await')),
+              (53, 'queue_emit',
+                  format('SELECT aedb_queue.queue_emit(%L, ''e_'' || session_user)', q))
             ) AS v(seq, entry, sql);
         END LOOP;
     END LOOP;

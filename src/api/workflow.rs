@@ -1,0 +1,284 @@
+//! Durable workflows: steps recorded under the fence (`queue_step_record`,
+//! `queue_steps`), durable sleeps (`queue_sleep`) and events
+//! (`queue_await_event`, `queue_emit`). A workflow is a task whose handler
+//! runs named steps: after a crash, a lost lease or a retry, it runs again
+//! and each recorded step returns its result instead of running.
+
+use aedb_queue_core::grants::Action;
+use aedb_queue_core::workflow::{self, EventWait, Wait};
+use aedb_queue_core::QueueError;
+use pgrx::datum::{Interval, TimestampWithTimeZone};
+use pgrx::prelude::*;
+use pgrx::JsonB;
+
+use super::settle::Held;
+use super::{checked_json, checked_name, interval, micros, positive_interval, required, wake};
+use crate::clock::{from_unix_micros, now, unix_micros};
+use crate::datum::RawJsonb;
+use crate::errors::{internal, run, Result};
+use crate::outcome::Outcome;
+use crate::security;
+use crate::srf::TableIterator;
+use crate::store::{self, workflow as steps};
+
+fn checked_step<'a>(value: Option<&'a str>) -> Result<&'a str> {
+    let step = required("step", value)?;
+    workflow::step_name("step", step)?;
+    Ok(step)
+}
+
+fn checked_key<'a>(value: Option<&'a str>) -> Result<&'a str> {
+    let key = required("key", value)?;
+    workflow::event_key("key", key)?;
+    Ok(key)
+}
+
+/// The task locked in flight under the caller's token: its attempt; None
+/// when the fence failed (40002 under `strict`).
+fn lock(held: Held<'_>, strict: bool) -> Result<Option<i32>> {
+    match steps::lock_held(held.queue, held.task_id, held.fencing_token)? {
+        Some(attempt) => Ok(Some(attempt)),
+        None => held.fenced_out(strict).map(|_| None),
+    }
+}
+
+/// Parks the held task until `until` (scheduled, the attempt not counted).
+fn park(held: Held<'_>, until: i64, now: i64) -> Result<()> {
+    let delay = interval(until.saturating_sub(now).max(0));
+    let woken = store::release(held.queue, held.task_id, held.fencing_token, delay, false)?
+        .ok_or_else(|| internal("the task held for a wait was not in flight"))?;
+    wake(woken)
+}
+
+/// Records a step's result for the task held under `fencing_token`. A
+/// worker whose lease was lost records nothing (`lease_lost`, or 40002
+/// under `strict`: the caller's own writes in this transaction roll back
+/// with it, so a step whose effect is a write here happens exactly once).
+/// A step of that name recorded already is 23505: a step runs once.
+#[pg_extern]
+fn queue_step_record(
+    queue: Option<&str>,
+    task_id: Option<i64>,
+    fencing_token: Option<i64>,
+    step: Option<&str>,
+    result: default!(Option<RawJsonb>, "NULL"),
+    strict: default!(Option<bool>, false),
+) -> Outcome {
+    run(|| {
+        let queue = checked_name("queue", queue)?;
+        let held = Held::checked(queue, ("task_id", task_id), ("fencing_token", fencing_token))?;
+        let step = checked_step(step)?;
+        let strict = required("strict", strict)?;
+        security::authorize(Action::Work, queue)?;
+        let result = checked_json("result", result, &store::settings(queue)?)?;
+        let Some(attempt) = lock(held, strict)? else {
+            return Ok(Outcome::LeaseLost);
+        };
+        if !steps::record_step(queue, held.task_id, held.fencing_token, attempt, step, result)? {
+            return Err(recorded(held, step));
+        }
+        Ok(Outcome::Applied)
+    })
+}
+
+fn recorded(held: Held<'_>, step: &str) -> QueueError {
+    QueueError::StepRecorded {
+        task_id: held.task_id,
+        step: aedb_queue_core::error::clipped(step).to_string(),
+    }
+}
+
+/// The steps a task recorded, in the order they were recorded.
+#[pg_extern]
+fn queue_steps(
+    queue: Option<&str>,
+    task_id: Option<i64>,
+) -> TableIterator<
+    'static,
+    (
+        name!(step, String),
+        name!(result, Option<JsonB>),
+        name!(attempt, i32),
+        name!(fencing_token, i64),
+        name!(recorded_at, TimestampWithTimeZone),
+    ),
+> {
+    run(|| {
+        let queue = checked_name("queue", queue)?;
+        let task_id = required("task_id", task_id)?;
+        security::authorize(Action::Read, queue)?;
+        let rows = steps::steps(queue, task_id)?;
+        Ok(TableIterator::new(rows.into_iter().map(|r| {
+            (r.step, r.result, r.attempt, r.fencing_token, r.recorded_at)
+        })))
+    })
+}
+
+/// A durable sleep, as the step `step`: its first call records the wake
+/// time (now + `duration` on the database's clock, or `until`); while that
+/// time is ahead, the task is handed back scheduled for it without counting
+/// the attempt (`waiting`: the handler returns at once, settling nothing);
+/// once it has passed, the handler goes on (`waiting` false).
+#[pg_extern]
+fn queue_sleep(
+    queue: Option<&str>,
+    task_id: Option<i64>,
+    fencing_token: Option<i64>,
+    step: Option<&str>,
+    duration: default!(Option<Interval>, "NULL"),
+    until: default!(Option<TimestampWithTimeZone>, "NULL"),
+    strict: default!(Option<bool>, false),
+) -> TableIterator<
+    'static,
+    (
+        name!(outcome, Outcome),
+        name!(waiting, bool),
+        name!(wake_at, Option<TimestampWithTimeZone>),
+    ),
+> {
+    run(|| {
+        let queue = checked_name("queue", queue)?;
+        let held = Held::checked(queue, ("task_id", task_id), ("fencing_token", fencing_token))?;
+        let step = checked_step(step)?;
+        let target = workflow::sleep_target(duration.map(micros), until.map(unix_micros))?;
+        let strict = required("strict", strict)?;
+        security::authorize(Action::Work, queue)?;
+        let Some(attempt) = lock(held, strict)? else {
+            return Ok(TableIterator::once((Outcome::LeaseLost, false, None)));
+        };
+        let now = unix_micros(now());
+        let wake_at = match steps::sleep_until(held.task_id, step)? {
+            Some(Some(at)) => unix_micros(at),
+            Some(None) => {
+                return Err(QueueError::invalid("step", "is recorded, and is not a sleep").into())
+            }
+            None => {
+                let at = target.wake_at(now);
+                steps::record_sleep(queue, held.task_id, held.fencing_token, attempt, step, from_unix_micros(at))?;
+                at
+            }
+        };
+        let waiting = match workflow::sleep(wake_at, now) {
+            Wait::Over => false,
+            Wait::Park { until } => {
+                park(held, until, now)?;
+                true
+            }
+        };
+        Ok(TableIterator::once((Outcome::Applied, waiting, Some(from_unix_micros(wake_at)))))
+    })
+}
+
+/// An event's payload and whether the wait timed out, from a recorded step.
+fn event_result(held: Held<'_>, step: &str) -> Result<Option<(Option<JsonB>, bool)>> {
+    let Some(result) = steps::step_result(held.task_id, step)? else {
+        return Ok(None);
+    };
+    let result = result.map(|r| r.0).unwrap_or_default();
+    let Some(timed_out) = result.get("timed_out").and_then(|t| t.as_bool()) else {
+        return Err(QueueError::invalid("step", "is recorded, and is not an event wait").into());
+    };
+    let payload = result.get("payload").filter(|p| !p.is_null()).cloned().map(JsonB);
+    Ok(Some((payload, timed_out)))
+}
+
+/// Waits for the event `key` of this queue, as the step `step`: an event
+/// emitted before or during the wait ends it with its payload; without
+/// one, the task is handed back scheduled until the deadline (the first
+/// call's now + `timeout`) without counting the attempt, and an emit makes
+/// it due at once (`waiting`: the handler returns, settling nothing); after
+/// the deadline, the wait ends with `timed_out`. Either end is recorded:
+/// later calls return it.
+#[pg_extern]
+fn queue_await_event(
+    queue: Option<&str>,
+    task_id: Option<i64>,
+    fencing_token: Option<i64>,
+    step: Option<&str>,
+    key: Option<&str>,
+    timeout: Option<Interval>,
+    strict: default!(Option<bool>, false),
+) -> TableIterator<
+    'static,
+    (
+        name!(outcome, Outcome),
+        name!(waiting, bool),
+        name!(wake_at, Option<TimestampWithTimeZone>),
+        name!(payload, Option<JsonB>),
+        name!(timed_out, bool),
+    ),
+> {
+    run(|| {
+        let queue = checked_name("queue", queue)?;
+        let held = Held::checked(queue, ("task_id", task_id), ("fencing_token", fencing_token))?;
+        let step = checked_step(step)?;
+        let key = checked_key(key)?;
+        let timeout = positive_interval("timeout", timeout)?;
+        let strict = required("strict", strict)?;
+        security::authorize(Action::Work, queue)?;
+        let Some(attempt) = lock(held, strict)? else {
+            return Ok(TableIterator::once((Outcome::LeaseLost, false, None, None, false)));
+        };
+        let ended = |deadline| -> Result<_> {
+            let (payload, timed_out) = event_result(held, step)?
+                .ok_or_else(|| internal("the event wait's step was not recorded"))?;
+            Ok(TableIterator::once((Outcome::Applied, false, deadline, payload, timed_out)))
+        };
+        if event_result(held, step)?.is_some() {
+            return ended(None);
+        }
+        steps::lock_event_key(queue, key)?;
+        let record = |payload: Option<&str>, timed_out| -> Result<()> {
+            if !steps::record_event(queue, held.task_id, held.fencing_token, attempt, step, payload, timed_out)? {
+                return Err(recorded(held, step).into());
+            }
+            steps::end_wait(held.task_id, step)
+        };
+        if let Some(payload) = steps::event(queue, key)? {
+            record(Some(payload.as_deref().unwrap_or("null")), false)?;
+            return ended(None);
+        }
+        let deadline = steps::wait(queue, held.task_id, step, key, timeout)?;
+        let now = unix_micros(now());
+        match workflow::event_wait(false, unix_micros(deadline), now) {
+            EventWait::TimedOut | EventWait::Emitted => {
+                record(None, true)?;
+                ended(Some(deadline))
+            }
+            EventWait::Park { until } => {
+                park(held, until, now)?;
+                Ok(TableIterator::once((Outcome::Applied, true, Some(deadline), None, false)))
+            }
+        }
+    })
+}
+
+/// Emits the event `key` of this queue with `payload`, in the caller's
+/// transaction: true if this call emitted it, false if it was emitted
+/// already (the first emit stands; this one changes nothing). Tasks
+/// waiting for it become due when the transaction commits.
+#[pg_extern]
+fn queue_emit(
+    queue: Option<&str>,
+    key: Option<&str>,
+    payload: default!(Option<RawJsonb>, "NULL"),
+) -> bool {
+    run(|| {
+        let queue = checked_name("queue", queue)?;
+        let key = checked_key(key)?;
+        security::authorize(Action::Enqueue, queue)?;
+        let payload = checked_json("payload", payload, &store::settings(queue)?)?;
+        steps::lock_event_key(queue, key)?;
+        if !steps::emit(queue, key, payload)? {
+            return Ok(false);
+        }
+        let woken = steps::wake_waiters(queue, key)?;
+        if woken > 0 {
+            let promoted = store::reap(queue, woken as i32, 0)?.promoted;
+            if promoted > 0 {
+                wake(vec![queue.to_string()])?;
+            }
+        }
+        Ok(true)
+    })
+}

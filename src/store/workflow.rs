@@ -1,0 +1,397 @@
+//! Durable workflows (0.9.0): the steps a task recorded, its event waits,
+//! and events. Every write to a task's steps or waits first locks the task
+//! in flight under the caller's fencing token, so a worker whose lease was
+//! lost records nothing.
+
+use std::cell::Cell;
+
+use pgrx::datum::{Interval, TimestampWithTimeZone};
+
+use super::latest::read_latest;
+use super::{execute, with_client, Statement, BOOL, INT4, INT8, JSONB, TEXT, TIMESTAMPTZ};
+use crate::datum::RawJsonb;
+use crate::errors::{internal, Result};
+
+/// The task in flight under the token, locked until the transaction ends
+/// (a reclaim waits, then finds the token moved on); its attempt.
+static LOCK_HELD: Statement = Statement {
+    sql: "SELECT attempts FROM aedb_queue.task
+          WHERE task_id = $1 AND queue = $2 AND state = 'in_flight' AND fencing_token = $3
+          FOR UPDATE",
+    args: &[INT8, TEXT, INT8],
+    clock: false,
+};
+
+/// Records a step unless one of that name is recorded; returns it if it
+/// recorded it.
+static RECORD_STEP: Statement = Statement {
+    sql: "INSERT INTO aedb_queue.task_step
+              (task_id, step, queue, result, attempt, fencing_token, recorded_at)
+          VALUES ($1, $2, $3, $4, $5, $6, $7)
+          ON CONFLICT (task_id, step) DO NOTHING
+          RETURNING task_id",
+    args: &[INT8, TEXT, TEXT, JSONB, INT4, INT8],
+    clock: true,
+};
+
+/// A sleep's step: its wake time.
+static RECORD_SLEEP: Statement = Statement {
+    sql: "INSERT INTO aedb_queue.task_step
+              (task_id, step, queue, result, attempt, fencing_token, recorded_at)
+          VALUES ($1, $2, $3, jsonb_build_object('until', $4), $5, $6, $7)
+          ON CONFLICT (task_id, step) DO NOTHING
+          RETURNING task_id",
+    args: &[INT8, TEXT, TEXT, TIMESTAMPTZ, INT4, INT8],
+    clock: true,
+};
+
+/// An event wait's step: the event's payload (given as JSON text), or that
+/// it timed out.
+static RECORD_EVENT: Statement = Statement {
+    sql: "INSERT INTO aedb_queue.task_step
+              (task_id, step, queue, result, attempt, fencing_token, recorded_at)
+          VALUES ($1, $2, $3, jsonb_build_object('payload', $4::jsonb, 'timed_out', $5), $6, $7, $8)
+          ON CONFLICT (task_id, step) DO NOTHING
+          RETURNING task_id",
+    args: &[INT8, TEXT, TEXT, TEXT, BOOL, INT4, INT8],
+    clock: true,
+};
+
+/// A recorded sleep's wake time (NULL: the step is not a sleep).
+static SLEEP_UNTIL: Statement = Statement {
+    sql: "SELECT true, (result ->> 'until')::timestamptz
+          FROM aedb_queue.task_step WHERE task_id = $1 AND step = $2",
+    args: &[INT8, TEXT],
+    clock: false,
+};
+
+static STEP_RESULT: Statement = Statement {
+    sql: "SELECT result FROM aedb_queue.task_step WHERE task_id = $1 AND step = $2",
+    args: &[INT8, TEXT],
+    clock: false,
+};
+
+static STEPS: Statement = Statement {
+    sql: "SELECT step, result, attempt, fencing_token, recorded_at
+          FROM aedb_queue.task_step WHERE task_id = $1 AND queue = $2
+          ORDER BY recorded_at, step",
+    args: &[INT8, TEXT],
+    clock: false,
+};
+
+/// Serializes the emit and the waits of one event key for the rest of the
+/// transaction: a wait that commits first is seen by the emit that follows
+/// it, an emit that commits first by the wait. The two-key form, with a
+/// class of our own, stays clear of an application's one-key locks.
+static LOCK_KEY: Statement = Statement {
+    sql: "SELECT pg_catalog.pg_advisory_xact_lock(1634035810,
+                 pg_catalog.hashtext($1 OPERATOR(pg_catalog.||) E'\\n' OPERATOR(pg_catalog.||) $2))",
+    args: &[TEXT, TEXT],
+    clock: false,
+};
+
+/// The event's payload as text (under the newest snapshot: see `latest`).
+static EVENT: Statement = Statement {
+    sql: "SELECT payload::text, true FROM aedb_queue.event WHERE queue = $1 AND key = $2",
+    args: &[TEXT, TEXT],
+    clock: false,
+};
+
+static EMIT: Statement = Statement {
+    sql: "INSERT INTO aedb_queue.event (queue, key, payload, emitted_at)
+          VALUES ($1, $2, $3, $4)
+          ON CONFLICT (queue, key) DO NOTHING
+          RETURNING true",
+    args: &[TEXT, TEXT, JSONB],
+    clock: true,
+};
+
+/// The wait of a task's step, made by its first call: its deadline stays.
+static WAIT: Statement = Statement {
+    sql: "INSERT INTO aedb_queue.event_wait (task_id, step, queue, key, deadline)
+          VALUES ($1, $2, $3, $4, $6 + $5)
+          ON CONFLICT (task_id, step) DO UPDATE SET deadline = aedb_queue.event_wait.deadline
+          RETURNING deadline",
+    args: &[INT8, TEXT, TEXT, TEXT, super::INTERVAL],
+    clock: true,
+};
+
+static END_WAIT: Statement = Statement {
+    sql: "DELETE FROM aedb_queue.event_wait WHERE task_id = $1 AND step = $2",
+    args: &[INT8, TEXT],
+    clock: false,
+};
+
+/// Makes the tasks parked on the event due now.
+static WAKE_WAITERS: Statement = Statement {
+    sql: "UPDATE aedb_queue.task t SET not_before = $3, updated_at = $3
+          FROM aedb_queue.event_wait w
+          WHERE w.queue = $1 AND w.key = $2 AND t.task_id = w.task_id AND t.queue = $1
+            AND t.state = 'scheduled' AND t.not_before > $3
+          RETURNING t.task_id",
+    args: &[TEXT, TEXT],
+    clock: true,
+};
+
+/// The next `$2` task ids with steps or waits after `$1`, and which of them
+/// belong to no task, live or kept completed.
+macro_rules! orphans_after {
+    ($table:literal) => {
+        concat!(
+            "WITH seen AS (SELECT DISTINCT task_id FROM (
+                 SELECT task_id FROM aedb_queue.",
+            $table,
+            " WHERE task_id > $1 ORDER BY task_id LIMIT $2) s),
+             gone AS (DELETE FROM aedb_queue.",
+            $table,
+            " x WHERE x.task_id = ANY(ARRAY(
+                 SELECT task_id FROM seen
+                 WHERE NOT EXISTS (SELECT 1 FROM aedb_queue.task t WHERE t.task_id = seen.task_id)
+                   AND NOT EXISTS (SELECT 1 FROM aedb_queue.completed_task c WHERE c.task_id = seen.task_id)))
+               RETURNING 1)
+             SELECT (SELECT max(task_id) FROM seen), (SELECT count(*) FROM seen), (SELECT count(*) FROM gone)"
+        )
+    };
+}
+
+static SWEEP_STEPS: Statement = Statement {
+    sql: orphans_after!("task_step"),
+    args: &[INT8, INT8],
+    clock: false,
+};
+
+static SWEEP_WAITS: Statement = Statement {
+    sql: orphans_after!("event_wait"),
+    args: &[INT8, INT8],
+    clock: false,
+};
+
+#[cfg(any(test, feature = "pg_test"))]
+pub(crate) static WORKFLOW_STATEMENTS: &[(&str, &Statement)] = &[
+    ("LOCK_HELD", &LOCK_HELD),
+    ("RECORD_STEP", &RECORD_STEP),
+    ("RECORD_SLEEP", &RECORD_SLEEP),
+    ("RECORD_EVENT", &RECORD_EVENT),
+    ("SLEEP_UNTIL", &SLEEP_UNTIL),
+    ("STEP_RESULT", &STEP_RESULT),
+    ("STEPS", &STEPS),
+    ("EVENT", &EVENT),
+    ("EMIT", &EMIT),
+    ("WAIT", &WAIT),
+    ("END_WAIT", &END_WAIT),
+    ("WAKE_WAITERS", &WAKE_WAITERS),
+    ("SWEEP_STEPS", &SWEEP_STEPS),
+    ("SWEEP_WAITS", &SWEEP_WAITS),
+];
+
+/// The task, if it is in flight under `fencing_token`, locked; its attempt.
+pub fn lock_held(queue: &str, task_id: i64, fencing_token: i64) -> Result<Option<i32>> {
+    with_client(|client| {
+        let args = [task_id.into(), queue.into(), fencing_token.into()];
+        Ok(execute(client, &LOCK_HELD, &args)?
+            .first(|row| row.get::<i32>(1))?
+            .flatten())
+    })
+}
+
+/// A step of a task held (see [`lock_held`]): false if one of that name is
+/// recorded already.
+pub fn record_step(
+    queue: &str,
+    task_id: i64,
+    fencing_token: i64,
+    attempt: i32,
+    step: &str,
+    result: Option<RawJsonb>,
+) -> Result<bool> {
+    with_client(|client| {
+        let args = [
+            task_id.into(),
+            step.into(),
+            queue.into(),
+            result.into(),
+            attempt.into(),
+            fencing_token.into(),
+        ];
+        Ok(!execute(client, &RECORD_STEP, &args)?.is_empty())
+    })
+}
+
+/// The step of a sleep until `until`, of a task held; false if a step of
+/// that name is recorded already.
+pub fn record_sleep(
+    queue: &str,
+    task_id: i64,
+    fencing_token: i64,
+    attempt: i32,
+    step: &str,
+    until: TimestampWithTimeZone,
+) -> Result<bool> {
+    with_client(|client| {
+        let args = [
+            task_id.into(),
+            step.into(),
+            queue.into(),
+            until.into(),
+            attempt.into(),
+            fencing_token.into(),
+        ];
+        Ok(!execute(client, &RECORD_SLEEP, &args)?.is_empty())
+    })
+}
+
+/// The step of an event wait that ended, of a task held: the event's
+/// payload as JSON text, or that it timed out.
+#[allow(clippy::too_many_arguments)]
+pub fn record_event(
+    queue: &str,
+    task_id: i64,
+    fencing_token: i64,
+    attempt: i32,
+    step: &str,
+    payload: Option<&str>,
+    timed_out: bool,
+) -> Result<bool> {
+    with_client(|client| {
+        let args = [
+            task_id.into(),
+            step.into(),
+            queue.into(),
+            payload.into(),
+            timed_out.into(),
+            attempt.into(),
+            fencing_token.into(),
+        ];
+        Ok(!execute(client, &RECORD_EVENT, &args)?.is_empty())
+    })
+}
+
+/// A recorded step's wake time: None if the step is not recorded,
+/// Some(None) if it is not a sleep.
+pub fn sleep_until(task_id: i64, step: &str) -> Result<Option<Option<TimestampWithTimeZone>>> {
+    with_client(|client| {
+        execute(client, &SLEEP_UNTIL, &[task_id.into(), step.into()])?
+            .first(|row| row.get::<TimestampWithTimeZone>(2))
+    })
+}
+
+/// A recorded step's result: None if the step is not recorded, Some(None)
+/// if its result is NULL.
+pub fn step_result(task_id: i64, step: &str) -> Result<Option<Option<pgrx::JsonB>>> {
+    with_client(|client| {
+        execute(client, &STEP_RESULT, &[task_id.into(), step.into()])?
+            .first(|row| row.get::<pgrx::JsonB>(1))
+    })
+}
+
+/// One recorded step, as `queue_steps` returns it.
+pub struct StepRow {
+    pub step: String,
+    pub result: Option<pgrx::JsonB>,
+    pub attempt: i32,
+    pub fencing_token: i64,
+    pub recorded_at: TimestampWithTimeZone,
+}
+
+pub fn steps(queue: &str, task_id: i64) -> Result<Vec<StepRow>> {
+    with_client(|client| {
+        execute(client, &STEPS, &[task_id.into(), queue.into()])?.map(|row| {
+            Ok(StepRow {
+                step: row.get::<String>(1)?.ok_or_else(|| internal("step is NULL"))?,
+                result: row.get::<pgrx::JsonB>(2)?,
+                attempt: row.get::<i32>(3)?.unwrap_or(0),
+                fencing_token: row.get::<i64>(4)?.unwrap_or(0),
+                recorded_at: row
+                    .get::<TimestampWithTimeZone>(5)?
+                    .ok_or_else(|| internal("recorded_at is NULL"))?,
+            })
+        })
+    })
+}
+
+/// Takes the event key's lock (see LOCK_KEY) until the transaction ends.
+pub fn lock_event_key(queue: &str, key: &str) -> Result<()> {
+    with_client(|client| {
+        execute(client, &LOCK_KEY, &[queue.into(), key.into()])?;
+        Ok(())
+    })
+}
+
+/// The event's payload as JSON text, if it was emitted (Some(None): with
+/// a NULL payload), read under the newest snapshot.
+pub fn event(queue: &str, key: &str) -> Result<Option<Option<String>>> {
+    with_client(|_| {
+        let mut rows = read_latest(&EVENT, &[queue.into(), key.into()])?;
+        Ok(rows.pop().map(|mut row| row.swap_remove(0)))
+    })
+}
+
+/// Emits the event unless one of that key was; true if this call did.
+pub fn emit(queue: &str, key: &str, payload: Option<RawJsonb>) -> Result<bool> {
+    with_client(|client| {
+        let args = [queue.into(), key.into(), payload.into()];
+        Ok(!execute(client, &EMIT, &args)?.is_empty())
+    })
+}
+
+/// The wait of the step, made now if it is the first: its deadline.
+pub fn wait(
+    queue: &str,
+    task_id: i64,
+    step: &str,
+    key: &str,
+    timeout: Interval,
+) -> Result<TimestampWithTimeZone> {
+    with_client(|client| {
+        let args = [
+            task_id.into(),
+            step.into(),
+            queue.into(),
+            key.into(),
+            timeout.into(),
+        ];
+        execute(client, &WAIT, &args)?
+            .first(|row| row.get::<TimestampWithTimeZone>(1))?
+            .flatten()
+            .ok_or_else(|| internal("the wait returned no deadline"))
+    })
+}
+
+pub fn end_wait(task_id: i64, step: &str) -> Result<()> {
+    with_client(|client| {
+        execute(client, &END_WAIT, &[task_id.into(), step.into()])?;
+        Ok(())
+    })
+}
+
+/// Makes the tasks parked on the event due now; how many.
+pub fn wake_waiters(queue: &str, key: &str) -> Result<usize> {
+    with_client(|client| Ok(execute(client, &WAKE_WAITERS, &[queue.into(), key.into()])?.len()))
+}
+
+thread_local! {
+    /// Where this backend's sweeps go on: the last task id each looked at.
+    static SWEPT_STEPS: Cell<i64> = const { Cell::new(0) };
+    static SWEPT_WAITS: Cell<i64> = const { Cell::new(0) };
+}
+
+/// Deletes the steps and waits of tasks that are gone (completed and not
+/// kept, cancelled, purged), looking at up to `limit` rows of each table
+/// after where this backend's last sweep stopped, and starting over at the
+/// end: each call costs at most `limit` rows, and every row is looked at
+/// within a few calls. How many rows it deleted.
+pub fn sweep(limit: i64) -> Result<i64> {
+    let mut deleted = 0;
+    for (stmt, cursor) in [(&SWEEP_STEPS, &SWEPT_STEPS), (&SWEEP_WAITS, &SWEPT_WAITS)] {
+        let after = cursor.with(Cell::get);
+        let (last, seen, gone) = with_client(|client| {
+            execute(client, stmt, &[after.into(), limit.into()])?
+                .first(|row| Ok((row.get::<i64>(1)?, row.get::<i64>(2)?, row.get::<i64>(3)?)))?
+                .ok_or_else(|| internal("the sweep returned no row"))
+        })?;
+        let more = seen.unwrap_or(0) >= limit;
+        cursor.with(|c| c.set(if more { last.unwrap_or(0) } else { 0 }));
+        deleted += gone.unwrap_or(0);
+    }
+    Ok(deleted)
+}
