@@ -117,7 +117,17 @@ CREATE  FUNCTION "queue_emit"(
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'queue_emit_wrapper';
 
-REVOKE ALL ON FUNCTION "queue_step_record", "queue_steps", "queue_sleep", "queue_await_event", "queue_emit" FROM PUBLIC;
+CREATE  FUNCTION "queue_retry_from_step"(
+	"queue" TEXT, /* Option < & str > */
+	"task_id" bigint, /* Option < i64 > */
+	"step" TEXT /* Option < & str > */
+) RETURNS TEXT[] /* Vec < String > */
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'queue_retry_from_step_wrapper';
+
+REVOKE ALL ON FUNCTION "queue_step_record", "queue_steps", "queue_sleep", "queue_await_event", "queue_emit",
+    "queue_retry_from_step" FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION "queue_step_record", "queue_steps", "queue_sleep", "queue_await_event"
     TO aedb_queue_worker, aedb_queue_admin;
 GRANT EXECUTE ON FUNCTION "queue_emit" TO aedb_queue_producer, aedb_queue_admin;
+GRANT EXECUTE ON FUNCTION "queue_retry_from_step" TO aedb_queue_admin;

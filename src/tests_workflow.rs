@@ -270,4 +270,40 @@ mod tests {
         assert_eq!(count(&format!("aedb_queue.task_step WHERE task_id = {kept}")), 1, "kept completed");
         assert_eq!(count(&format!("aedb_queue.event_wait WHERE task_id = {live}")), 1, "live");
     }
+
+    #[pg_test]
+    fn an_operator_retries_a_workflow_from_a_chosen_step() {
+        let id = enqueue("wf", ", max_attempts => 1");
+        let (_, t1) = claim_one("wf");
+        for step in ["a", "b", "c"] {
+            assert_eq!(record("wf", id, t1, step, ""), "applied");
+        }
+        let retry = |step: &str| format!("SELECT aedb_queue.queue_retry_from_step('wf', {id}, '{step}')");
+        expect_error(&retry("b"), "55000", &format!("task {id} is in flight: a worker holds it"));
+        assert_eq!(fail("wf", id, t1, ""), "applied");
+        assert_eq!(state_of("wf", id).as_deref(), Some("dead"));
+        expect_error(
+            &retry("nope"),
+            "22023",
+            &format!("invalid argument \"step\": is not a recorded step of task {id}"),
+        );
+        let dropped: Vec<Option<String>> = one(&retry("b"));
+        assert_eq!(dropped, vec![Some("b".to_string()), Some("c".to_string())]);
+        assert_eq!(state_of("wf", id).as_deref(), Some("ready"), "the dead task runs again");
+        assert_eq!(steps_of("wf", id), format!("a=NULL@1/{t1}"));
+        // A parked workflow becomes due at once, its wait dropped.
+        let (_, t2) = claim_one("wf");
+        assert_eq!(record("wf", id, t2, "b", ""), "applied");
+        assert_eq!(await_event("wf", id, t2, "w", "never"), "applied true NULL false");
+        without_scan_hints();
+        let dropped: Vec<Option<String>> = one(&retry("b"));
+        assert_eq!(dropped, vec![Some("b".to_string())]);
+        assert_eq!(state_of("wf", id).as_deref(), Some("ready"));
+        assert_eq!(count("aedb_queue.event_wait"), 0);
+        expect_error(
+            &format!("SELECT aedb_queue.queue_retry_from_step('wf', 999999, 'a')"),
+            "22023",
+            "invalid argument \"task_id\": is not a live task of queue \"wf\"",
+        );
+    }
 }

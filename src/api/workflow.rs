@@ -282,3 +282,58 @@ fn queue_emit(
         Ok(true)
     })
 }
+
+/// An operator's retry of a workflow from the step `step`: that step and
+/// every step recorded after it are dropped (they run again), and the task
+/// runs again at once: a dead task is retried as by `queue_retry_dead`, a
+/// parked one (sleeping or waiting) becomes due now. A task in flight is
+/// refused (its worker holds it: wait for it, or cancel the task). Returns
+/// the steps dropped, in order.
+#[pg_extern]
+fn queue_retry_from_step(
+    queue: Option<&str>,
+    task_id: Option<i64>,
+    step: Option<&str>,
+) -> Vec<String> {
+    run(|| {
+        let queue = checked_name("queue", queue)?;
+        let task_id = required("task_id", task_id)?;
+        let step = checked_step(step)?;
+        security::authorize(Action::Administer, queue)?;
+        let Some(state) = steps::lock_task(queue, task_id)? else {
+            return Err(QueueError::invalid(
+                "task_id",
+                format!("is not a live task of queue {}", aedb_queue_core::error::quoted(queue)),
+            )
+            .into());
+        };
+        if state == "in_flight" {
+            return Err(QueueError::Prerequisite {
+                message: format!("task {task_id} is in flight: a worker holds it"),
+                hint: "Wait for its attempt to end, or cancel the task.".into(),
+            }
+            .into());
+        }
+        let dropped = steps::drop_steps_from(task_id, step)?;
+        if dropped.is_empty() {
+            return Err(QueueError::invalid(
+                "step",
+                format!("is not a recorded step of task {task_id}"),
+            )
+            .into());
+        }
+        match state.as_str() {
+            "dead" => {
+                store::retry_dead(queue, Some(task_id), 1)?;
+                wake(vec![queue.to_string()])?;
+            }
+            "scheduled" if steps::due_now(task_id)? => {
+                if store::reap(queue, 1000, 0)?.promoted > 0 {
+                    wake(vec![queue.to_string()])?;
+                }
+            }
+            _ => {}
+        }
+        Ok(dropped)
+    })
+}

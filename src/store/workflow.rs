@@ -166,6 +166,34 @@ static SWEEP_WAITS: Statement = Statement {
     clock: false,
 };
 
+/// The task's state, locked (an operator's action on its steps).
+static LOCK_TASK: Statement = Statement {
+    sql: "SELECT state::text FROM aedb_queue.task WHERE task_id = $1 AND queue = $2 FOR UPDATE",
+    args: &[INT8, TEXT],
+    clock: false,
+};
+
+/// Drops the step `$2` and every step recorded after it (in the order
+/// `queue_steps` lists them), and the task's waits; the names dropped.
+static DROP_STEPS_FROM: Statement = Statement {
+    sql: "WITH f AS (SELECT recorded_at, step FROM aedb_queue.task_step WHERE task_id = $1 AND step = $2),
+               waits AS (DELETE FROM aedb_queue.event_wait w WHERE w.task_id = $1 AND EXISTS (SELECT 1 FROM f))
+          DELETE FROM aedb_queue.task_step s USING f
+          WHERE s.task_id = $1 AND (s.recorded_at, s.step) >= (f.recorded_at, f.step)
+          RETURNING s.step",
+    args: &[INT8, TEXT],
+    clock: false,
+};
+
+/// A parked task (scheduled) due now.
+static DUE_NOW: Statement = Statement {
+    sql: "UPDATE aedb_queue.task SET not_before = $2, updated_at = $2
+          WHERE task_id = $1 AND state = 'scheduled' AND not_before > $2
+          RETURNING task_id",
+    args: &[INT8],
+    clock: true,
+};
+
 #[cfg(any(test, feature = "pg_test"))]
 pub(crate) static WORKFLOW_STATEMENTS: &[(&str, &Statement)] = &[
     ("LOCK_HELD", &LOCK_HELD),
@@ -180,6 +208,9 @@ pub(crate) static WORKFLOW_STATEMENTS: &[(&str, &Statement)] = &[
     ("WAIT", &WAIT),
     ("END_WAIT", &END_WAIT),
     ("WAKE_WAITERS", &WAKE_WAITERS),
+    ("LOCK_TASK", &LOCK_TASK),
+    ("DROP_STEPS_FROM", &DROP_STEPS_FROM),
+    ("DUE_NOW", &DUE_NOW),
     ("SWEEP_STEPS", &SWEEP_STEPS),
     ("SWEEP_WAITS", &SWEEP_WAITS),
 ];
@@ -367,6 +398,29 @@ pub fn end_wait(task_id: i64, step: &str) -> Result<()> {
 /// Makes the tasks parked on the event due now; how many.
 pub fn wake_waiters(queue: &str, key: &str) -> Result<usize> {
     with_client(|client| Ok(execute(client, &WAKE_WAITERS, &[queue.into(), key.into()])?.len()))
+}
+
+/// The live task's state, locked; None if the queue has no such live task.
+pub fn lock_task(queue: &str, task_id: i64) -> Result<Option<String>> {
+    with_client(|client| {
+        Ok(execute(client, &LOCK_TASK, &[task_id.into(), queue.into()])?
+            .first(|row| row.get::<String>(1))?
+            .flatten())
+    })
+}
+
+/// Drops the step and those recorded after it, and the task's waits: the
+/// names dropped (none: the step is not recorded).
+pub fn drop_steps_from(task_id: i64, step: &str) -> Result<Vec<String>> {
+    with_client(|client| {
+        execute(client, &DROP_STEPS_FROM, &[task_id.into(), step.into()])?
+            .map(|row| row.get::<String>(1).map(Option::unwrap_or_default))
+    })
+}
+
+/// Makes a parked task due now; whether it was parked.
+pub fn due_now(task_id: i64) -> Result<bool> {
+    with_client(|client| Ok(!execute(client, &DUE_NOW, &[task_id.into()])?.is_empty()))
 }
 
 thread_local! {

@@ -146,7 +146,7 @@ BEGIN
             id := '{}';
             tok := '{}';
             FOREACH k IN ARRAY ARRAY['complete', 'fu_a', 'fu_b', 'batch', 'fail', 'heartbeat', 'dead', 'cac', 'fac',
-                                     'step', 'sleep', 'await'] LOOP
+                                     'step', 'sleep', 'await', 'retry_step'] LOOP
                 SELECT e.task_id INTO enq FROM aedb_queue.queue_enqueue(q, jsonb_build_object('cell', k)) e;
                 SELECT id || jsonb_build_object(k, l.task_id), tok || jsonb_build_object(k, l.fencing_token)
                   INTO id, tok
@@ -156,6 +156,10 @@ BEGIN
                 END IF;
             END LOOP;
             PERFORM aedb_queue.queue_fail(q, (id->>'dead')::bigint, (tok->>'dead')::bigint, 'fixture',
+                                          dead_letter => true);
+            -- queue_retry_from_step: a dead workflow with one step recorded.
+            PERFORM aedb_queue.queue_step_record(q, (id->>'retry_step')::bigint, (tok->>'retry_step')::bigint, 's');
+            PERFORM aedb_queue.queue_fail(q, (id->>'retry_step')::bigint, (tok->>'retry_step')::bigint, 'fixture',
                                           dead_letter => true);
             FOREACH k IN ARRAY ARRAY['claim', 'get', 'cancel'] LOOP
                 SELECT id || jsonb_build_object(k, e.task_id) INTO id
@@ -286,7 +290,9 @@ BEGIN
                   format('SELECT outcome = ''applied'' FROM aedb_queue.queue_await_event(%L, %s, %s, ''e_'' || session_user, ''k'', ''1 hour'')',
                          q, id->'await', tok->'await')),
               (53, 'queue_emit',
-                  format('SELECT aedb_queue.queue_emit(%L, ''e_'' || session_user)', q))
+                  format('SELECT aedb_queue.queue_emit(%L, ''e_'' || session_user)', q)),
+              (54, 'queue_retry_from_step',
+                  format('SELECT aedb_queue.queue_retry_from_step(%L, %s, ''s'')', q, id->'retry_step'))
             ) AS v(seq, entry, sql);
         END LOOP;
     END LOOP;

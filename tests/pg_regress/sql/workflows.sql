@@ -42,6 +42,12 @@ SELECT outcome, waiting FROM aedb_queue.queue_sleep('orders', :t, :tok2, 'cool-o
 SELECT state, attempts, not_before - now() > interval '23 hours' AS sleeps_a_day
 FROM aedb_queue.queue_get('orders', :t);
 
+-- An operator makes the workflow run again from a step: that step and the
+-- later ones are dropped (they run again) and the parked task is due now.
+SELECT aedb_queue.queue_retry_from_step('orders', :t, 'packed');
+SELECT state FROM aedb_queue.queue_get('orders', :t);
+SELECT step FROM aedb_queue.queue_steps('orders', :t);
+
 -- Arguments are checked, each error naming its argument.
 SELECT * FROM aedb_queue.queue_sleep('orders', :t, :tok2, 'nap');
 SELECT * FROM aedb_queue.queue_await_event('orders', :t, :tok2, 'x', 'k', timeout => NULL);
