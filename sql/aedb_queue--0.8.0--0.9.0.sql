@@ -75,6 +75,17 @@ CREATE  FUNCTION "queue_steps"(
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'queue_steps_wrapper';
 
+CREATE  FUNCTION "queue_waits"(
+	"queue" TEXT, /* Option < & str > */
+	"task_id" bigint /* Option < i64 > */
+) RETURNS TABLE (
+	"step" TEXT,  /* String */
+	"key" TEXT,  /* String */
+	"deadline" timestamp with time zone  /* TimestampWithTimeZone */
+)
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'queue_waits_wrapper';
+
 CREATE  FUNCTION "queue_sleep"(
 	"queue" TEXT, /* Option < & str > */
 	"task_id" bigint, /* Option < i64 > */
@@ -126,8 +137,8 @@ LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'queue_retry_from_step_wrapper';
 
 REVOKE ALL ON FUNCTION "queue_step_record", "queue_steps", "queue_sleep", "queue_await_event", "queue_emit",
-    "queue_retry_from_step" FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION "queue_step_record", "queue_steps", "queue_sleep", "queue_await_event"
+    "queue_retry_from_step", "queue_waits" FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION "queue_step_record", "queue_steps", "queue_waits", "queue_sleep", "queue_await_event"
     TO aedb_queue_worker, aedb_queue_admin;
 GRANT EXECUTE ON FUNCTION "queue_emit" TO aedb_queue_producer, aedb_queue_admin;
 GRANT EXECUTE ON FUNCTION "queue_retry_from_step" TO aedb_queue_admin;

@@ -37,7 +37,7 @@ GRANT EXECUTE ON FUNCTION
     aedb_queue.queue_schedule_list, aedb_queue.queue_cron_preview, aedb_queue.queue_parents,
     aedb_queue.queue_overview, aedb_queue.queue_counters, aedb_queue.queue_access, aedb_queue.queue_find,
     aedb_queue.queue_children, aedb_queue.queue_errors, aedb_queue.queue_shard,
-    aedb_queue.queue_step_record, aedb_queue.queue_steps, aedb_queue.queue_sleep,
+    aedb_queue.queue_step_record, aedb_queue.queue_steps, aedb_queue.queue_waits, aedb_queue.queue_sleep,
     aedb_queue.queue_await_event
 TO aedb_queue_worker;
 

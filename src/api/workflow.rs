@@ -114,6 +114,27 @@ fn queue_steps(
     })
 }
 
+/// The events a task waits for (a step each, until its deadline).
+#[pg_extern]
+fn queue_waits(
+    queue: Option<&str>,
+    task_id: Option<i64>,
+) -> TableIterator<
+    'static,
+    (
+        name!(step, String),
+        name!(key, String),
+        name!(deadline, TimestampWithTimeZone),
+    ),
+> {
+    run(|| {
+        let queue = checked_name("queue", queue)?;
+        let task_id = required("task_id", task_id)?;
+        security::authorize(Action::Read, queue)?;
+        Ok(TableIterator::new(steps::waits(queue, task_id)?))
+    })
+}
+
 /// A durable sleep, as the step `step`: its first call records the wake
 /// time (now + `duration` on the database's clock, or `until`); while that
 /// time is ahead, the task is handed back scheduled for it without counting

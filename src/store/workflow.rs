@@ -166,6 +166,13 @@ static SWEEP_WAITS: Statement = Statement {
     clock: false,
 };
 
+static WAITS: Statement = Statement {
+    sql: "SELECT step, key, deadline FROM aedb_queue.event_wait
+          WHERE task_id = $1 AND queue = $2 ORDER BY deadline, step",
+    args: &[INT8, TEXT],
+    clock: false,
+};
+
 /// The task's state, locked (an operator's action on its steps).
 static LOCK_TASK: Statement = Statement {
     sql: "SELECT state::text FROM aedb_queue.task WHERE task_id = $1 AND queue = $2 FOR UPDATE",
@@ -208,6 +215,7 @@ pub(crate) static WORKFLOW_STATEMENTS: &[(&str, &Statement)] = &[
     ("WAIT", &WAIT),
     ("END_WAIT", &END_WAIT),
     ("WAKE_WAITERS", &WAKE_WAITERS),
+    ("WAITS", &WAITS),
     ("LOCK_TASK", &LOCK_TASK),
     ("DROP_STEPS_FROM", &DROP_STEPS_FROM),
     ("DUE_NOW", &DUE_NOW),
@@ -398,6 +406,20 @@ pub fn end_wait(task_id: i64, step: &str) -> Result<()> {
 /// Makes the tasks parked on the event due now; how many.
 pub fn wake_waiters(queue: &str, key: &str) -> Result<usize> {
     with_client(|client| Ok(execute(client, &WAKE_WAITERS, &[queue.into(), key.into()])?.len()))
+}
+
+/// The events a task waits for: (step, key, deadline).
+pub fn waits(queue: &str, task_id: i64) -> Result<Vec<(String, String, TimestampWithTimeZone)>> {
+    with_client(|client| {
+        execute(client, &WAITS, &[task_id.into(), queue.into()])?.map(|row| {
+            Ok((
+                row.get::<String>(1)?.unwrap_or_default(),
+                row.get::<String>(2)?.unwrap_or_default(),
+                row.get::<TimestampWithTimeZone>(3)?
+                    .ok_or_else(|| internal("deadline is NULL"))?,
+            ))
+        })
+    })
 }
 
 /// The live task's state, locked; None if the queue has no such live task.

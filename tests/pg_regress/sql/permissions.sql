@@ -292,7 +292,9 @@ BEGIN
               (53, 'queue_emit',
                   format('SELECT aedb_queue.queue_emit(%L, ''e_'' || session_user)', q)),
               (54, 'queue_retry_from_step',
-                  format('SELECT aedb_queue.queue_retry_from_step(%L, %s, ''s'')', q, id->'retry_step'))
+                  format('SELECT aedb_queue.queue_retry_from_step(%L, %s, ''s'')', q, id->'retry_step')),
+              (55, 'queue_waits',
+                  format('SELECT count(*) = 0 FROM aedb_queue.queue_waits(%L, %s)', q, id->'get'))
             ) AS v(seq, entry, sql);
         END LOOP;
     END LOOP;

@@ -19,6 +19,7 @@ SELECT step, result, attempt FROM aedb_queue.queue_steps('orders', :t);
 SELECT outcome, waiting, wake_at > now() + interval '59 minutes' AS parked_an_hour, payload, timed_out
 FROM aedb_queue.queue_await_event('orders', :t, :tok, 'packed', 'order-42/packed', timeout => '1 hour');
 SELECT state, attempts FROM aedb_queue.queue_get('orders', :t);
+SELECT step, key, deadline > now() AS ahead FROM aedb_queue.queue_waits('orders', :t);
 
 -- The old token is fenced out now: a stale worker records nothing.
 SELECT aedb_queue.queue_step_record('orders', :t, :tok, 'ship', '{}');
