@@ -120,6 +120,22 @@ CREATE  FUNCTION "queue_await_event"(
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'queue_await_event_wrapper';
 
+CREATE  FUNCTION "queue_await_tasks"(
+	"queue" TEXT, /* Option < & str > */
+	"task_id" bigint, /* Option < i64 > */
+	"fencing_token" bigint, /* Option < i64 > */
+	"step" TEXT, /* Option < & str > */
+	"task_ids" bigint[], /* :: std :: option :: Option < pgrx :: datum :: Array < '_, i64 > > */
+	"park" bool DEFAULT true, /* Option < bool > */
+	"strict" bool DEFAULT false /* Option < bool > */
+) RETURNS TABLE (
+	"outcome" aedb_queue.outcome,  /* Outcome */
+	"waiting" bool,  /* bool */
+	"results" jsonb  /* Option < JsonB > */
+)
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'queue_await_tasks_wrapper';
+
 CREATE  FUNCTION "queue_emit"(
 	"queue" TEXT, /* Option < & str > */
 	"key" TEXT, /* Option < & str > */
@@ -137,8 +153,9 @@ LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'queue_retry_from_step_wrapper';
 
 REVOKE ALL ON FUNCTION "queue_step_record", "queue_steps", "queue_sleep", "queue_await_event", "queue_emit",
-    "queue_retry_from_step", "queue_waits" FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION "queue_step_record", "queue_steps", "queue_waits", "queue_sleep", "queue_await_event"
+    "queue_retry_from_step", "queue_waits", "queue_await_tasks" FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION "queue_step_record", "queue_steps", "queue_waits", "queue_sleep", "queue_await_event",
+    "queue_await_tasks"
     TO aedb_queue_worker, aedb_queue_admin;
 GRANT EXECUTE ON FUNCTION "queue_emit" TO aedb_queue_producer, aedb_queue_admin;
 GRANT EXECUTE ON FUNCTION "queue_retry_from_step" TO aedb_queue_admin;

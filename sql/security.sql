@@ -38,7 +38,7 @@ GRANT EXECUTE ON FUNCTION
     aedb_queue.queue_overview, aedb_queue.queue_counters, aedb_queue.queue_access, aedb_queue.queue_find,
     aedb_queue.queue_children, aedb_queue.queue_errors, aedb_queue.queue_shard,
     aedb_queue.queue_step_record, aedb_queue.queue_steps, aedb_queue.queue_waits, aedb_queue.queue_sleep,
-    aedb_queue.queue_await_event
+    aedb_queue.queue_await_event, aedb_queue.queue_await_tasks
 TO aedb_queue_worker;
 
 -- Admins can do everything, including what the other two roles can.

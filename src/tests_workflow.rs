@@ -306,4 +306,80 @@ mod tests {
             "invalid argument \"task_id\": is not a live task of queue \"wf\"",
         );
     }
+
+    /// outcome, waiting, results (text) of an await_tasks.
+    fn await_tasks(queue: &str, id: i64, token: i64, step: &str, ids: &[i64], extra: &str) -> String {
+        let ids: Vec<String> = ids.iter().map(i64::to_string).collect();
+        one(&format!(
+            "SELECT concat_ws(' ', outcome, waiting::text, coalesce(results::text, 'NULL'))
+             FROM aedb_queue.queue_await_tasks('{queue}', {id}, {token}, '{step}', ARRAY[{}]::bigint[]{extra})",
+            ids.join(", ")
+        ))
+    }
+
+    #[pg_test]
+    fn a_workflow_waits_for_its_children_and_reads_their_results() {
+        let wf = enqueue("wf", ", max_attempts => 1");
+        let (_, t1) = claim_one("wf");
+        // The step that starts the children links them at once (park => false).
+        let a = enqueue("kids", "");
+        let b = enqueue("kids", "");
+        assert_eq!(
+            await_tasks("wf", wf, t1, "kids", &[a, b], ", park => false"),
+            format!("applied false [{{\"state\": \"live\", \"task_id\": {a}}}, {{\"state\": \"live\", \"task_id\": {b}}}]")
+        );
+        // A child completes before the wait: kept with its result, though
+        // its queue keeps no completed tasks.
+        let (ca, ta) = claim_one("kids");
+        assert_eq!(ca, a);
+        assert_eq!(complete("kids", a, ta, ", result => '{\"sum\": 3}'"), "applied");
+        assert_eq!(await_tasks("wf", wf, t1, "kids", &[a, b], ""), "applied true NULL");
+        assert_eq!(state_of("wf", wf).as_deref(), Some("waiting"));
+        assert_eq!(field::<i32>(wf, "waiting_on"), Some(1));
+        assert_eq!(field::<i32>(wf, "attempts"), Some(0), "the attempt is not counted");
+        // The other child is dead-lettered: the workflow runs and sees it.
+        let (cb, tb) = claim_one("kids");
+        assert_eq!(cb, b);
+        assert_eq!(fail("kids", b, tb, ", dead_letter => true"), "applied");
+        assert_eq!(state_of("wf", wf).as_deref(), Some("ready"));
+        let (_, t2) = claim_one("wf");
+        let expected = format!(
+            "applied false [{{\"state\": \"completed\", \"result\": {{\"sum\": 3}}, \"task_id\": {a}}}, {{\"error\": \"boom\", \"state\": \"dead\", \"task_id\": {b}}}]"
+        );
+        assert_eq!(await_tasks("wf", wf, t2, "kids", &[a, b], ""), expected);
+        // Recorded: the same later, whatever happens to the children.
+        exec(&format!("SELECT aedb_queue.queue_cancel('kids', {b})"));
+        assert_eq!(await_tasks("wf", wf, t2, "kids", &[a, b], ""), expected);
+        assert_eq!(complete("wf", wf, t2, ""), "applied");
+        assert_task_invariants("children");
+    }
+
+    #[pg_test]
+    fn unknown_children_are_missing_and_a_cancelled_child_releases_the_workflow() {
+        let wf = enqueue("wf", "");
+        let (_, t1) = claim_one("wf");
+        let kid = enqueue("kids", "");
+        assert_eq!(await_tasks("wf", wf, t1, "k", &[kid, 999_999], ""), "applied true NULL");
+        assert_eq!(field::<i32>(wf, "waiting_on"), Some(1), "only the live child counts");
+        exec(&format!("SELECT aedb_queue.queue_cancel('kids', {kid})"));
+        assert_eq!(state_of("wf", wf).as_deref(), Some("ready"));
+        let (_, t2) = claim_one("wf");
+        assert_eq!(
+            await_tasks("wf", wf, t2, "k", &[kid, 999_999], ""),
+            format!("applied false [{{\"state\": \"missing\", \"task_id\": {kid}}}, {{\"state\": \"missing\", \"task_id\": 999999}}]")
+        );
+        expect_error(
+            &format!("SELECT * FROM aedb_queue.queue_await_tasks('wf', {wf}, {t2}, 'x', ARRAY[NULL]::bigint[])"),
+            "22023",
+            "invalid argument \"task_ids\": must not contain NULL (element 1 is NULL)",
+        );
+        let keyed = enqueue("wf_line", ", ordering_key => 'o'");
+        let (_, tk) = claim_one("wf_line");
+        let other = enqueue("kids", "");
+        expect_error(
+            &format!("SELECT * FROM aedb_queue.queue_await_tasks('wf_line', {keyed}, {tk}, 'x', ARRAY[{other}]::bigint[])"),
+            "55000",
+            &format!("task {keyed} has an ordering key: it cannot wait for other tasks"),
+        );
+    }
 }

@@ -4,7 +4,8 @@
 //! runs named steps: after a crash, a lost lease or a retry, it runs again
 //! and each recorded step returns its result instead of running.
 
-use aedb_queue_core::grants::Action;
+use aedb_queue_core::dependency::Parent;
+use aedb_queue_core::grants::{Action, Pattern};
 use aedb_queue_core::workflow::{self, EventWait, Wait};
 use aedb_queue_core::QueueError;
 use pgrx::datum::{Interval, TimestampWithTimeZone};
@@ -272,6 +273,111 @@ fn queue_await_event(
             }
         }
     })
+}
+
+/// Waits for other tasks (children a workflow started) as the step
+/// `step`: each is linked so that it is kept with its result when it
+/// completes, and the workflow, parked `waiting` without counting the
+/// attempt, becomes ready when the last of them completes, is
+/// dead-lettered or cancelled. Once none is live, the step is recorded
+/// with one entry per task, in order: `{"task_id", "state": "completed"
+/// | "dead" | "missing", "result" | "error"}` (missing: never made, gone,
+/// or in a queue the caller may not read). With `park => false` nothing
+/// parks and nothing is recorded: the tasks are linked and their states
+/// returned (call it in the transaction that enqueues the children, so
+/// that a child completing at once is still kept).
+#[pg_extern]
+fn queue_await_tasks(
+    queue: Option<&str>,
+    task_id: Option<i64>,
+    fencing_token: Option<i64>,
+    step: Option<&str>,
+    task_ids: Option<pgrx::datum::Array<'_, i64>>,
+    park: default!(Option<bool>, true),
+    strict: default!(Option<bool>, false),
+) -> TableIterator<
+    'static,
+    (
+        name!(outcome, Outcome),
+        name!(waiting, bool),
+        name!(results, Option<JsonB>),
+    ),
+> {
+    run(|| {
+        let queue = checked_name("queue", queue)?;
+        let held = Held::checked(queue, ("task_id", task_id), ("fencing_token", fencing_token))?;
+        let step = checked_step(step)?;
+        let ids = super::int8_elements("task_ids", &task_ids)?.to_vec();
+        aedb_queue_core::validate::batch_length("task_ids", ids.len())?;
+        let park = required("park", park)?;
+        let strict = required("strict", strict)?;
+        security::authorize(Action::Work, queue)?;
+        let Some(attempt) = lock(held, strict)? else {
+            return Ok(TableIterator::once((Outcome::LeaseLost, false, None)));
+        };
+        if park {
+            if let Some(result) = steps::step_result(held.task_id, step)? {
+                return Ok(TableIterator::once((Outcome::Applied, false, result)));
+            }
+        }
+        let mut readable = Vec::with_capacity(ids.len());
+        for (id, owner) in store::parent_queues(&ids)? {
+            let owner = Pattern::Exact(owner);
+            if security::may(Action::Read, &owner)? || security::may(Action::Enqueue, &owner)? {
+                readable.push(id);
+            }
+        }
+        let live: Vec<i64> = if readable.is_empty() {
+            Vec::new()
+        } else {
+            store::link_parents(&readable)?
+                .into_iter()
+                .filter(|(_, p)| matches!(p, Parent::Live))
+                .map(|(id, _)| id)
+                .collect()
+        };
+        steps::link_workflow(&live, held.task_id)?;
+        let outcomes = steps::task_outcomes(&readable)?;
+        let results = JsonB(serde_json::Value::Array(
+            ids.iter().map(|id| outcome_json(*id, outcomes.iter().find(|o| o.task_id == *id))).collect(),
+        ));
+        if !park {
+            return Ok(TableIterator::once((Outcome::Applied, false, Some(results))));
+        }
+        if live.is_empty() {
+            if !steps::record_json(queue, held.task_id, held.fencing_token, attempt, step, JsonB(results.0.clone()))? {
+                return Err(recorded(held, step).into());
+            }
+            return Ok(TableIterator::once((Outcome::Applied, false, Some(results))));
+        }
+        let Some(woken) = steps::park_waiting(queue, held.task_id, held.fencing_token, live.len() as i32)? else {
+            return Err(QueueError::Prerequisite {
+                message: format!("task {} has an ordering key: it cannot wait for other tasks", held.task_id),
+                hint: "Start the workflow without an ordering key, or wait with queue_sleep between checks.".into(),
+            }
+            .into());
+        };
+        wake(woken)?;
+        Ok(TableIterator::once((Outcome::Applied, true, None)))
+    })
+}
+
+/// One entry of `queue_await_tasks`' results.
+fn outcome_json(task_id: i64, outcome: Option<&steps::TaskOutcome>) -> serde_json::Value {
+    let mut entry = serde_json::json!({ "task_id": task_id });
+    match outcome {
+        None => entry["state"] = "missing".into(),
+        Some(o) => {
+            entry["state"] = o.state.clone().into();
+            if o.state == "completed" {
+                entry["result"] = o.result.as_ref().map_or(serde_json::Value::Null, |r| r.0.clone());
+            }
+            if o.state == "dead" {
+                entry["error"] = o.error.clone().map_or(serde_json::Value::Null, Into::into);
+            }
+        }
+    }
+    entry
 }
 
 /// Emits the event `key` of this queue with `payload`, in the caller's

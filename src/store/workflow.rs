@@ -8,7 +8,10 @@ use std::cell::Cell;
 use pgrx::datum::{Interval, TimestampWithTimeZone};
 
 use super::latest::read_latest;
-use super::{execute, with_client, Statement, BOOL, INT4, INT8, JSONB, TEXT, TIMESTAMPTZ};
+use super::flow::{self, keys_of, SlotChanges};
+use super::{
+    execute, with_client, Statement, BOOL, INT4, INT8, INT8_ARRAY, JSONB, TEXT, TIMESTAMPTZ,
+};
 use crate::datum::RawJsonb;
 use crate::errors::{internal, Result};
 
@@ -201,6 +204,44 @@ static DUE_NOW: Statement = Statement {
     clock: true,
 };
 
+/// Links the workflow `$2` as a dependent of each of the tasks `$1` (it is
+/// released when the last of them ends, and they are kept with their
+/// results when they complete: `LINK_PARENTS` marked them).
+static LINK_WORKFLOW: Statement = Statement {
+    sql: "INSERT INTO aedb_queue.task_dependency (parent_id, child_id, run_on_failure)
+          SELECT p, $2, true FROM unnest($1::bigint[]) p
+          ON CONFLICT (parent_id, child_id) DO NOTHING",
+    args: &[INT8_ARRAY, INT8],
+    clock: false,
+};
+
+/// How each of the tasks `$1` stands: kept completed with its result, or
+/// live or dead with its last error.
+static TASK_OUTCOMES: Statement = Statement {
+    sql: "SELECT task_id, 'completed', result, NULL::text FROM aedb_queue.completed_task
+          WHERE task_id = ANY($1)
+          UNION ALL
+          SELECT task_id, CASE WHEN state = 'dead' THEN 'dead' ELSE 'live' END, NULL::jsonb, last_error
+          FROM aedb_queue.task WHERE task_id = ANY($1)",
+    args: &[INT8_ARRAY],
+    clock: false,
+};
+
+/// Parks the held workflow waiting for `$4` tasks, the attempt not
+/// counted (as RELEASE); due at once when they end. A task with an
+/// ordering key is left alone (a waiting task cannot hold its line).
+static PARK_WAITING: Statement = Statement {
+    sql: "UPDATE aedb_queue.task
+          SET state = 'waiting', waiting_on = $4, not_before = $5,
+              attempts = greatest(attempts - 1, 0),
+              owner_id = NULL, lease_deadline = NULL, updated_at = $5
+          WHERE task_id = $1 AND queue = $2 AND state = 'in_flight' AND fencing_token = $3
+            AND ordering_key IS NULL
+          RETURNING task_id, concurrency_key, NULL::text",
+    args: &[INT8, TEXT, INT8, INT4],
+    clock: true,
+};
+
 #[cfg(any(test, feature = "pg_test"))]
 pub(crate) static WORKFLOW_STATEMENTS: &[(&str, &Statement)] = &[
     ("LOCK_HELD", &LOCK_HELD),
@@ -216,6 +257,9 @@ pub(crate) static WORKFLOW_STATEMENTS: &[(&str, &Statement)] = &[
     ("END_WAIT", &END_WAIT),
     ("WAKE_WAITERS", &WAKE_WAITERS),
     ("WAITS", &WAITS),
+    ("LINK_WORKFLOW", &LINK_WORKFLOW),
+    ("TASK_OUTCOMES", &TASK_OUTCOMES),
+    ("PARK_WAITING", &PARK_WAITING),
     ("LOCK_TASK", &LOCK_TASK),
     ("DROP_STEPS_FROM", &DROP_STEPS_FROM),
     ("DUE_NOW", &DUE_NOW),
@@ -419,6 +463,85 @@ pub fn waits(queue: &str, task_id: i64) -> Result<Vec<(String, String, Timestamp
                     .ok_or_else(|| internal("deadline is NULL"))?,
             ))
         })
+    })
+}
+
+/// Links the workflow as a dependent of `tasks` (see LINK_WORKFLOW).
+pub fn link_workflow(tasks: &[i64], workflow: i64) -> Result<()> {
+    if tasks.is_empty() {
+        return Ok(());
+    }
+    with_client(|client| {
+        execute(client, &LINK_WORKFLOW, &[tasks.to_vec().into(), workflow.into()])?;
+        Ok(())
+    })
+}
+
+/// How a task a workflow waits for stands.
+pub struct TaskOutcome {
+    pub task_id: i64,
+    /// "completed", "dead" or "live".
+    pub state: String,
+    pub result: Option<pgrx::JsonB>,
+    pub error: Option<String>,
+}
+
+pub fn task_outcomes(tasks: &[i64]) -> Result<Vec<TaskOutcome>> {
+    with_client(|client| {
+        execute(client, &TASK_OUTCOMES, &[tasks.to_vec().into()])?.map(|row| {
+            Ok(TaskOutcome {
+                task_id: row.get::<i64>(1)?.unwrap_or_default(),
+                state: row.get::<String>(2)?.unwrap_or_default(),
+                result: row.get::<pgrx::JsonB>(3)?,
+                error: row.get::<String>(4)?,
+            })
+        })
+    })
+}
+
+/// Parks the held workflow waiting for `count` tasks; None if it has an
+/// ordering key, else the queues where tasks became ready (a freed slot).
+pub fn park_waiting(
+    queue: &str,
+    task_id: i64,
+    fencing_token: i64,
+    count: i32,
+) -> Result<Option<Vec<String>>> {
+    with_client(|client| {
+        let args = [
+            task_id.into(),
+            queue.into(),
+            fencing_token.into(),
+            count.into(),
+        ];
+        let rows = execute(client, &PARK_WAITING, &args)?;
+        let mut slots = SlotChanges::default();
+        let Some(()) = rows.first(|row| keys_of(&mut slots, queue, task_id, row, 2, true))? else {
+            return Ok(None);
+        };
+        Ok(Some(flow::settle_in(client, slots)?))
+    })
+}
+
+/// A step's result given as JSON, of a task held (see `record_step`).
+pub fn record_json(
+    queue: &str,
+    task_id: i64,
+    fencing_token: i64,
+    attempt: i32,
+    step: &str,
+    result: pgrx::JsonB,
+) -> Result<bool> {
+    with_client(|client| {
+        let args = [
+            task_id.into(),
+            step.into(),
+            queue.into(),
+            result.into(),
+            attempt.into(),
+            fencing_token.into(),
+        ];
+        Ok(!execute(client, &RECORD_STEP, &args)?.is_empty())
     })
 }
 

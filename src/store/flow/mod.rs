@@ -160,7 +160,7 @@ pub(crate) fn settle_in(client: &mut SpiClient<'_>, changes: SlotChanges) -> Res
 /// Reads the concurrency key (column `at`, its slot freed when `frees`) and
 /// the ordering key (column `at + 1`, whose line task `task_id` leaves) of a
 /// settled task.
-pub(super) fn keys_of(
+pub(crate) fn keys_of(
     slots: &mut SlotChanges,
     queue: &str,
     task_id: i64,

@@ -146,7 +146,7 @@ BEGIN
             id := '{}';
             tok := '{}';
             FOREACH k IN ARRAY ARRAY['complete', 'fu_a', 'fu_b', 'batch', 'fail', 'heartbeat', 'dead', 'cac', 'fac',
-                                     'step', 'sleep', 'await', 'retry_step'] LOOP
+                                     'step', 'sleep', 'await', 'retry_step', 'await_tasks'] LOOP
                 SELECT e.task_id INTO enq FROM aedb_queue.queue_enqueue(q, jsonb_build_object('cell', k)) e;
                 SELECT id || jsonb_build_object(k, l.task_id), tok || jsonb_build_object(k, l.fencing_token)
                   INTO id, tok
@@ -294,7 +294,10 @@ BEGIN
               (54, 'queue_retry_from_step',
                   format('SELECT aedb_queue.queue_retry_from_step(%L, %s, ''s'')', q, id->'retry_step')),
               (55, 'queue_waits',
-                  format('SELECT count(*) = 0 FROM aedb_queue.queue_waits(%L, %s)', q, id->'get'))
+                  format('SELECT count(*) = 0 FROM aedb_queue.queue_waits(%L, %s)', q, id->'get')),
+              (56, 'queue_await_tasks',
+                  format('SELECT outcome = ''applied'' FROM aedb_queue.queue_await_tasks(%L, %s, %s, ''t_'' || session_user, ARRAY[%s]::bigint[], park => false)',
+                         q, id->'await_tasks', tok->'await_tasks', id->'get'))
             ) AS v(seq, entry, sql);
         END LOOP;
     END LOOP;

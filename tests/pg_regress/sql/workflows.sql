@@ -37,6 +37,20 @@ SELECT result FROM aedb_queue.queue_steps('orders', :t) WHERE step = 'charge';
 SELECT outcome, waiting, payload, timed_out
 FROM aedb_queue.queue_await_event('orders', :t, :tok2, 'packed', 'order-42/packed', timeout => '1 hour');
 
+-- Children: a workflow starts tasks and waits for their results. The step
+-- that enqueues them links them at once (park => false), so a child that
+-- completes before the wait is kept with its result; the wait then parks
+-- the workflow until the last child completes or fails.
+SELECT task_id AS bill FROM aedb_queue.queue_enqueue('billing', '{"order": 42}') \gset
+SELECT outcome, waiting, results
+FROM aedb_queue.queue_await_tasks('orders', :t, :tok2, 'billing', ARRAY[:bill]::bigint[], park => false);
+SELECT fencing_token AS itok FROM aedb_queue.queue_claim('billing', 'biller') \gset
+SELECT aedb_queue.queue_complete('billing', :bill, :itok, result => '{"number": "INV-7"}');
+-- The wait: every child has ended, so the step is recorded with their
+-- outcomes and the handler goes on (a live child would park it, waiting).
+SELECT outcome, waiting, results
+FROM aedb_queue.queue_await_tasks('orders', :t, :tok2, 'billing', ARRAY[:bill]::bigint[]);
+
 -- Step 3 sleeps a day before asking for a review: parked again, and the
 -- attempt is still not counted (max_attempts is 1).
 SELECT outcome, waiting FROM aedb_queue.queue_sleep('orders', :t, :tok2, 'cool-off', duration => '1 day');
