@@ -32,6 +32,8 @@ BATCH = 100
 MARKER_FUNCTION = "pg_backend_pid"
 MARKER = "SELECT pg_catalog.pg_backend_pid()"
 LEASE = "1 hour"
+# Workflows parked ahead of the ready tasks in the parked/delayed templates.
+PARKED = 100_000
 
 BASELINE_SCHEMA = [
     # bench/src/systems.rs BASELINE_SCHEMA, one statement a line.
@@ -85,6 +87,19 @@ def workloads(m):
     arr = lit(array_literal(BATCH))
     values = ", ".join(f"({q}, {lit(PAYLOAD)})" for _ in range(BATCH))
     p = lit(PAYLOAD)
+    aedb_claim1 = dict(
+        call="claim (max 1)", system="aedb_queue", template="ready",
+        simple=lambda i: f"SELECT * FROM aedb_queue.queue_claim({q}, {w}, lease => {lease})",
+        prepare="PREPARE s(text, text, interval) AS SELECT * FROM aedb_queue.queue_claim($1, $2, lease => $3)",
+        execute=lambda i: f"EXECUTE s({q}, {w}, {lease})",
+        check=("SELECT count(*) FROM aedb_queue.task WHERE state = 'in_flight'", lambda k: k))
+    base_claim1 = dict(
+        call="claim (max 1)", system="baseline", template="ready",
+        simple=lambda i: BASELINE_CLAIM.format(q=q, w=w, lease=lease),
+        prepare="PREPARE s(text, text, interval) AS "
+        + BASELINE_CLAIM.format(q="$1", w="$2", lease="$3"),
+        execute=lambda i: f"EXECUTE s({q}, {w}, {lease})",
+        check=("SELECT count(*) FROM jobs WHERE state = 'running'", lambda k: k))
     return [
         # The bench's statement (bench/src/systems.rs): the id read from the
         # call in the select list.
@@ -120,17 +135,27 @@ def workloads(m):
              prepare="PREPARE s(text, jsonb[]) AS INSERT INTO jobs (queue, payload) SELECT $1, unnest($2)",
              execute=lambda i: f"EXECUTE s({q}, {arr})",
              check=("SELECT count(*) FROM jobs", lambda k: k * BATCH)),
-        dict(call="claim (max 1)", system="aedb_queue", template="ready",
-             simple=lambda i: f"SELECT * FROM aedb_queue.queue_claim({q}, {w}, lease => {lease})",
-             prepare="PREPARE s(text, text, interval) AS SELECT * FROM aedb_queue.queue_claim($1, $2, lease => $3)",
-             execute=lambda i: f"EXECUTE s({q}, {w}, {lease})",
-             check=("SELECT count(*) FROM aedb_queue.task WHERE state = 'in_flight'", lambda k: k)),
-        dict(call="claim (max 1)", system="baseline", template="ready",
-             simple=lambda i: BASELINE_CLAIM.format(q=q, w=w, lease=lease),
-             prepare="PREPARE s(text, text, interval) AS "
-             + BASELINE_CLAIM.format(q="$1", w="$2", lease="$3"),
-             execute=lambda i: f"EXECUTE s({q}, {w}, {lease})",
-             check=("SELECT count(*) FROM jobs WHERE state = 'running'", lambda k: k)),
+        aedb_claim1,
+        # The same claim with PARKED workflows parked ahead of the ready tasks
+        # (lower ids) in the same queue: each claimed once and put to sleep
+        # for 30 days by queue_sleep (state scheduled, not_before ahead, the
+        # sleep recorded as a step); and the same number enqueued with a
+        # 30-day delay. Baseline: as many jobs with run_at 30 days ahead.
+        # Selected only with --only (their templates take a while to fill).
+        *[dict(call=f"claim (max 1), {PARKED:,} {kind.split(',')[0]} ahead" + (", vacuumed" if "vacuumed" in kind else ""),
+               system=system, template="ready-" + slug(kind).replace("_", "-"), optional=True,
+               simple=base_w["simple"], prepare=base_w["prepare"], execute=base_w["execute"],
+               check=(("SELECT (count(*) FILTER (WHERE state = 'in_flight' AND task_id > {p}))::bigint * 1000000 "
+                       "+ count(*) FILTER (WHERE state = 'scheduled') FROM aedb_queue.task").replace("{p}", str(PARKED))
+                      if system == "aedb_queue" else
+                      ("SELECT (count(*) FILTER (WHERE state = 'running' AND id > {p}))::bigint * 1000000 "
+                       "+ count(*) FILTER (WHERE state = 'ready' AND run_at > now()) FROM jobs").replace("{p}", str(PARKED)),
+                      lambda k: k * 1000000 + PARKED))
+          for kind, system, base_w in [
+              ("parked", "aedb_queue", aedb_claim1), ("parked, vacuumed", "aedb_queue", aedb_claim1),
+              ("delayed", "aedb_queue", aedb_claim1),
+              ("delayed", "baseline", base_claim1)]],
+        base_claim1,
         # The many templates hold BATCH times as many tasks (ready, or in
         # flight at token 1); batch workloads run N/10 calls of BATCH each.
         dict(call=f"claim of {BATCH}", system="aedb_queue", template="ready-many", per=BATCH,
@@ -244,6 +269,64 @@ class Bench:
         with open(self.args.setup_sql) as f:
             return [l.strip() for l in f if l.strip() and not l.lstrip().startswith("--")]
 
+    def selected(self, w):
+        """Optional workloads (their templates are slow to fill) run only
+        when --only names them."""
+        if self.args.only:
+            return re.search(self.args.only, f"{w['system']}:{w['call']}") is not None
+        return not w.get("optional")
+
+    def setup_parked(self, base, m):
+        """The ready-parked and ready-delayed templates, when a selected
+        workload needs them: PARKED tasks (ids 1..PARKED) parked 30 days
+        ahead, then m ready tasks (ids PARKED+1..); jobs 1..PARKED with
+        run_at 30 days ahead, then m ready jobs."""
+        needed = {w["template"] for w in workloads(m) if self.selected(w)}
+        jobs = [
+            f"INSERT INTO jobs (queue, payload, run_at) SELECT 'q', {lit(PAYLOAD)}, now() + '30 days' FROM generate_series(1, {PARKED})",
+            f"INSERT INTO jobs (queue, payload) SELECT 'q', {lit(PAYLOAD)} FROM generate_series(1, {m})",
+        ]
+        ready = f"SELECT count(*) FROM aedb_queue.queue_enqueue_batch('q', ARRAY(SELECT {lit(PAYLOAD)}::jsonb FROM generate_series(1, {m})))"
+        if "ready-parked" in needed:
+            d = os.path.join(self.work, "tmpl-ready-parked")
+            self.copy(base, d)
+            # Each workflow claimed once, then queue_sleep for 30 days: it is
+            # handed back scheduled (attempt not counted), the sleep recorded.
+            self.single(d, [
+                f"SELECT count(*) FROM aedb_queue.queue_enqueue_batch('q', ARRAY(SELECT {lit(PAYLOAD)}::jsonb FROM generate_series(1, 1000)))"
+                for _ in range(PARKED // 1000)
+            ] + [
+                "DO $$ DECLARE c record; s record; BEGIN "
+                "FOR c IN SELECT task_id, fencing_token FROM aedb_queue.queue_claim('q', 'w', lease => '1 hour', max => 1000) LOOP "
+                "SELECT * INTO s FROM aedb_queue.queue_sleep('q', c.task_id, c.fencing_token, 'nap', duration => '30 days'); "
+                "IF NOT s.waiting THEN RAISE EXCEPTION 'not parked'; END IF; END LOOP; END $$"
+                for _ in range(PARKED // 1000)
+            ] + [ready] + jobs)
+            got = self.query_values(d, "SELECT count(*)::text || ',' || min(task_id) || ',' || max(task_id) || ',' || "
+                                    "bool_and(not_before > now() + '29 days') || ',' || max(attempts) "
+                                    "FROM aedb_queue.task WHERE state = 'scheduled'")
+            assert got == [f"{PARKED},1,{PARKED},true,0"], f"parked tasks: {got}"
+            got = self.query_values(d, "SELECT count(*) FROM aedb_queue.queue_steps('q', 1)")
+            assert got == ["1"], f"the sleep of task 1 is not recorded: {got}"
+        if "ready-parked-vacuumed" in needed:
+            # The same after VACUUM (what autovacuum leaves): the parking
+            # left the 100,000 tasks' old entries in the ready index (they
+            # were ready, then claimed), dead until a vacuum removes them.
+            assert "ready-parked" in needed, "ready-parked-vacuumed is copied from ready-parked"
+            d = os.path.join(self.work, "tmpl-ready-parked-vacuumed")
+            self.copy(os.path.join(self.work, "tmpl-ready-parked"), d)
+            self.single(d, ["VACUUM aedb_queue.task"])
+        if "ready-delayed" in needed:
+            d = os.path.join(self.work, "tmpl-ready-delayed")
+            self.copy(base, d)
+            self.single(d, [
+                f"SELECT count(*) FROM aedb_queue.queue_enqueue_batch('q', ARRAY(SELECT {lit(PAYLOAD)}::jsonb FROM generate_series(1, 1000)), delay => '30 days')"
+                for _ in range(PARKED // 1000)
+            ] + [ready] + jobs)
+            got = self.query_values(d, "SELECT count(*)::text || ',' || min(task_id) || ',' || max(task_id) "
+                                    "FROM aedb_queue.task WHERE state = 'scheduled' AND not_before > now() + '29 days'")
+            assert got == [f"{PARKED},1,{PARKED}"], f"delayed tasks: {got}"
+
     def setup(self, m):
         os.makedirs(self.work, exist_ok=True)
         shutil.chown(self.work, "postgres", "postgres")
@@ -312,6 +395,7 @@ class Bench:
         assert got == ["1,1"], got
         got = self.query_values(inflight, "SELECT min(id)::text || ',' || max(id) FROM jobs")
         assert got == [f"1,{m}"], got
+        self.setup_parked(base, m)
         have = self.query_values(base, "SELECT string_agg(proname, ',') FROM pg_proc WHERE pronamespace = 'aedb_queue'::regnamespace")
         self.functions = set(have[0].split(",")) if have else set()
         self.version = self.query_values(base, "SELECT extversion FROM pg_extension WHERE extname = 'aedb_queue'")[0]
@@ -355,7 +439,7 @@ class Bench:
         n = self.args.n
         cases = []
         for w in workloads(self.m):
-            if self.args.only and not re.search(self.args.only, f"{w['system']}:{w['call']}"):
+            if not self.selected(w):
                 continue
             if w.get("needs") and w["needs"] not in self.functions:
                 cases.append(dict(w=w, skipped=f"aedb_queue.{w['needs']} is not in installed version {self.version}"))
@@ -503,6 +587,13 @@ def render_md(meta, rows):
             "complete-and-claim, where call i completes task i and claims task i+1, again at token 1. After "
             "every run a query checks the state the calls should have left (count of tasks, in-flight tasks, "
             "…); a run whose calls did not all take effect fails the benchmark.", "",
+            f"Optional templates (run only when `--only` names them): *ready-parked*: {PARKED:,} workflows "
+            "(task ids 1.." f"{PARKED}" ") each claimed once and parked by `queue_sleep(..., duration => '30 days')` "
+            "(state scheduled, not_before 30 days ahead, attempts back to 0, the sleep recorded as a step), then "
+            "2N+10 ready tasks; *ready-delayed*: as many tasks enqueued with `delay => '30 days'` instead, then the "
+            "ready tasks; *ready-parked-vacuumed*: ready-parked after `VACUUM aedb_queue.task`; all hold the same jobs rows, the first " f"{PARKED:,}" " with run_at 30 days ahead. Their "
+            "check: the claimed tasks are ready ones (ids above " f"{PARKED:,}" ") and every parked one is still "
+            "there (aedb_queue: scheduled; baseline: ready, run_at ahead).", "",
             "Batches: Ir per call of 100 tasks (divide by 100 for per task). The three parts' raw counts "
             "are in instructions.json (ir_first, ir_second, ir_marker).", ""]
     return "\n".join(out)
