@@ -16,13 +16,17 @@ Worker::
         ...
 
     app.run()   # or: python -m aedb_queue worker mymodule:app
+
+Durable workflows: in a handler, ``task.step(name, fn)``, ``task.sleep(name,
+duration)`` and ``task.wait_for_event(name, key, timeout)``; ``emit(conn,
+queue, key, payload)`` on the producer side.
 """
 
 from .app import App
 from .connections import StartupError
 from .payloads import PayloadError
-from .producer import Enqueued, aenqueue, aenqueue_batch, enqueue, enqueue_batch
-from .task import AsyncTask, Complete, DeadLetter, FollowUp, Retry, Task
+from .producer import Enqueued, aemit, aenqueue, aenqueue_batch, emit, enqueue, enqueue_batch
+from .task import AsyncTask, Complete, DeadLetter, Event, FollowUp, Retry, Task, WorkflowExit
 
 __version__ = "0.9.0"
 
@@ -32,13 +36,17 @@ __all__ = [
     "Complete",
     "DeadLetter",
     "Enqueued",
+    "Event",
     "FollowUp",
     "PayloadError",
     "Retry",
     "StartupError",
     "Task",
+    "WorkflowExit",
+    "aemit",
     "aenqueue",
     "aenqueue_batch",
+    "emit",
     "enqueue",
     "enqueue_batch",
 ]

@@ -308,3 +308,41 @@ async def aenqueue_batch(
         await _aread_durations(cur, params)
         await cur.execute(sql.ENQUEUE_BATCH, params)
         return [row[0] for row in await cur.fetchall()]
+
+
+# -- events of durable workflows ----------------------------------------------
+
+
+def _emit_params(queue: str, key: str, payload: Any) -> dict[str, Any]:
+    return {"queue": _args.queue_name(queue), "key": _args.queue_name(key, "key"),
+            "payload": to_jsonb(payload, "payload")}
+
+
+def emit(conn: psycopg.Connection | psycopg.Cursor, queue: str, key: str, payload: Any = None) -> bool:
+    """Emit the event ``key`` of ``queue`` on ``conn``, in its current transaction.
+
+    Workflow tasks of ``queue`` waiting for it (``task.wait_for_event(name,
+    key, timeout)``) become due when the transaction commits, and a wait
+    that starts later finds it. True if this call emitted the event; False
+    if it was emitted already (the first emit and its payload stand).
+    ``payload`` is any JSON value, a dataclass or a pydantic model. Needs
+    the producer right on the queue (``aedb_queue_producer``).
+    """
+    params = _emit_params(queue, key, payload)
+    cur = _cursor(conn, "emit")
+    with cur:
+        row = cur.execute(sql.EMIT, params).fetchone()
+    assert row is not None
+    return bool(row[0])
+
+
+async def aemit(conn: psycopg.AsyncConnection | psycopg.AsyncCursor, queue: str, key: str,
+                payload: Any = None) -> bool:
+    """:func:`emit` on a psycopg ``AsyncConnection``."""
+    params = _emit_params(queue, key, payload)
+    cur = _acursor(conn, "aemit")
+    async with cur:
+        await cur.execute(sql.EMIT, params)
+        row = await cur.fetchone()
+    assert row is not None
+    return bool(row[0])

@@ -26,7 +26,7 @@ from . import sql
 from .connections import Backoff, is_transient
 from .payloads import PayloadError, decode, to_jsonb
 from .spec import TaskSpec
-from .task import AsyncTask, Complete, DeadLetter, Retry, Task
+from .task import AsyncTask, Complete, DeadLetter, Retry, Task, WorkflowExit
 
 if TYPE_CHECKING:
     from .runtime import Runtime
@@ -92,6 +92,9 @@ class Job:
         self.spec = spec
         self.phase = "handler"  # then "settle"
         self.abandoned = False  # handed back at shutdown: drop whatever the handler does
+        # A workflow call ended the claim: "parking" while a sleep or an event
+        # wait may park the task, then "parked" or "lease_lost" (settle nothing).
+        self.workflow_exit: str | None = None
         self.task: Task | AsyncTask | None = None
         self.slot: asyncio.Task | None = None
 
@@ -245,6 +248,10 @@ class QueueRunner:
 
             return await run_transactional(self, job)
         settle = await self._run_handler(job)
+        if settle is None:  # parked, or the lease was lost: nothing to settle
+            if self.busy:
+                self.wake()  # this slot claimed through the settle; the runner claims now
+            return None
         return await self.settle(job, settle)
 
     def _make_task(self, job: Job) -> Task | AsyncTask:
@@ -261,22 +268,38 @@ class QueueRunner:
             task._beat = lambda progress: self.beat(job, progress)
         else:
             task._beat = lambda progress: self.rt.call_from_thread(self.beat(job, progress))
+        if not spec.transactional:
+            from .workflow import Workflow
+
+            task._wf = Workflow(self, job)
         return task
 
-    async def _run_handler(self, job: Job) -> Settle:
+    async def _run_handler(self, job: Job) -> Settle | None:
+        """How the handler's attempt settles; None when a workflow call ended
+        it (the task parked, or the lease was lost): settle nothing."""
         beats = self.start_heartbeats(job)
         try:
             if self.spec.is_async:
                 value = await self.spec.handler(job.task)
             else:
                 value = await self.rt.threads.submit(self.spec.handler, job.task)
+        except WorkflowExit:
+            return None
         except (Retry, DeadLetter) as exc:
+            if job.workflow_exit is not None:
+                return None
             return Settle.failure(exc)
         except Exception as exc:
+            # A sync handler's WorkflowExit comes back from its thread as a
+            # HandlerExit; the flag on the job says what it was.
+            if job.workflow_exit is not None:
+                return None
             log.info("%r raised", job, exc_info=exc)  # the traceback; the failure is logged when it settles
             return Settle.failure(exc)
         finally:
             beats.cancel()
+        if job.workflow_exit is not None:  # the handler swallowed the WorkflowExit
+            return None
         return Settle.completion(value)
 
     # -- heartbeats ------------------------------------------------------------
@@ -297,6 +320,8 @@ class QueueRunner:
         task = job.task
         if job.abandoned or (task is not None and task.lease_lost):
             return False
+        if job.workflow_exit in ("parking", "parked"):
+            return True  # handed back by the workflow (or about to be): not lost, nothing to extend
         params = {**job.key(), "extend": timedelta(seconds=self.spec.lease),
                   "progress": to_jsonb(progress, "progress")}
 
@@ -311,6 +336,8 @@ class QueueRunner:
             log.warning("heartbeat of %r: %s", job, _one_line(exc))
             return True  # not known to be lost; the next beat tries again
         if outcome != "applied":
+            if job.workflow_exit in ("parking", "parked"):
+                return True  # a beat that crossed the park
             if task is not None:
                 task.lease_lost = True
             log.warning("%r: lease lost (heartbeat refused); its result will be dropped", job)

@@ -123,6 +123,51 @@ SELECT aedb_queue.queue_release(
     delay => %(delay)s::interval)::text
 """
 
+# Durable workflows (extension 0.9.0): a task's recorded steps, read once per claim.
+STEPS = """
+SELECT step, result
+FROM aedb_queue.queue_steps(queue => %(queue)s::text, task_id => %(task_id)s::bigint)
+"""
+
+STEP_RECORD = """
+SELECT aedb_queue.queue_step_record(
+    queue => %(queue)s::text,
+    task_id => %(task_id)s::bigint,
+    fencing_token => %(fencing_token)s::bigint,
+    step => %(step)s::text,
+    result => %(result)s::jsonb,
+    strict => %(strict)s::boolean)::text
+"""
+
+SLEEP = """
+SELECT outcome::text, waiting, wake_at
+FROM aedb_queue.queue_sleep(
+    queue => %(queue)s::text,
+    task_id => %(task_id)s::bigint,
+    fencing_token => %(fencing_token)s::bigint,
+    step => %(step)s::text,
+    duration => %(duration)s::interval,
+    until => %(until)s::timestamptz)
+"""
+
+AWAIT_EVENT = """
+SELECT outcome::text, waiting, wake_at, payload, timed_out
+FROM aedb_queue.queue_await_event(
+    queue => %(queue)s::text,
+    task_id => %(task_id)s::bigint,
+    fencing_token => %(fencing_token)s::bigint,
+    step => %(step)s::text,
+    key => %(key)s::text,
+    timeout => %(timeout)s::interval)
+"""
+
+EMIT = """
+SELECT aedb_queue.queue_emit(
+    queue => %(queue)s::text,
+    key => %(key)s::text,
+    payload => %(payload)s::jsonb)
+"""
+
 # The channel the extension notifies on; the payload is the queue name.
 # After a failure applied: whether it dead-lettered the task (dead, still at
 # the fencing token of the attempt that failed; a retry's claim moves it).

@@ -174,7 +174,7 @@ async def _run_async(runner: QueueRunner, job: Job, stop_beats) -> Outcome:
 _local = threading.local()
 
 
-def _thread_connection(rt: "Runtime") -> psycopg.Connection:
+def thread_connection(rt: "Runtime") -> psycopg.Connection:
     conn = getattr(_local, "conn", None)
     if conn is not None and not (conn.closed or conn.broken):
         return conn
@@ -203,7 +203,7 @@ def _run_sync(runner: QueueRunner, job: Job, stop_beats) -> Outcome:
     for attempt in range(START_ATTEMPTS):
         started = False
         try:
-            conn = _thread_connection(rt)
+            conn = thread_connection(rt)
         except psycopg.Error as exc:
             if attempt + 1 == START_ATTEMPTS or not is_transient(exc) or rt.stopping:
                 return Outcome("not_started", error=exc)

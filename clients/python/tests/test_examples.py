@@ -29,7 +29,8 @@ def readme_blocks() -> dict[str, str]:
 
 def test_readme_shows_the_example_files_verbatim():
     blocks = readme_blocks()
-    assert set(blocks) == {"examples/setup.sql", "examples/producer.py", "examples/worker.py"}
+    assert set(blocks) == {"examples/setup.sql", "examples/producer.py", "examples/worker.py",
+                           "examples/workflow.py"}
     for name, body in blocks.items():
         assert body == (ROOT / name).read_text(), f"README's {name} differs from the file"
 
@@ -50,6 +51,7 @@ def test_setup_sql_then_producer_and_worker_examples_run_as_its_roles(bare_clust
         assert roles == [("app_producer", False, ["aedb_queue_producer"]),
                          ("app_service", False, ["aedb_queue_producer", "aedb_queue_worker"])]
         run_examples(cluster, su, tmp_path)
+        run_workflow_example(cluster, su, tmp_path)
 
 
 def run_examples(cluster, su, tmp_path) -> None:
@@ -74,6 +76,39 @@ def run_examples(cluster, su, tmp_path) -> None:
             proc.wait(10)
         log.close()
     assert "sending welcome to ada@example.com" in (tmp_path / "worker.log").read_text()
+
+
+def run_workflow_example(cluster, su, tmp_path) -> None:
+    """examples/workflow.py enqueues order 42 and works it: charged, a 1 s sleep, then parked
+    waiting for the warehouse; ``workflow.py packed 42`` (as the producer) emits the event, and
+    the order ships once."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    log_path = tmp_path / "workflow.log"
+    log = open(log_path, "w")
+    proc = subprocess.Popen([sys.executable, "examples/workflow.py"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                            env={**env, "AEDB_QUEUE_DSN": cluster.dsn("app_service")})
+    try:
+        wait_until(lambda: "parked: waiting for event 'order-42/packed'" in log_path.read_text(), 30,
+                   f"the workflow waits for the warehouse; output: {log_path.read_text()}")
+        assert "parked: sleeping until" in log_path.read_text()
+        assert su.execute("SELECT count(*) FROM sent_emails WHERE order_id = 42").fetchone()[0] == 0
+        packed = subprocess.run([sys.executable, "examples/workflow.py", "packed", "42"], cwd=ROOT,
+                                capture_output=True, text=True, timeout=60,
+                                env={**env, "AEDB_QUEUE_DSN": cluster.dsn("app_producer")})
+        assert packed.returncode == 0, packed.stderr
+        wait_until(lambda: "order 42 shipped: {'boxes': 2}" in log_path.read_text(), 30,
+                   f"the order shipped; output: {log_path.read_text()}")
+        wait_until(lambda: live(su, "orders") == 0, 30, "the workflow completed")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        log.close()
+    assert su.execute("SELECT count(*) FROM sent_emails WHERE order_id = 42").fetchone()[0] == 1
+    output = log_path.read_text()
+    assert "resumed: event 'order-42/packed' arrived (step 'packed')" in output
 
 
 def test_drain_benchmark_prints_one_json_line(cluster, su, producer, queue):

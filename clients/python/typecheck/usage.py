@@ -3,11 +3,14 @@ installed from its wheel (clients/python/test.sh), proves the wheel ships
 py.typed and that its public API is typed for an application's code."""
 
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import psycopg
 
 import aedb_queue
-from aedb_queue import App, AsyncTask, Complete, DeadLetter, Enqueued, FollowUp, Retry, Task, enqueue
+from aedb_queue import (App, AsyncTask, Complete, DeadLetter, Enqueued, Event, FollowUp, Retry, Task, aemit, emit,
+                        enqueue)
 
 
 @dataclass
@@ -47,6 +50,46 @@ def report(task: Task[dict[str, int]]) -> None:
 
 def produce_later(conn: psycopg.Connection[tuple[object, ...]]) -> int:
     return enqueue(conn, "emails", {"n": 1}, delay="1h30m", backoff_base=5, backoff_max="10 minutes").task_id
+
+
+@app.task("orders")
+def fulfil(task: Task[dict[str, int]]) -> dict[str, Any]:
+    receipt = task.step("charge", lambda: {"receipt": "r-1"})
+
+    def ship(conn: psycopg.Connection[Any]) -> int:
+        conn.execute("INSERT INTO sent_emails (order_id) VALUES (%s)", (task.payload["order"],))
+        return 1
+
+    task.step("ship", ship, transactional=True)
+    task.sleep("cool-off", "1 day")
+    task.sleep("short", timedelta(seconds=5))
+    task.sleep_until("monday", datetime(2030, 1, 7, tzinfo=timezone.utc))
+    packed: Event = task.wait_for_event("packed", "order-1/packed", timeout="2 days")
+    return {"receipt": receipt, "boxes": packed.payload, "late": packed.timed_out}
+
+
+@app.task("orders-async")
+async def fulfil_async(task: AsyncTask[dict[str, int]]) -> None:
+    async def charge() -> int:
+        return 1
+
+    await task.step("charge", charge)
+
+    async def ship(conn: psycopg.AsyncConnection[Any]) -> None:
+        await conn.execute("SELECT 1")
+
+    await task.step("ship", ship, transactional=True)
+    await task.sleep("nap", 30)
+    event = await task.wait_for_event("packed", "k", 60)
+    assert event.timed_out or event.payload is not None
+
+
+def warehouse(conn: psycopg.Connection[tuple[object, ...]]) -> bool:
+    return emit(conn, "orders", "order-1/packed", {"boxes": 2})
+
+
+async def awarehouse(conn: psycopg.AsyncConnection[tuple[object, ...]]) -> bool:
+    return await aemit(conn, "orders", "order-1/packed")
 
 
 slow = App("host=127.0.0.1 dbname=app user=app_service", shutdown_timeout="90 seconds")
