@@ -15,7 +15,7 @@ import { join } from 'node:path';
 
 const fieldValue = (field, to) => (b) => b.replace(new RegExp(`(data-field="${field}"[^>]*>)(\\d+)<`), (_, a) => `${a}${to}<`);
 export const MUTANTS = {
-  none: { files: process.env.AEDB_MUTANT_FILES ? process.env.AEDB_MUTANT_FILES.split(',') : ['10-health', '20-overview', '30-queue', '40-task', '50-search', '60-actions', '70-csrf', '80-roles', '90-hostile'], expect: 'pass' },
+  none: { files: process.env.AEDB_MUTANT_FILES ? process.env.AEDB_MUTANT_FILES.split(',') : ['10-health', '20-overview', '30-queue', '40-task', '45-workflow', '50-search', '60-actions', '70-csrf', '80-roles', '90-hostile'], expect: 'pass' },
   'healthz-down': { files: ['10-health'], res: (r) => (r.path === '/healthz' ? { ...r, status: 503 } : r) },
   'metrics-figure-wrong': { files: ['15-metrics'], res: (r) => (r.path === '/metrics' ? { ...r, body: r.body.replace(/(aedb_queue_tasks\{queue="emails",state="ready"\} )(\d+)/, (_, a, n) => a + (Number(n) + 1)) } : r) },
   'screenshot-page-500': { files: ['00-screenshots'], env: { AEDB_SCREENSHOTS: '/tmp/aedb-mutant-shots' }, res: (r) => (r.path.startsWith('/queues/') ? { ...r, status: 500 } : r) },

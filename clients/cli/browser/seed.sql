@@ -133,6 +133,42 @@ SELECT 1 FROM aedb_queue.queue_claim('hostile', '<img src=x onerror=window.__xss
 \c - dash_admin
 SELECT task_id AS h_name FROM aedb_queue.queue_enqueue('<img src=x onerror=window.__xss=7>', '{"n": 1}') \gset
 
+-- workflows: durable workflows (steps recorded by the worker under its
+-- token): one parked on a sleep, one on an event, one to run again from a
+-- step, one in flight, one with markup in a step's name and result.
+SELECT task_id AS w_sleep FROM aedb_queue.queue_enqueue('workflows', '{"order": 42}') \gset
+\c - dash_reader
+SELECT fencing_token AS tok FROM aedb_queue.queue_claim('workflows', 'worker-w') \gset
+SELECT aedb_queue.queue_step_record('workflows', :w_sleep, :tok, 'charge', '{"receipt": "r-42"}') \g /dev/null
+SELECT 1 FROM aedb_queue.queue_sleep('workflows', :w_sleep, :tok, 'cool-off', duration => '1 day') \g /dev/null
+\c - dash_admin
+SELECT task_id AS w_event FROM aedb_queue.queue_enqueue('workflows', '{"order": 43}') \gset
+\c - dash_reader
+SELECT fencing_token AS tok FROM aedb_queue.queue_claim('workflows', 'worker-w') \gset
+SELECT aedb_queue.queue_step_record('workflows', :w_event, :tok, 'charge', '{"receipt": "r-43"}') \g /dev/null
+SELECT 1 FROM aedb_queue.queue_await_event('workflows', :w_event, :tok, 'packed', 'order-43/packed', timeout => '2 days') \g /dev/null
+\c - dash_admin
+SELECT task_id AS w_retry FROM aedb_queue.queue_enqueue('workflows', '{"order": 44}') \gset
+\c - dash_reader
+SELECT fencing_token AS tok FROM aedb_queue.queue_claim('workflows', 'worker-w') \gset
+SELECT aedb_queue.queue_step_record('workflows', :w_retry, :tok, 'charge', '{"done": "charge"}') \g /dev/null
+SELECT aedb_queue.queue_step_record('workflows', :w_retry, :tok, 'reserve', '{"done": "reserve"}') \g /dev/null
+SELECT aedb_queue.queue_step_record('workflows', :w_retry, :tok, 'label', '{"done": "label"}') \g /dev/null
+SELECT 1 FROM aedb_queue.queue_sleep('workflows', :w_retry, :tok, 'cool-off', duration => '1 day') \g /dev/null
+\c - dash_admin
+SELECT task_id AS w_hostile FROM aedb_queue.queue_enqueue('workflows', '{"order": 45}') \gset
+\c - dash_reader
+SELECT fencing_token AS tok FROM aedb_queue.queue_claim('workflows', 'worker-w') \gset
+SELECT aedb_queue.queue_step_record('workflows', :w_hostile, :tok, '<script>window.__xss=9</script>',
+       '{"html": "<img src=x onerror=window.__xss=10>"}') \g /dev/null
+SELECT 1 FROM aedb_queue.queue_sleep('workflows', :w_hostile, :tok, 'nap', duration => '1 day') \g /dev/null
+\c - dash_admin
+SELECT task_id AS w_run FROM aedb_queue.queue_enqueue('workflows', '{"order": 46}') \gset
+\c - dash_reader
+SELECT fencing_token AS tok FROM aedb_queue.queue_claim('workflows', 'worker-w', lease => '1 hour') \gset
+SELECT aedb_queue.queue_step_record('workflows', :w_run, :tok, 'charge', '{"receipt": "r-46"}') \g /dev/null
+\c - dash_admin
+
 -- tenants: the confined role administers tenant_a.* and never sees tenant_b.*.
 SELECT task_id AS ta_ready FROM aedb_queue.queue_enqueue('tenant_a.jobs', '{"tenant": "a"}') \gset
 SELECT task_id AS ta_dead FROM aedb_queue.queue_enqueue('tenant_a.jobs', '{"tenant": "a", "n": "dead"}', max_attempts => 1, priority => 10) \gset
@@ -157,4 +193,5 @@ SELECT json_build_object(
     'rt_dead', :'rt_dead'::bigint[], 'c_task', :c_task, 's_run', :s_run, 's_blocked', :s_blocked,
     'p_parent', :p_parent, 'p_child', :p_child, 'p_grandchild', :p_grandchild,
     'h_ready', :h_ready, 'h_dead', :h_dead, 'h_run', :h_run, 'h_name', :h_name,
-    'ta_ready', :ta_ready, 'ta_dead', :ta_dead, 'tb_ready', :tb_ready, 'bulk_n', :bulk_n);
+    'ta_ready', :ta_ready, 'ta_dead', :ta_dead, 'tb_ready', :tb_ready, 'bulk_n', :bulk_n,
+    'w_sleep', :w_sleep, 'w_event', :w_event, 'w_retry', :w_retry, 'w_hostile', :w_hostile, 'w_run', :w_run);

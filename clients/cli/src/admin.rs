@@ -1,4 +1,5 @@
-//! Commands that change a queue: `retry-dead`, `purge`, `pause`, `resume`.
+//! Commands that change a queue: `retry-dead`, `retry-from-step`, `purge`,
+//! `pause`, `resume`.
 
 use std::io::IsTerminal;
 use std::time::Duration;
@@ -87,6 +88,37 @@ pub async fn retry_dead(
     } else {
         output::line(&format!("retried {retried} dead task(s) of queue {queue}"))
     }
+}
+
+/// `retry-from-step QUEUE TASK_ID STEP`: the workflow runs again from
+/// `STEP` (it and every later step are dropped, with the task's waits; a
+/// dead task is retried, a parked one is due now). The server refuses a
+/// task in flight (55000) and an unknown step or task (22023).
+pub async fn retry_from_step(
+    c: &Client,
+    queue: &str,
+    task_id: i64,
+    step: &str,
+    json: bool,
+) -> Result<()> {
+    let dropped = sql::retry_from_step(c, queue, task_id, step).await?;
+    if json {
+        let mut r = Record::default();
+        r.push("queue", queue);
+        r.push("task_id", task_id);
+        r.push("step", step);
+        r.push("dropped", dropped);
+        return output::json_line(&r);
+    }
+    output::line(&format!(
+        "task {task_id} of queue {queue} runs again from step {step:?}; dropped {} step(s): {}",
+        dropped.len(),
+        dropped
+            .iter()
+            .map(|s| format!("{s:?}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
 }
 
 /// Which `queue_stats` column counts a state's tasks.

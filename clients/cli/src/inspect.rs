@@ -181,7 +181,75 @@ pub async fn list(
     ))
 }
 
-/// `show QUEUE TASK_ID`: every field; JSON values pretty-printed.
+/// A result shown in a table cell: compact JSON, at most this many characters.
+const STEP_RESULT_WIDTH: usize = 60;
+
+/// What a parked workflow task waits for, from its row, steps and waits:
+/// `{"kind": "event", "step", "key", "until"}` when it waits for an event
+/// (until the wait's deadline), `{"kind": "sleep", "step", "until"}` when it
+/// is scheduled for a sleep step's wake time; null otherwise (not parked:
+/// not scheduled, or scheduled for a delay or a retry's backoff).
+pub fn parked(task: &Record, steps: &[Record], waits: &[Record]) -> Value {
+    if task.text("state") != "scheduled" {
+        return Value::Null;
+    }
+    let mut p = Record::default();
+    if let Some(w) = waits.first() {
+        p.push("kind", "event");
+        p.push("step", w.get("step").clone());
+        p.push("key", w.get("key").clone());
+        p.push("until", w.get("deadline").clone());
+    } else if let Some(s) = steps.iter().rev().find(|s| {
+        s.get("sleep_until").as_str().is_some() && s.get("sleep_until") == task.get("not_before")
+    }) {
+        p.push("kind", "sleep");
+        p.push("step", s.get("step").clone());
+        p.push("until", s.get("sleep_until").clone());
+    } else {
+        return Value::Null;
+    }
+    serde_json::to_value(&p).unwrap_or(Value::Null)
+}
+
+/// A step as `show` prints it: `queue_steps`' columns (without the helper
+/// `sleep_until`).
+fn step_record(s: &Record) -> Record {
+    let mut r = Record::default();
+    for (k, v) in s.fields().filter(|(k, _)| *k != "sleep_until") {
+        r.push(k, v.clone());
+    }
+    r
+}
+
+/// The steps and waits of a task; none where the extension has no
+/// workflows (before 0.9.0: 42883, no such function).
+async fn workflow(c: &Client, queue: &str, task_id: i64) -> Result<(Vec<Record>, Vec<Record>)> {
+    let absent = |e: &Error| matches!(e, Error::Db(d) if d.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_FUNCTION));
+    let steps = match sql::steps(c, queue, task_id).await {
+        Err(e) if absent(&e) => return Ok((Vec::new(), Vec::new())),
+        other => other?,
+    };
+    let waits = sql::waits(c, queue, task_id).await?;
+    Ok((steps, waits))
+}
+
+/// The parked line of `show`: "sleeps until T (step S)" or "waits for
+/// event K until T (step S)".
+pub fn parked_text(p: &Value) -> Option<String> {
+    let until = output::cell(&output::human_time(&p["until"]));
+    let step = output::cell(&p["step"]);
+    match p["kind"].as_str()? {
+        "sleep" => Some(format!("sleeps until {until} (step {step})")),
+        "event" => Some(format!(
+            "waits for event {} until {until} (step {step})",
+            output::cell(&p["key"])
+        )),
+        _ => None,
+    }
+}
+
+/// `show QUEUE TASK_ID`: every field, JSON values pretty-printed, then a
+/// workflow's steps and what it is parked on.
 pub async fn show(c: &Client, queue: &str, task_id: i64, json: bool) -> Result<()> {
     let task = sql::get(c, queue, task_id).await?.ok_or_else(|| {
         Error::msg(format!(
@@ -189,8 +257,15 @@ pub async fn show(c: &Client, queue: &str, task_id: i64, json: bool) -> Result<(
              purged, or never there)"
         ))
     })?;
+    let (steps, waits) = workflow(c, queue, task_id).await?;
+    let parked = parked(&task, &steps, &waits);
     if json {
-        return output::json_pretty(&task);
+        let mut doc = task.clone();
+        let shown: Vec<Record> = steps.iter().map(step_record).collect();
+        doc.push("steps", serde_json::to_value(&shown).unwrap_or_default());
+        doc.push("waits", serde_json::to_value(&waits).unwrap_or_default());
+        doc.push("parked", parked);
+        return output::json_pretty(&doc);
     }
     let pairs: Vec<(String, String)> = task
         .fields()
@@ -210,5 +285,43 @@ pub async fn show(c: &Client, queue: &str, task_id: i64, json: bool) -> Result<(
             (k.to_string(), text)
         })
         .collect();
-    output::line(&output::vertical(&pairs))
+    let mut text = output::vertical(&pairs);
+    if !steps.is_empty() {
+        let rows: Vec<Record> = steps
+            .iter()
+            .map(|s| {
+                let mut r = Record::default();
+                r.push("step", s.get("step").clone());
+                r.push("recorded_at", output::human_time(s.get("recorded_at")));
+                r.push("attempt", s.get("attempt").clone());
+                let result = match s.get("result") {
+                    Value::Null => String::new(),
+                    v => output::truncate(&v.to_string(), STEP_RESULT_WIDTH),
+                };
+                r.push("result", result);
+                r
+            })
+            .collect();
+        text.push_str("\nsteps:\n");
+        text.push_str(&output::table(
+            &rows,
+            &["step", "recorded_at", "attempt", "result"],
+        ));
+    }
+    if let Some(line) = parked_text(&parked) {
+        text.push_str(&format!("\nparked: {line}"));
+    } else {
+        for w in &waits {
+            // Not parked any more (the event came, or its deadline passed):
+            // the wait ends when the handler runs it again.
+            text.push_str(&format!(
+                "\nwaits for event {} (step {}, deadline {}); the task is {}",
+                output::cell(w.get("key")),
+                output::cell(w.get("step")),
+                output::cell(&output::human_time(w.get("deadline"))),
+                task.text("state")
+            ));
+        }
+    }
+    output::line(&text)
 }

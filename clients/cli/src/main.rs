@@ -99,7 +99,13 @@ enum Command {
     },
 
     /// Show one task with every field, payload, progress and result
-    /// pretty-printed (aedb_queue.queue_get). Exits 1 if there is no such task.
+    /// pretty-printed (aedb_queue.queue_get), and a workflow's steps
+    /// (queue_steps: name, when, attempt, result shortened) and what it is
+    /// parked on: the time a sleep ends, or the event key it waits for and
+    /// until when (queue_waits). Exits 1 if there is no such task.
+    ///
+    /// --json adds "steps" (every column, results whole), "waits" and
+    /// "parked" ({"kind": "sleep" | "event", "step", "key", "until"} or null).
     Show {
         queue: String,
         #[arg(allow_negative_numbers = true)]
@@ -120,6 +126,23 @@ enum Command {
         /// At most N tasks.
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(1..))]
         max: Option<i32>,
+    },
+
+    /// Run a workflow task again from one of its steps
+    /// (aedb_queue.queue_retry_from_step): that step and every step recorded
+    /// after it are dropped (they run again), with the task's event waits;
+    /// a dead task is retried, a parked one is due now. Prints the steps
+    /// dropped (--json: {"queue", "task_id", "step", "dropped"}).
+    ///
+    /// A task in flight is refused (55000: its worker holds it; retry once
+    /// it is handed back, or cancel it); a step the task has not recorded,
+    /// or a task that is not live in the queue, is 22023.
+    RetryFromStep {
+        queue: String,
+        #[arg(allow_negative_numbers = true)]
+        task_id: i64,
+        /// The step's name, as `show` lists it.
+        step: String,
     },
 
     /// Delete every task of a queue in one state (aedb_queue.queue_purge).
@@ -228,7 +251,8 @@ enum Command {
     /// one's requests run as their database role (SET ROLE from the DSN's
     /// role); --no-login serves the DSN's role to anyone, on loopback only.
     /// Pages show what the operator's role may read; actions (pause, resume,
-    /// retry, cancel, purge) are offered on queues it administers. Figures
+    /// retry, cancel, purge, retry a workflow from a step) are offered on
+    /// queues it administers. Figures
     /// come from queue_overview (bounded counts, estimates marked "~") and
     /// queue_counters (needs shared_preload_libraries = 'aedb_queue').
     /// Prints "listening on http://ADDR" once bound; runs until Ctrl-C.
@@ -301,6 +325,11 @@ async fn run(cli: Cli) -> Result<()> {
         Command::RetryDead { queue, task, max } => {
             admin::retry_dead(&c, &queue, task, max, json).await
         }
+        Command::RetryFromStep {
+            queue,
+            task_id,
+            step,
+        } => admin::retry_from_step(&c, &queue, task_id, &step, json).await,
         Command::Purge {
             queue,
             state,

@@ -68,6 +68,36 @@ pub(crate) const RETRY_DEAD: &str =
     "SELECT aedb_queue.queue_retry_dead($1::text, task_id => $2::int8, max => $3::int4)::int8";
 pub(crate) const PURGE: &str =
     "SELECT aedb_queue.queue_purge($1::text, $2::text, force => $3::bool)::int8";
+/// `queue_retry_from_step(queue, task_id, step)`: the steps dropped, in order.
+pub(crate) const RETRY_FROM_STEP: &str =
+    "SELECT aedb_queue.queue_retry_from_step($1::text, $2::int8, $3::text)::text[]";
+/// A workflow's recorded steps (`queue_steps`), in recording order. The
+/// last column is the wake time of a sleep step (its result is the
+/// extension's `{"until": timestamptz}`), on this session's clock and in
+/// the same text as the task's `not_before`, so that a task parked on that
+/// sleep is seen by comparing the two; NULL for any other step. The cast
+/// runs only on text shaped as the extension writes it, so that a step's
+/// own result can never make the statement fail.
+macro_rules! step_columns {
+    () => {
+        "step::text AS step, to_json(recorded_at) #>> '{}' AS recorded_at, \
+         attempt::int4 AS attempt, fencing_token::int8 AS fencing_token, result AS result, \
+         CASE WHEN jsonb_typeof(result) = 'object' AND result - 'until' = '{}'::jsonb \
+              AND jsonb_typeof(result -> 'until') = 'string' \
+              AND (result ->> 'until') ~ \
+                  '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]+)?([+-][0-9]{2}(:[0-9]{2})?|Z)?$' \
+              THEN to_json((result ->> 'until')::timestamptz) #>> '{}' END AS sleep_until"
+    };
+}
+pub(crate) use step_columns;
+const STEPS: &str = concat!(
+    "SELECT ",
+    step_columns!(),
+    " FROM aedb_queue.queue_steps($1::text, $2::int8)"
+);
+/// The events a task waits for (`queue_waits`), by deadline.
+const WAITS: &str = "SELECT step::text AS step, key::text AS key, \
+     to_json(deadline) #>> '{}' AS deadline FROM aedb_queue.queue_waits($1::text, $2::int8)";
 pub(crate) const PAUSE: &str = "SELECT aedb_queue.queue_pause($1::text)";
 pub(crate) const RESUME: &str = "SELECT aedb_queue.queue_resume($1::text)";
 /// The CLI's pause and resume: only a queue the role can see in
@@ -221,4 +251,30 @@ pub async fn enqueue_batch(
     rows.iter()
         .map(|r| r.try_get(0).map_err(Error::from))
         .collect()
+}
+
+/// `queue_steps(queue, task_id)`: the steps recorded, in order (with the
+/// `sleep_until` column of [`step_columns`]).
+pub async fn steps(c: &Client, queue: &str, task_id: i64) -> Result<Vec<Record>> {
+    records(&c.query(STEPS, &[&queue, &task_id]).await?)
+}
+
+/// `queue_waits(queue, task_id)`: the events the task waits for.
+pub async fn waits(c: &Client, queue: &str, task_id: i64) -> Result<Vec<Record>> {
+    records(&c.query(WAITS, &[&queue, &task_id]).await?)
+}
+
+/// `queue_retry_from_step(queue, task_id, step)`: the steps dropped.
+pub async fn retry_from_step(
+    c: &Client,
+    queue: &str,
+    task_id: i64,
+    step: &str,
+) -> Result<Vec<String>> {
+    let row = c
+        .query_one(RETRY_FROM_STEP, &[&queue, &task_id, &step])
+        .await?;
+    Ok(row
+        .try_get::<_, Option<Vec<String>>>(0)?
+        .unwrap_or_default())
 }

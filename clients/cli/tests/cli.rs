@@ -254,6 +254,312 @@ fn show_prints_every_field_of_a_task_with_the_payload_pretty_printed() {
 }
 
 // ---------------------------------------------------------------------------
+// workflows: show's steps and parked state, retry-from-step
+// ---------------------------------------------------------------------------
+
+/// A workflow step as a worker records it (`queue_step_record`).
+fn record_step(worker: &mut Client, q: &str, task: i64, token: i64, step: &str, result: &Value) {
+    let outcome: String = worker
+        .query_one(
+            "SELECT aedb_queue.queue_step_record($1::text, $2::int8, $3::int8, $4::text, $5::jsonb)::text",
+            &[&q, &task, &token, &step, result],
+        )
+        .unwrap_or_else(|e| panic!("queue_step_record: {}", describe(&e)))
+        .get(0);
+    assert_eq!(outcome, "applied");
+}
+
+/// `queue_await_event(..., timeout => '1 hour')`: (waiting, payload).
+fn await_event(
+    worker: &mut Client,
+    q: &str,
+    task: i64,
+    token: i64,
+    step: &str,
+    key: &str,
+) -> (bool, Option<Value>) {
+    let row = worker
+        .query_one(
+            "SELECT waiting, payload FROM aedb_queue.queue_await_event($1::text, $2::int8, $3::int8, \
+             $4::text, $5::text, timeout => '1 hour')",
+            &[&q, &task, &token, &step, &key],
+        )
+        .unwrap_or_else(|e| panic!("queue_await_event: {}", describe(&e)));
+    (row.get(0), row.get(1))
+}
+
+/// The task's steps in the database, by name.
+fn step_names(su: &mut Client, q: &str, task: i64) -> Vec<String> {
+    su.query(
+        "SELECT step FROM aedb_queue.queue_steps($1::text, $2::int8)",
+        &[&q, &task],
+    )
+    .expect("queue_steps")
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
+}
+
+/// The part of `show`'s output after its field table: the steps and the
+/// parked line.
+fn after_fields(out: &str) -> &str {
+    out.split_once("\nsteps:\n").map_or("", |(_, rest)| rest)
+}
+
+#[test]
+fn show_lists_a_workflows_steps_and_what_it_is_parked_on() {
+    let cluster = Cluster::shared();
+    let q = unique_queue("cli_wf_show");
+    let mut producer = cluster.connect_as(PRODUCER);
+    let task = enqueue(&mut producer, &q, &json!({ "order": 42 })).task_id;
+    let id = task.to_string();
+    let mut worker = cluster.connect_as(WORKER);
+    let first = claim_one(&mut worker, &q, "w1", "5 minutes").unwrap();
+    assert_eq!(first.task_id, task);
+
+    // Not a workflow yet: no steps, not parked.
+    let doc = cli(cluster, &["show", &q, &id, "--json"]).ok().json();
+    assert_eq!(doc["steps"], json!([]), "{doc}");
+    assert_eq!(doc["waits"], json!([]), "{doc}");
+    assert_eq!(doc["parked"], Value::Null, "{doc}");
+    assert!(!cli(cluster, &["show", &q, &id])
+        .ok()
+        .stdout
+        .contains("steps:"));
+
+    // Step 1 recorded, step 2 waits for an event: parked until its deadline.
+    let long = "x".repeat(200);
+    record_step(
+        &mut worker,
+        &q,
+        task,
+        first.fencing_token,
+        "charge",
+        &json!({ "receipt": "r-1", "zz_padding": long }),
+    );
+    assert_eq!(
+        await_event(
+            &mut worker,
+            &q,
+            task,
+            first.fencing_token,
+            "packed",
+            "order-42/packed"
+        ),
+        (true, None)
+    );
+    let doc = cli(cluster, &["show", &q, &id, "--json"]).ok().json();
+    assert_eq!(doc["state"], json!("scheduled"));
+    let steps = doc["steps"].as_array().expect("steps");
+    assert_eq!(steps.len(), 1, "{doc}");
+    assert_eq!(steps[0]["step"], json!("charge"));
+    assert_eq!(steps[0]["attempt"], json!(1));
+    assert_eq!(steps[0]["fencing_token"], json!(first.fencing_token));
+    assert_eq!(
+        steps[0]["result"]["receipt"],
+        json!("r-1"),
+        "results whole in JSON"
+    );
+    assert_eq!(steps[0]["result"]["zz_padding"], json!(long));
+    assert!(
+        steps[0]["recorded_at"].as_str().unwrap().contains('T'),
+        "{doc}"
+    );
+    assert!(
+        steps[0].get("sleep_until").is_none(),
+        "only queue_steps' columns: {doc}"
+    );
+    assert_eq!(doc["waits"][0]["key"], json!("order-42/packed"), "{doc}");
+    assert_eq!(doc["waits"][0]["step"], json!("packed"));
+    let parked = &doc["parked"];
+    assert_eq!(parked["kind"], json!("event"), "{doc}");
+    assert_eq!(parked["key"], json!("order-42/packed"));
+    assert_eq!(parked["step"], json!("packed"));
+    assert_eq!(parked["until"], doc["waits"][0]["deadline"]);
+    assert_eq!(
+        parked["until"], doc["not_before"],
+        "parked until its deadline"
+    );
+
+    let human = cli(cluster, &["show", &q, &id]).ok().stdout;
+    let rest = after_fields(&human);
+    assert_eq!(table_cell(rest, "charge", "attempt"), "1", "{human}");
+    let result = table_cell(rest, "charge", "result");
+    assert!(
+        result.starts_with(r#"{"#) && result.contains("r-1") && result.ends_with('…'),
+        "a short result: {human}"
+    );
+    assert!(result.chars().count() <= 60, "{result}");
+    assert!(
+        table_cell(rest, "charge", "recorded_at").starts_with("20"),
+        "{human}"
+    );
+    assert!(
+        rest.lines().any(
+            |l| l.starts_with("parked: waits for event order-42/packed until 20")
+                && l.ends_with("(step packed)")
+        ),
+        "{human}"
+    );
+
+    // The event comes; the handler runs again and sleeps a day: parked on the sleep.
+    let emitted: bool = producer
+        .query_one(
+            "SELECT aedb_queue.queue_emit($1::text, 'order-42/packed', '{\"boxes\": 2}')",
+            &[&q],
+        )
+        .unwrap()
+        .get(0);
+    assert!(emitted);
+    let human = cli(cluster, &["show", &q, &id]).ok().stdout;
+    assert!(
+        human.contains("waits for event order-42/packed (step packed, deadline"),
+        "{human}"
+    );
+    assert!(human.contains("the task is ready"), "{human}");
+    assert!(!human.contains("parked:"), "ready, not parked: {human}");
+    let second = claim_one(&mut worker, &q, "w2", "5 minutes").unwrap();
+    assert_eq!(
+        await_event(
+            &mut worker,
+            &q,
+            task,
+            second.fencing_token,
+            "packed",
+            "order-42/packed"
+        ),
+        (false, Some(json!({ "boxes": 2 })))
+    );
+    let waiting: bool = worker
+        .query_one(
+            "SELECT waiting FROM aedb_queue.queue_sleep($1::text, $2::int8, $3::int8, 'cool-off', duration => '1 day')",
+            &[&q, &task, &second.fencing_token],
+        )
+        .unwrap()
+        .get(0);
+    assert!(waiting);
+    let doc = cli(cluster, &["show", &q, &id, "--json"]).ok().json();
+    let names: Vec<&str> = doc["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["step"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["charge", "packed", "cool-off"], "{doc}");
+    assert_eq!(
+        doc["steps"][1]["result"],
+        json!({ "payload": { "boxes": 2 }, "timed_out": false })
+    );
+    assert_eq!(
+        doc["steps"][1]["attempt"],
+        json!(1),
+        "the park did not count the attempt"
+    );
+    assert_eq!(doc["waits"], json!([]), "{doc}");
+    assert_eq!(doc["parked"]["kind"], json!("sleep"), "{doc}");
+    assert_eq!(doc["parked"]["step"], json!("cool-off"));
+    assert_eq!(doc["parked"]["until"], doc["not_before"]);
+    assert!(doc["parked"].get("key").is_none(), "{doc}");
+    let human = cli(cluster, &["show", &q, &id]).ok().stdout;
+    assert!(
+        after_fields(&human)
+            .lines()
+            .any(|l| l.starts_with("parked: sleeps until 20") && l.ends_with("(step cool-off)")),
+        "{human}"
+    );
+
+    // A task scheduled by its delay is not parked.
+    let later = enqueue_with(
+        &mut producer,
+        &q,
+        Some(&json!(1)),
+        &EnqueueOpts::default().delay("1 hour"),
+    )
+    .task_id;
+    let doc = cli(cluster, &["show", &q, &later.to_string(), "--json"])
+        .ok()
+        .json();
+    assert_eq!(doc["state"], json!("scheduled"));
+    assert_eq!(doc["parked"], Value::Null, "{doc}");
+}
+
+#[test]
+fn retry_from_step_drops_that_step_and_the_later_ones_and_makes_the_task_due() {
+    let cluster = Cluster::shared();
+    let q = unique_queue("cli_wf_retry");
+    let mut producer = cluster.connect_as(PRODUCER);
+    let task = enqueue(&mut producer, &q, &json!({ "order": 7 })).task_id;
+    let id = task.to_string();
+    let mut worker = cluster.connect_as(WORKER);
+    let c = claim_one(&mut worker, &q, "w1", "5 minutes").unwrap();
+    for step in ["charge", "reserve", "label"] {
+        record_step(
+            &mut worker,
+            &q,
+            task,
+            c.fencing_token,
+            step,
+            &json!({ "done": step }),
+        );
+    }
+    let mut su = cluster.connect();
+
+    // In flight: its worker holds it, refused (55000), nothing dropped.
+    let refused = cli(cluster, &["retry-from-step", &q, &id, "reserve"]);
+    assert_eq!(refused.code, 1, "{refused:#?}");
+    assert!(refused.stderr.contains("error: [55000]"), "{refused:#?}");
+    assert_eq!(
+        step_names(&mut su, &q, task),
+        ["charge", "reserve", "label"]
+    );
+
+    // Parked (an event wait), then retried from "reserve".
+    assert!(
+        await_event(
+            &mut worker,
+            &q,
+            task,
+            c.fencing_token,
+            "packed",
+            "order-7/packed"
+        )
+        .0
+    );
+    assert_eq!(get(&mut worker, &q, task).unwrap().state, "scheduled");
+    let run = cli(cluster, &["retry-from-step", &q, &id, "reserve"]).ok();
+    assert!(
+        run.stdout
+            .contains(r#"runs again from step "reserve"; dropped 2 step(s): "reserve", "label""#),
+        "{run:#?}"
+    );
+    assert_eq!(step_names(&mut su, &q, task), ["charge"]);
+    assert_eq!(get(&mut worker, &q, task).unwrap().state, "ready");
+    let doc = cli(cluster, &["show", &q, &id, "--json"]).ok().json();
+    assert_eq!(doc["waits"], json!([]), "the waits are dropped too: {doc}");
+    assert_eq!(doc["parked"], Value::Null);
+
+    // --json; then a step the task has not recorded (any more) is 22023.
+    let doc = cli(cluster, &["retry-from-step", &q, &id, "charge", "--json"])
+        .ok()
+        .json();
+    assert_eq!(
+        doc,
+        json!({ "queue": q, "task_id": task, "step": "charge", "dropped": ["charge"] })
+    );
+    assert!(step_names(&mut su, &q, task).is_empty());
+    let unknown = cli(cluster, &["retry-from-step", &q, &id, "charge"]);
+    assert_eq!(unknown.code, 1, "{unknown:#?}");
+    assert!(unknown.stderr.contains("error: [22023]"), "{unknown:#?}");
+    assert!(unknown.stderr.contains("step"), "{unknown:#?}");
+    let no_task = cli(cluster, &["retry-from-step", &q, "999999999", "charge"]);
+    assert_eq!(no_task.code, 1, "{no_task:#?}");
+    assert!(no_task.stderr.contains("error: [22023]"), "{no_task:#?}");
+
+    // The arguments are required: a usage error.
+    assert_eq!(cli(cluster, &["retry-from-step", &q, &id]).code, 2);
+}
+
+// ---------------------------------------------------------------------------
 // retry-dead, purge, pause, resume
 // ---------------------------------------------------------------------------
 
@@ -933,7 +1239,9 @@ fn server_errors_exit_1_with_their_sqlstate_and_usage_errors_exit_2() {
         let run = cli(cluster, args);
         assert_eq!(run.code, 2, "{args:?}: {run:#?}");
     }
-    assert!(cli(cluster, &["--help"]).ok().stdout.contains("retry-dead"));
+    let help = cli(cluster, &["--help"]).ok().stdout;
+    assert!(help.contains("retry-dead"), "{help}");
+    assert!(help.contains("retry-from-step"), "{help}");
 }
 
 #[test]

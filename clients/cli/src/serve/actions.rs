@@ -1,4 +1,5 @@
-//! The POST actions: pause, resume, retry dead tasks, purge, cancel.
+//! The POST actions: pause, resume, retry dead tasks, purge, cancel, retry
+//! a workflow from a step.
 //!
 //! Each first checks the form's CSRF token (the per-process random token
 //! every form carries) and, when the browser sent one, that the Origin is
@@ -227,6 +228,35 @@ pub async fn cancel(
         format!("Task {id} was not cancelled (it is no longer queued).")
     };
     Ok(see(&app, &queue_href(&task.queue), &msg))
+}
+
+/// A workflow task runs again from the step `step` (it and the later
+/// steps are dropped); back to the task. The database refuses a task in
+/// flight (55000, 409), an unknown step (22023, 400) and a role that does
+/// not administer the queue (42501, 403).
+pub async fn retry_from_step(
+    State(app): State<Shared>,
+    Path(id): Path<i64>,
+    op: Operator,
+    headers: HeaderMap,
+    Form(f): Form<Fields>,
+) -> Result<Response, PageError> {
+    check_request(&op.csrf, &headers, &f)?;
+    let step = f.get("step").map(String::as_str).unwrap_or("");
+    let c = app.view(&op)?.db.conn().await?;
+    let task = queries::find_by_id(&c, id).await?.ok_or_else(|| {
+        PageError::not_found(format!("No task {id} in a queue this role may read."))
+    })?;
+    let dropped = queries::retry_from_step(&c, &task.queue, id, step).await?;
+    let msg = format!(
+        "Task {id} runs again from step {step:?}: dropped {}.",
+        dropped
+            .iter()
+            .map(|s| format!("{s:?}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Ok(see(&app, &format!("/tasks/{id}"), &msg))
 }
 
 #[cfg(test)]

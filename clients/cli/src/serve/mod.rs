@@ -313,6 +313,10 @@ fn router(app: Shared, allowed: Vec<hosts::Allowed>) -> Router {
         .route("/queues/{queue}/retry-dead", post(actions::retry_dead))
         .route("/queues/{queue}/purge", post(actions::purge))
         .route("/tasks/{id}/cancel", post(actions::cancel))
+        .route(
+            "/tasks/{id}/retry-from-step",
+            post(actions::retry_from_step),
+        )
         .route("/assets/app.js", get(pages::script))
         .route(
             "/login",

@@ -12,7 +12,7 @@ use deadpool_postgres::Client;
 use tokio_postgres::Row;
 
 // The actions the command line also runs: one statement each, in `sql.rs`.
-use crate::sql::{PAUSE, PURGE, RESUME, RETRY_DEAD};
+use crate::sql::{PAUSE, PURGE, RESUME, RETRY_DEAD, RETRY_FROM_STEP};
 
 /// A database error, with its SQLSTATE when the server raised it.
 pub type DbResult<T> = std::result::Result<T, tokio_postgres::Error>;
@@ -105,6 +105,16 @@ const CONCURRENCY_KEYS: &str = "SELECT concurrency_key::text, concurrency_limit:
 const ORDERING_KEYS: &str = "SELECT ordering_key::text, head_task_id::int8, head_state::text, \
      stopped_by_dead FROM aedb_queue.ordering_keys WHERE queue = $1::text \
      ORDER BY stopped_by_dead DESC, ordering_key LIMIT $2::int8";
+
+// A workflow's steps (with the wake time of a sleep step, see
+// `sql::step_columns`) and event waits, bounded.
+const STEPS: &str = concat!(
+    "SELECT ",
+    crate::sql::step_columns!(),
+    " FROM aedb_queue.queue_steps($1::text, $2::int8) LIMIT $3::int8"
+);
+const WAITS: &str = "SELECT step::text, key::text, to_json(deadline) #>> '{}' \
+     FROM aedb_queue.queue_waits($1::text, $2::int8) LIMIT $3::int8";
 
 const CANCEL: &str = "SELECT aedb_queue.queue_cancel($1::text, $2::int8)";
 const PING: &str = "SELECT 1";
@@ -399,6 +409,60 @@ pub async fn errors(c: &Client, queue: &str, task_id: i64) -> DbResult<Vec<TaskE
         .collect()
 }
 
+/// A step a workflow task recorded (`queue_steps`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    pub step: String,
+    pub recorded_at: Option<String>,
+    pub attempt: Option<i32>,
+    pub fencing_token: Option<i64>,
+    /// The result as JSON text (none: NULL).
+    pub result: Option<String>,
+    /// A sleep step's wake time, in the text of a task's `due_at`.
+    pub sleep_until: Option<String>,
+}
+
+/// An event a workflow task waits for (`queue_waits`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Wait {
+    pub step: String,
+    pub key: String,
+    pub deadline: Option<String>,
+}
+
+/// `queue_steps(queue, task_id)`: at most `limit`, in recording order.
+pub async fn steps(c: &Client, queue: &str, task_id: i64, limit: i64) -> DbResult<Vec<Step>> {
+    let rows = query(c, STEPS, &[&queue, &task_id, &limit]).await?;
+    rows.iter()
+        .map(|r| {
+            Ok(Step {
+                step: r.try_get(0)?,
+                recorded_at: r.try_get(1)?,
+                attempt: r.try_get(2)?,
+                fencing_token: r.try_get(3)?,
+                result: r
+                    .try_get::<_, Option<serde_json::Value>>(4)?
+                    .map(|v| v.to_string()),
+                sleep_until: r.try_get(5)?,
+            })
+        })
+        .collect()
+}
+
+/// `queue_waits(queue, task_id)`: at most `limit`, by deadline.
+pub async fn waits(c: &Client, queue: &str, task_id: i64, limit: i64) -> DbResult<Vec<Wait>> {
+    let rows = query(c, WAITS, &[&queue, &task_id, &limit]).await?;
+    rows.iter()
+        .map(|r| {
+            Ok(Wait {
+                step: r.try_get(0)?,
+                key: r.try_get(1)?,
+                deadline: r.try_get(2)?,
+            })
+        })
+        .collect()
+}
+
 pub async fn schedules(c: &Client, queue: &str, limit: i64) -> DbResult<Vec<Schedule>> {
     let rows = query(c, SCHEDULES, &[&queue, &limit]).await?;
     rows.iter()
@@ -477,12 +541,25 @@ pub async fn cancel(c: &Client, queue: &str, task_id: i64) -> DbResult<bool> {
     query_one(c, CANCEL, &[&queue, &task_id]).await?.try_get(0)
 }
 
+/// `queue_retry_from_step(queue, task_id, step)`: the steps dropped.
+pub async fn retry_from_step(
+    c: &Client,
+    queue: &str,
+    task_id: i64,
+    step: &str,
+) -> DbResult<Vec<String>> {
+    Ok(query_one(c, RETRY_FROM_STEP, &[&queue, &task_id, &step])
+        .await?
+        .try_get::<_, Option<Vec<String>>>(0)?
+        .unwrap_or_default())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     /// Every statement of the server, for the checks below.
-    const ALL: [&str; 19] = [
+    const ALL: [&str; 22] = [
         OVERVIEW,
         OVERVIEW_ONE,
         COUNTERS,
@@ -502,6 +579,9 @@ mod tests {
         PURGE,
         CANCEL,
         PING,
+        STEPS,
+        WAITS,
+        RETRY_FROM_STEP,
     ];
 
     #[test]
@@ -530,6 +610,8 @@ mod tests {
             SCHEDULES,
             CONCURRENCY_KEYS,
             ORDERING_KEYS,
+            STEPS,
+            WAITS,
         ] {
             assert!(
                 sql.contains("$3::int4)") || sql.contains("LIMIT $"),

@@ -210,12 +210,15 @@ impl PageError {
 }
 
 /// The HTTP status for a refused call: privileges 403, bad arguments 400,
-/// a read-only database 409, anything else 500.
+/// a read-only database or an object in the wrong state (55000) 409,
+/// anything else 500.
 pub fn status_for(code: Option<&str>) -> StatusCode {
     match code {
         Some("42501") => StatusCode::FORBIDDEN,
         Some(c) if c.starts_with("22") || c == "54000" => StatusCode::BAD_REQUEST,
-        Some("25006") => StatusCode::CONFLICT,
+        // Read-only database; an object not in the state the action needs
+        // (a task in flight, its worker holds it).
+        Some("25006" | "55000") => StatusCode::CONFLICT,
         Some(_) => StatusCode::INTERNAL_SERVER_ERROR,
         // The connection failed: the database is not there.
         None => StatusCode::SERVICE_UNAVAILABLE,
@@ -411,6 +414,7 @@ mod tests {
     fn refusals_map_to_statuses() {
         assert_eq!(status_for(Some("42501")), StatusCode::FORBIDDEN);
         assert_eq!(status_for(Some("22023")), StatusCode::BAD_REQUEST);
+        assert_eq!(status_for(Some("55000")), StatusCode::CONFLICT);
         assert_eq!(status_for(Some("XX000")), StatusCode::INTERNAL_SERVER_ERROR);
         assert_eq!(status_for(None), StatusCode::SERVICE_UNAVAILABLE);
     }

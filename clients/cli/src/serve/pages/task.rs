@@ -1,19 +1,26 @@
 //! `GET /tasks/{id}`: one task with every field, its payload, progress,
-//! errors, parents and children, found with `queue_find` in the queues the
-//! role reads.
+//! errors, a workflow's steps and what it is parked on, parents and
+//! children, found with `queue_find` in the queues the role reads.
 
 use axum::extract::{Path, State};
 use axum::response::Response;
 use maud::{html, Markup};
 
 use super::queue::{cancel_form, retry_form};
-use super::{human_secs, layout, opt, pretty_json, queue_href, respond, Flash, PageError};
+use super::{
+    csrf_field, human_secs, layout, opt, pretty_json, queue_href, respond, shorten, Flash,
+    PageError,
+};
 use crate::serve::identity::Operator;
-use crate::serve::queries::{self, Task, TaskError};
+use crate::serve::queries::{self, Step, Task, TaskError, Wait};
 use crate::serve::Shared;
 
 /// Parents and children listed.
 const LINKED_LIMIT: i64 = 100;
+/// Steps and waits of a workflow listed.
+const STEPS_LIMIT: i64 = 500;
+/// A step's result in the table: at most this many characters.
+const STEP_RESULT_WIDTH: usize = 80;
 
 fn field(name: &str, value: Markup) -> Markup {
     html! {
@@ -115,6 +122,120 @@ fn errors_section(errors: &[TaskError]) -> Markup {
     }
 }
 
+/// What a parked workflow task waits for, shown above its steps.
+#[derive(Debug, PartialEq)]
+enum Parked<'a> {
+    /// Scheduled for a sleep step's wake time.
+    Sleep { step: &'a str, until: &'a str },
+    /// Scheduled until an event or its deadline.
+    Event {
+        step: &'a str,
+        key: &'a str,
+        until: Option<&'a str>,
+    },
+}
+
+/// Parked: the task is scheduled, and waits for an event (queue_waits has
+/// a row) or for the time a sleep step recorded (its due time is that
+/// step's wake time). A task scheduled otherwise (a delay, a retry's
+/// backoff) is not parked.
+fn parked<'a>(t: &'a Task, steps: &'a [Step], waits: &'a [Wait]) -> Option<Parked<'a>> {
+    if t.state != "scheduled" {
+        return None;
+    }
+    if let Some(w) = waits.first() {
+        return Some(Parked::Event {
+            step: &w.step,
+            key: &w.key,
+            until: w.deadline.as_deref(),
+        });
+    }
+    let due = t.due_at.as_deref()?;
+    steps
+        .iter()
+        .rev()
+        .find(|s| s.sleep_until.as_deref() == Some(due))
+        .map(|s| Parked::Sleep {
+            step: &s.step,
+            until: due,
+        })
+}
+
+/// The form of "Retry from this step".
+fn retry_from_step_form(csrf: &str, task_id: i64, step: &str) -> Markup {
+    html! {
+        form.inline method="post" action={"/tasks/" (task_id) "/retry-from-step"}
+            data-action="retry-from-step"
+            data-confirm={"Run task " (task_id) " again from step " (step) "? It and every later step run again."} {
+            (csrf_field(csrf))
+            input type="hidden" name="step" value=(step);
+            button type="submit" { "Retry from this step" }
+        }
+    }
+}
+
+/// A workflow's steps, and what it is parked on; nothing for a task that
+/// recorded no step and waits for no event. `retry`: the operator's CSRF
+/// token when "Retry from this step" is offered.
+fn steps_section(t: &Task, steps: &[Step], waits: &[Wait], retry: Option<&str>) -> Markup {
+    let parked = parked(t, steps, waits);
+    html! {
+        @if !steps.is_empty() || !waits.is_empty() {
+            section #steps {
+                h2 { "Steps" }
+                @match &parked {
+                    Some(Parked::Sleep { step, until }) => {
+                        p #parked data-kind="sleep" {
+                            "Parked: sleeps until " time { (until) }
+                            @if let Some(s) = t.due_in_secs.filter(|s| *s > 0.0) { " " span.muted { "(in " (human_secs(s)) ")" } }
+                            " (step " code.step-name { (step) } ")."
+                        }
+                    }
+                    Some(Parked::Event { step, key, until }) => {
+                        p #parked data-kind="event" {
+                            "Parked: waits for event " code.event-key { (key) } " until " time { (opt(*until)) }
+                            " (step " code.step-name { (step) } "); an emit makes it due at once."
+                        }
+                    }
+                    None => {
+                        @for w in waits {
+                            p.wait data-kind="event" {
+                                "Waits for event " code.event-key { (w.key) } " (step " code.step-name { (w.step) } ", deadline "
+                                (opt(w.deadline.as_deref())) "); the task is " (t.state) "."
+                            }
+                        }
+                    }
+                }
+                @if steps.is_empty() {
+                    p.muted { "No step recorded yet." }
+                } @else {
+                    p.muted {
+                        "Recorded in order; a recorded step returns its result instead of running again."
+                        @if steps.len() as i64 >= STEPS_LIMIT { " The first " (STEPS_LIMIT) " are shown." }
+                    }
+                    table #step-list {
+                        thead { tr { th { "step" } th { "recorded at" } th.num { "attempt" } th { "result" } @if retry.is_some() { th {} } } }
+                        tbody {
+                            @for s in steps {
+                                tr data-step=(s.step) {
+                                    td.step-name { (s.step) }
+                                    td { (opt(s.recorded_at.as_deref())) }
+                                    td.num { (opt(s.attempt.map(|a| a.to_string()).as_deref())) }
+                                    td { @match &s.result {
+                                        Some(r) => code.result title=(shorten(r, 2000)) { (shorten(r, STEP_RESULT_WIDTH)) },
+                                        None => span.muted { "–" },
+                                    } }
+                                    @if let Some(csrf) = retry { td { (retry_from_step_form(csrf, t.task_id, &s.step)) } }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 pub async fn page(
     State(app): State<Shared>,
     Path(id): Path<i64>,
@@ -125,13 +246,18 @@ pub async fn page(
     let t = queries::find_by_id(&c, id).await?.ok_or_else(|| {
         PageError::not_found(format!("No task {id} in a queue this role may read."))
     })?;
-    let (parents, children, errors, administer) = futures_util::join!(
+    let (parents, children, errors, administer, steps, waits) = futures_util::join!(
         queries::parents(&c, &t.queue, id, LINKED_LIMIT),
         queries::children(&c, &t.queue, id, LINKED_LIMIT),
         queries::errors(&c, &t.queue, id),
-        queries::administers(&c, &t.queue)
+        queries::administers(&c, &t.queue),
+        queries::steps(&c, &t.queue, id, STEPS_LIMIT),
+        queries::waits(&c, &t.queue, id, STEPS_LIMIT)
     );
     drop(c);
+    // Where the extension has no workflows (before 0.9.0) there are none.
+    let steps = steps.unwrap_or_default();
+    let waits = waits.unwrap_or_default();
     // Reading these needs the worker's rights; without them a section is
     // left out rather than the page refused. A kept completed task has no
     // error history: its last error, if any, is shown.
@@ -167,6 +293,10 @@ pub async fn page(
             h2 { "Result" }
             pre #result { (pretty_json(r)) }
         }
+        // A task in flight is its worker's (the database refuses, 55000);
+        // a completed one is not live.
+        (steps_section(&t, &steps, &waits,
+            (administer && !matches!(t.state.as_str(), "in_flight" | "completed")).then_some(csrf)))
         (errors_section(&errors))
         (dependencies_section(&parents, &children))
     };
