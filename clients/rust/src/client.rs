@@ -70,6 +70,17 @@ impl Client {
         enqueue::enqueue_pooled(self.statements, &conn, queue, payload, options).await
     }
 
+    /// Emits the event `key` of `queue`, committed at once (see [`emit`](crate::emit())).
+    pub async fn emit<T: Serialize + ?Sized>(
+        &self,
+        queue: &str,
+        key: &str,
+        payload: &T,
+    ) -> Result<bool> {
+        let conn = self.pool.get().await?;
+        crate::workflow::emit_pooled(self.statements, &conn, queue, key, payload).await
+    }
+
     /// Enqueues many tasks in one statement, committed at once.
     pub async fn enqueue_batch<T: Serialize>(
         &self,

@@ -6,6 +6,9 @@
 //!   batches, one commit per job while busy, heartbeats and checkpoints,
 //!   strict completion in the handler's own transaction, LISTEN wake-ups,
 //!   graceful shutdown that hands unfinished tasks back, reconnects.
+//! - Durable workflows: [`Task::step`] / [`Task::step_in`] run once,
+//!   [`Task::sleep`] and [`Task::wait_for_event`] park the task without
+//!   holding a worker, [`emit()`] wakes it.
 //!
 //! - [`Settings`]: where and how to connect, TLS as libpq's `sslmode`
 //!   says, for every connection the crate makes.
@@ -24,6 +27,7 @@ mod statement;
 mod task;
 mod telemetry;
 mod worker;
+mod workflow;
 
 #[cfg(feature = "otel")]
 pub mod otel;
@@ -35,6 +39,7 @@ pub use error::{Error, Result};
 pub use handler::{handler, BoxFuture, Handler};
 pub use task::{Done, Task, TaskError};
 pub use worker::{shutdown_signal, QueueOptions, Report, Worker, WorkerBuilder};
+pub use workflow::{emit, Event};
 
 /// The README's examples, compiled as doc tests; one of them uses `otel`, so
 /// they run with it: `cargo test -p aedb_queue_client --features otel --doc`.

@@ -136,6 +136,64 @@ pub const RELEASE: Sql = Sql {
     types: &[Type::TEXT, Type::INT8, Type::INT8],
 };
 
+/// A workflow's recorded steps (step name, result), loaded once per claim.
+pub const STEPS: Sql = Sql {
+    text: "SELECT step, result FROM aedb_queue.queue_steps($1, $2)",
+    types: &[Type::TEXT, Type::INT8],
+};
+
+/// Records a step's result under the claim's fencing token: `applied`, or
+/// `lease_lost` (nothing recorded); 23505 when the step is recorded already.
+pub const STEP_RECORD: Sql = Sql {
+    text: "SELECT aedb_queue.queue_step_record($1, $2, $3, $4, $5)::text",
+    types: &[Type::TEXT, Type::INT8, Type::INT8, Type::TEXT, Type::JSONB],
+};
+
+/// Inside the handler's own transaction: a lost lease raises 40002 and the
+/// step's effect (written in the same transaction) rolls back with it.
+pub const STEP_RECORD_STRICT: Sql = Sql {
+    text: "SELECT aedb_queue.queue_step_record($1, $2, $3, $4, $5, strict => true)::text",
+    types: &[Type::TEXT, Type::INT8, Type::INT8, Type::TEXT, Type::JSONB],
+};
+
+/// A durable sleep for a duration ($5, microseconds) or until a time ($6),
+/// one of them NULL. `waiting`: the task was handed back until `wake_at`.
+pub const SLEEP: Sql = Sql {
+    text: "SELECT outcome::text, waiting, wake_at::text FROM aedb_queue.queue_sleep($1, $2, $3, $4,
+    duration => $5::int8 * interval '1 microsecond', until => $6)",
+    types: &[
+        Type::TEXT,
+        Type::INT8,
+        Type::INT8,
+        Type::TEXT,
+        Type::INT8,
+        Type::TIMESTAMPTZ,
+    ],
+};
+
+/// Waits for the event ($5) of the queue, at most $6 microseconds from the
+/// first call. `waiting`: the task was handed back until the event or
+/// `wake_at` (the deadline).
+pub const AWAIT_EVENT: Sql = Sql {
+    text: "SELECT outcome::text, waiting, wake_at::text, payload, timed_out
+    FROM aedb_queue.queue_await_event($1, $2, $3, $4, $5, $6::int8 * interval '1 microsecond')",
+    types: &[
+        Type::TEXT,
+        Type::INT8,
+        Type::INT8,
+        Type::TEXT,
+        Type::TEXT,
+        Type::INT8,
+    ],
+};
+
+/// Emits an event of a queue: true if this call emitted it, false if it
+/// was emitted already (the first emit stands).
+pub const EMIT: Sql = Sql {
+    text: "SELECT aedb_queue.queue_emit($1, $2, $3)",
+    types: &[Type::TEXT, Type::TEXT, Type::JSONB],
+};
+
 pub const LISTEN: &str = "LISTEN aedb_queue";
 
 /// The worker's check at start (a simple query: no statement is prepared,
@@ -163,6 +221,12 @@ mod tests {
         &HEARTBEAT,
         &DEAD_AT_TOKEN,
         &RELEASE,
+        &STEPS,
+        &STEP_RECORD,
+        &STEP_RECORD_STRICT,
+        &SLEEP,
+        &AWAIT_EVENT,
+        &EMIT,
     ];
 
     /// The types each statement declares are those the server infers from

@@ -1,5 +1,6 @@
 //! What a handler gets (a [`Task`]) and returns ([`Done`] or [`TaskError`]).
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -8,7 +9,7 @@ use std::time::Duration;
 use deadpool_postgres::{Object, Pool};
 use serde::Serialize;
 use serde_json::Value;
-use tokio::sync::{MappedMutexGuard, Mutex, MutexGuard};
+use tokio::sync::{MappedMutexGuard, Mutex, MutexGuard, OnceCell};
 use tokio_postgres::Row;
 
 use crate::duration::micros;
@@ -43,8 +44,8 @@ impl Claimed {
 }
 
 /// The lease a running handler holds, shared with the runtime: its
-/// heartbeats, its lost flag, and the handler's own transaction if it
-/// opened one.
+/// heartbeats, its lost flag, the handler's own transaction if it opened
+/// one, and a workflow's recorded steps and park.
 pub(crate) struct Lease {
     pub pool: Pool,
     pub statements: Statements,
@@ -54,6 +55,23 @@ pub(crate) struct Lease {
     pub extend: Duration,
     pub lost: AtomicBool,
     pub tx: Mutex<Option<Object>>,
+    /// The task's recorded steps (name, result), loaded on a workflow
+    /// call's first use in this claim.
+    pub steps: OnceCell<std::sync::Mutex<HashMap<String, Value>>>,
+    /// Set when a sleep or an event wait handed the task back: the runtime
+    /// settles nothing.
+    pub parked: std::sync::Mutex<Option<Parked>>,
+}
+
+/// Where a workflow's task was parked, for the runtime's log line.
+#[derive(Debug, Clone)]
+pub(crate) struct Parked {
+    pub step: String,
+    /// The wake time (a sleep's end or an event wait's deadline), as the
+    /// database wrote it.
+    pub until: String,
+    /// The event's key, for an event wait.
+    pub event: Option<String>,
 }
 
 impl Lease {
@@ -123,11 +141,22 @@ impl<T> Task<T> {
     /// The handler's own transaction, begun on first use: what it writes
     /// there commits together with the task's completion (strict: if the
     /// lease was lost, it all rolls back), and rolls back if the handler
-    /// fails.
+    /// fails. A workflow's [`step_in`](Task::step_in) commits it with the
+    /// step's record instead; the next call begins a new one.
     pub async fn transaction(&self) -> Result<MappedMutexGuard<'_, Object>> {
-        let mut slot = self.lease.tx.lock().await;
+        let slot = self.lease.tx.lock().await;
+        self.lease.begin(slot).await
+    }
+}
+
+impl Lease {
+    /// The handler's transaction in `slot`, begun if none is open.
+    pub(crate) async fn begin<'a>(
+        &self,
+        mut slot: MutexGuard<'a, Option<Object>>,
+    ) -> Result<MappedMutexGuard<'a, Object>> {
         if slot.is_none() {
-            let conn = self.lease.pool.get().await?;
+            let conn = self.pool.get().await?;
             conn.batch_execute(sql::BEGIN).await?;
             *slot = Some(conn);
         }
@@ -171,12 +200,22 @@ impl Done {
     }
 }
 
+/// Why a workflow call stopped the handler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stop {
+    Parked,
+    LeaseLost,
+}
+
 /// A failed attempt. By default the task is retried after the queue's
 /// backoff while attempts remain; `?` on any error gives that.
 pub struct TaskError {
     pub(crate) message: String,
     pub(crate) retry_in: Option<Duration>,
     pub(crate) dead_letter: bool,
+    /// Not a failure: a workflow call stopped the handler (parked, or the
+    /// lease was lost); the runtime settles nothing.
+    pub(crate) stop: Option<Stop>,
     /// What failed, for the `otel` feature's `error.type`.
     #[cfg_attr(not(feature = "otel"), allow(dead_code))]
     pub(crate) cause: Cause,
@@ -189,6 +228,7 @@ impl TaskError {
             message: message.to_string(),
             retry_in: None,
             dead_letter: false,
+            stop: None,
             cause: Cause::Handler,
         }
     }
@@ -213,14 +253,48 @@ impl TaskError {
         &self.message
     }
 
+    /// A sleep or an event wait handed the task back (parked until a time
+    /// or an event): not a failure. Return it (`?`) at once; the runtime
+    /// settles nothing, the slot is freed, the attempt is not counted, and
+    /// the handler runs again when the task wakes.
+    pub fn is_parked(&self) -> bool {
+        self.stop == Some(Stop::Parked)
+    }
+
+    /// A workflow call found the lease lost (another worker may have the
+    /// task): nothing was recorded; return it (`?`), the runtime settles
+    /// nothing.
+    pub fn is_lease_lost(&self) -> bool {
+        self.stop == Some(Stop::LeaseLost)
+    }
+
+    pub(crate) fn stopped(stop: Stop, message: impl fmt::Display) -> TaskError {
+        TaskError {
+            stop: Some(stop),
+            ..TaskError::retry(message)
+        }
+    }
+
     pub(crate) fn caused_by(self, cause: Cause) -> TaskError {
         TaskError { cause, ..self }
     }
 }
 
+/// Any error, its causes in the message (a database error's own line is
+/// only "db error"; its cause says what failed).
 impl<E: std::error::Error + Send + Sync + 'static> From<E> for TaskError {
     fn from(error: E) -> TaskError {
-        TaskError::retry(error)
+        let mut message = error.to_string();
+        let mut cause = error.source();
+        while let Some(c) = cause {
+            let line = c.to_string();
+            if !message.ends_with(&line) {
+                message.push_str(": ");
+                message.push_str(&line);
+            }
+            cause = c.source();
+        }
+        TaskError::retry(message)
     }
 }
 
@@ -230,6 +304,7 @@ impl fmt::Debug for TaskError {
             .field("message", &self.message)
             .field("retry_in", &self.retry_in)
             .field("dead_letter", &self.dead_letter)
+            .field("stop", &self.stop)
             .finish()
     }
 }

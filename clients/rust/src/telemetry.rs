@@ -34,6 +34,9 @@ pub(crate) enum Outcome {
     Released,
     /// The settlement did not reach the server; the lease will expire.
     Unsettled,
+    /// A workflow's sleep or event wait handed the task back (nothing
+    /// settled, the attempt not counted).
+    Parked,
 }
 
 impl Outcome {
@@ -47,6 +50,7 @@ impl Outcome {
             Outcome::LeaseLost => "lease_lost",
             Outcome::Released => "released",
             Outcome::Unsettled => "unsettled",
+            Outcome::Parked => "parked",
         }
     }
 }

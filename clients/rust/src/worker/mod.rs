@@ -118,6 +118,9 @@ pub struct Report {
     pub released: u64,
     /// Settlements refused by the fence: another worker had the task.
     pub lease_lost: u64,
+    /// Workflow tasks handed back by a sleep or an event wait (settled by
+    /// nothing, attempts not spent; each wakes and runs again).
+    pub parked: u64,
 }
 
 #[derive(Default)]
@@ -126,6 +129,7 @@ pub(crate) struct Counters {
     failed: AtomicU64,
     released: AtomicU64,
     lease_lost: AtomicU64,
+    parked: AtomicU64,
 }
 
 impl Counters {
@@ -135,6 +139,7 @@ impl Counters {
             failed: self.failed.load(Ordering::Relaxed),
             released: self.released.load(Ordering::Relaxed),
             lease_lost: self.lease_lost.load(Ordering::Relaxed),
+            parked: self.parked.load(Ordering::Relaxed),
         }
     }
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use deadpool_postgres::Object;
 use futures_util::FutureExt;
-use tokio::sync::{Mutex, OwnedSemaphorePermit};
+use tokio::sync::{Mutex, OnceCell, OwnedSemaphorePermit};
 use tracing::Instrument;
 
 use super::backoff::Backoff;
@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::handler::payload_value;
 use crate::sql;
 use crate::statement;
-use crate::task::{Claimed, Done, Lease, Task, TaskError};
+use crate::task::{Claimed, Done, Lease, Parked, Task, TaskError};
 use crate::telemetry::{Attempt, Cause, Outcome};
 
 /// How a handler's run ended.
@@ -29,8 +29,12 @@ enum Finished {
     /// Completed in the handler's own transaction (strict), or found lost
     /// there: nothing left to settle.
     Settled(Outcome),
-    /// A heartbeat found the lease lost: the result is dropped.
+    /// A heartbeat or a workflow call found the lease lost: the result is
+    /// dropped.
     Lost,
+    /// A workflow's sleep or event wait handed the task back: nothing to
+    /// settle.
+    Parked,
     /// Shutdown's deadline passed: hand the task back.
     HandBack,
 }
@@ -74,6 +78,8 @@ async fn work(q: &QueueRuntime, claimed: &Claimed, attempt: &mut Attempt) -> Fin
         extend: q.options.lease,
         lost: AtomicBool::new(false),
         tx: Mutex::new(None),
+        steps: OnceCell::new(),
+        parked: std::sync::Mutex::new(None),
     });
     let task = Task {
         id: claimed.id,
@@ -124,6 +130,15 @@ async fn work(q: &QueueRuntime, claimed: &Claimed, attempt: &mut Attempt) -> Fin
             .unwrap_or_else(|| "a panic".to_string());
         Err(TaskError::retry(format!("the handler panicked: {message}")).caused_by(Cause::Panic))
     });
+    // Parked first: once the task is handed back, a heartbeat finds the
+    // lease gone too.
+    let parked = lease.parked.lock().expect("never poisoned").take();
+    if let Some(parked) = parked {
+        rollback(&lease).await;
+        q.shared.counters.parked.fetch_add(1, Ordering::Relaxed);
+        log_park(q, claimed, &parked);
+        return Finished::Parked;
+    }
     if lease.lost.load(Ordering::Relaxed) {
         rollback(&lease).await;
         q.shared.counters.lease_lost.fetch_add(1, Ordering::Relaxed);
@@ -206,6 +221,7 @@ async fn settle(
     match finished {
         Finished::Settled(outcome) => return (outcome, None),
         Finished::Lost => return (Outcome::LeaseLost, None),
+        Finished::Parked => return (Outcome::Parked, None),
         _ => {}
     }
     let until = Instant::now() + q.options.lease;
@@ -320,6 +336,7 @@ async fn settle_once(
         }
         Finished::Settled(outcome) => return Ok((*outcome, None)),
         Finished::Lost => return Ok((Outcome::LeaseLost, None)),
+        Finished::Parked => return Ok((Outcome::Parked, None)),
     };
     let settled = if outcome == "applied" {
         let (counter, settled) = match finished {
@@ -336,6 +353,28 @@ async fn settle_once(
         Outcome::LeaseLost
     };
     Ok((settled, next))
+}
+
+/// One line per park: the step, until when, and the event's key if it
+/// waits for one. The slot is free; the task wakes by itself.
+fn log_park(q: &QueueRuntime, claimed: &Claimed, parked: &Parked) {
+    match &parked.event {
+        Some(key) => tracing::info!(
+            queue = %q.options.name,
+            task_id = claimed.id,
+            step = %parked.step,
+            event = %key,
+            until = %parked.until,
+            "task parked: waiting for an event (the attempt is not counted)"
+        ),
+        None => tracing::info!(
+            queue = %q.options.name,
+            task_id = claimed.id,
+            step = %parked.step,
+            until = %parked.until,
+            "task parked: sleeping (the attempt is not counted)"
+        ),
+    }
 }
 
 /// One line per failed attempt that reached the server: the task, its

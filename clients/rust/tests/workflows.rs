@@ -1,0 +1,830 @@
+//! Durable workflows through the worker runtime, against a throw-away
+//! cluster (the itests harness): steps recorded once and replayed on a later
+//! claim, sleeps and event waits that park the task without counting the
+//! attempt, emits, a strict step's effect rolled back with a lost lease, and
+//! a workflow worker process SIGKILLed at every point of its workflow
+//! (examples/workflow_crash.rs) whose steps each happen exactly once.
+//! Producers connect as `app_producer`, workers as `app_worker`; the
+//! superuser only sets up, steals leases and checks.
+
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use aedb_queue_client::{
+    emit, handler, Done, Event, QueueOptions, Report, Task, TaskError, Worker,
+};
+use aedb_queue_itests::{json, Cluster, ADMIN, PRODUCER, SUPERUSER, WORKER};
+use serde_json::Value;
+use tokio_postgres::NoTls;
+
+mod support;
+use support::runtime;
+
+fn enqueue(cluster: &Cluster, queue: &str, payload: Value) -> i64 {
+    aedb_queue_itests::enqueue(&mut cluster.connect_as(PRODUCER), queue, &payload).task_id
+}
+
+/// Completed tasks of `queue` are kept an hour, to be checked.
+fn keep_completed(cluster: &Cluster, queue: &str) {
+    cluster
+        .connect_as(ADMIN)
+        .execute(
+            "SELECT aedb_queue.queue_configure($1, keep_completed => '1 hour')",
+            &[&queue],
+        )
+        .unwrap();
+}
+
+/// A task's state, attempts and owner (completed tasks too: kept ones).
+#[derive(Debug)]
+struct State {
+    state: String,
+    attempts: i32,
+    owner: Option<String>,
+}
+
+fn state(cluster: &Cluster, queue: &str, id: i64) -> State {
+    let row = cluster
+        .connect()
+        .query_one(
+            "SELECT state::text, attempts, owner_id::text FROM aedb_queue.queue_get($1, $2)",
+            &[&queue, &id],
+        )
+        .unwrap();
+    State {
+        state: row.get(0),
+        attempts: row.get(1),
+        owner: row.get(2),
+    }
+}
+
+/// The task's recorded steps, in order.
+fn steps(cluster: &Cluster, queue: &str, id: i64) -> Vec<(String, Option<Value>, i32)> {
+    cluster
+        .connect()
+        .query(
+            "SELECT step, result, attempt FROM aedb_queue.queue_steps($1, $2)",
+            &[&queue, &id],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect()
+}
+
+/// A worker of `queue` (one handler, a 100 ms poll) run until `done` holds
+/// or `bound` passes.
+fn run_until(
+    cluster: &Cluster,
+    queue: &str,
+    h: Arc<dyn aedb_queue_client::Handler>,
+    done: impl Fn() -> bool + Send + 'static,
+    bound: Duration,
+) -> Report {
+    let worker = Worker::builder(&cluster.dsn(WORKER))
+        .unwrap()
+        .queue(
+            QueueOptions::new(queue)
+                .concurrency(1)
+                .poll_interval(Duration::from_millis(100)),
+            h,
+        )
+        .build()
+        .unwrap();
+    runtime()
+        .block_on(worker.run(async move {
+            let start = Instant::now();
+            while !done() && start.elapsed() < bound {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }))
+        .unwrap()
+}
+
+/// A workflow's steps run once: the second claim (after a failed attempt)
+/// gets each recorded step's result without running it, and runs on from
+/// there; each step is recorded with the attempt that ran it.
+#[test]
+fn recorded_steps_do_not_run_again_on_a_second_claim() {
+    let cluster = Cluster::shared();
+    let queue = "wf.replay";
+    keep_completed(cluster, queue);
+    let id = enqueue(cluster, queue, json!({}));
+    let ran: Arc<Mutex<Vec<String>>> = Arc::default();
+    /// What each run saw: its attempt, a's and b's results, whether it failed.
+    type Seen = Vec<(i32, String, u32, bool)>;
+    let seen: Arc<Mutex<Seen>> = Arc::default();
+    let (ran2, seen2) = (ran.clone(), seen.clone());
+    let h = handler(move |task: Task<Value>| {
+        let (ran, seen) = (ran2.clone(), seen2.clone());
+        async move {
+            let a: String = task
+                .step("a", || async {
+                    ran.lock().unwrap().push(format!("a@{}", task.attempts));
+                    Ok(format!("a ran at attempt {}", task.attempts))
+                })
+                .await?;
+            let b: u32 = task
+                .step("b", || async {
+                    ran.lock().unwrap().push(format!("b@{}", task.attempts));
+                    Ok(7)
+                })
+                .await?;
+            let first = task.attempts == 1;
+            seen.lock().unwrap().push((task.attempts, a, b, first));
+            if first {
+                return Err(TaskError::retry_in(
+                    "fails after its steps",
+                    Duration::from_millis(1),
+                ));
+            }
+            task.step("c", || async {
+                ran.lock().unwrap().push(format!("c@{}", task.attempts));
+                Ok(())
+            })
+            .await?;
+            Ok(Done::new())
+        }
+    });
+    let seen3 = seen.clone();
+    let report = run_until(
+        cluster,
+        queue,
+        h,
+        move || seen3.lock().unwrap().len() >= 2,
+        Duration::from_secs(30),
+    );
+    assert_eq!(
+        *ran.lock().unwrap(),
+        ["a@1", "b@1", "c@2"],
+        "each step ran once"
+    );
+    let a = "a ran at attempt 1".to_string();
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [(1, a.clone(), 7, true), (2, a, 7, false)],
+        "the second claim got the recorded results"
+    );
+    assert_eq!((report.completed, report.failed), (1, 1), "{report:?}");
+    assert_eq!(state(cluster, queue, id).state, "completed");
+    let recorded: Vec<(String, i32)> = steps(cluster, queue, id)
+        .into_iter()
+        .map(|(s, _, attempt)| (s, attempt))
+        .collect();
+    assert_eq!(
+        recorded,
+        [("a".into(), 1), ("b".into(), 1), ("c".into(), 2)]
+    );
+}
+
+/// The log lines a `tracing` subscriber sees, as text.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A sleep parks the task: the handler stops, nothing is settled, the
+/// slot is free at once (a second task runs meanwhile on the one handler),
+/// the attempt is not counted (the task has one); the task wakes after the
+/// sleep and the handler runs on from there, its step replayed. The park
+/// and the replay are logged.
+#[test]
+fn a_sleep_parks_without_counting_the_attempt_and_resumes() {
+    let cluster = Cluster::shared();
+    let queue = "wf.sleep";
+    keep_completed(cluster, queue);
+    let mut p = cluster.connect_as(PRODUCER);
+    let sleeper = aedb_queue_itests::enqueue_with(
+        &mut p,
+        queue,
+        Some(&json!({"sleep": true})),
+        &aedb_queue_itests::EnqueueOpts::default().max_attempts(1),
+    )
+    .task_id;
+    let other = enqueue(cluster, queue, json!({"sleep": false}));
+    /// Task, attempt, what happened, when.
+    type Events = Vec<(i64, i32, &'static str, Instant)>;
+    let events: Arc<Mutex<Events>> = Arc::default();
+    let ev = events.clone();
+    let h = handler(move |task: Task<Value>| {
+        let ev = ev.clone();
+        async move {
+            let log = |what| {
+                ev.lock()
+                    .unwrap()
+                    .push((task.id, task.attempts, what, Instant::now()))
+            };
+            log("start");
+            if task.payload["sleep"] == json!(true) {
+                task.step("before", || async { Ok(1) }).await?;
+                task.sleep("nap", Duration::from_secs(1)).await?;
+                log("woke");
+            }
+            Ok(Done::new())
+        }
+    });
+
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    // The current-thread runtime keeps every task on this thread, under the subscriber.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let worker = Worker::builder(&cluster.dsn(WORKER))
+        .unwrap()
+        .queue(
+            QueueOptions::new(queue)
+                .concurrency(1)
+                .poll_interval(Duration::from_millis(100)),
+            h,
+        )
+        .build()
+        .unwrap();
+    let ev = events.clone();
+    let report = rt
+        .block_on(worker.run(async move {
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_secs(30)
+                && !ev.lock().unwrap().iter().any(|e| e.2 == "woke")
+            {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }))
+        .unwrap();
+    let events = events.lock().unwrap().clone();
+    let order: Vec<(i64, i32, &str)> = events.iter().map(|e| (e.0, e.1, e.2)).collect();
+    assert_eq!(
+        order,
+        [
+            (sleeper, 1, "start"),
+            (other, 1, "start"),
+            (sleeper, 1, "start"),
+            (sleeper, 1, "woke"),
+        ],
+        "parked, the slot ran the other task, then the sleeper woke as attempt 1 again"
+    );
+    let slept = events[2].3 - events[0].3;
+    assert!(slept >= Duration::from_millis(900), "woke after {slept:?}");
+    assert_eq!((report.completed, report.parked), (2, 1), "{report:?}");
+    let t = state(cluster, queue, sleeper);
+    assert_eq!((t.state.as_str(), t.attempts), ("completed", 1));
+    let nap = steps(cluster, queue, sleeper);
+    assert_eq!(nap[1].0, "nap");
+    assert!(nap[1].1.as_ref().unwrap()["until"].is_string(), "{nap:?}");
+
+    let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let parked = logs
+        .lines()
+        .find(|l| l.contains("task parked: sleeping"))
+        .unwrap_or_else(|| panic!("no park logged:\n{logs}"));
+    for field in [
+        format!("task_id={sleeper}"),
+        "step=nap".into(),
+        "until=".into(),
+    ] {
+        assert!(parked.contains(&field), "{field} in {parked}");
+    }
+    let replayed = logs
+        .lines()
+        .find(|l| l.contains("workflow step replayed"))
+        .unwrap_or_else(|| panic!("no replay logged:\n{logs}"));
+    assert!(replayed.contains("step=before"), "{replayed}");
+}
+
+/// An event emitted before the wait is not lost: the wait returns its
+/// payload at once, without parking.
+#[test]
+fn an_event_emitted_before_the_wait_is_returned_at_once() {
+    let cluster = Cluster::shared();
+    let queue = "wf.early";
+    let emitted = runtime().block_on(async {
+        let (client, conn) = tokio_postgres::connect(&cluster.dsn(PRODUCER), NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        emit(&client, queue, "early/1", &json!({"n": 1}))
+            .await
+            .unwrap()
+    });
+    assert!(emitted);
+    enqueue(cluster, queue, json!({}));
+    let got: Arc<Mutex<Option<Event<Value>>>> = Arc::default();
+    let got2 = got.clone();
+    let h = handler(move |task: Task<Value>| {
+        let got = got2.clone();
+        async move {
+            let e = task
+                .wait_for_event("early", "early/1", Duration::from_secs(60))
+                .await?;
+            *got.lock().unwrap() = Some(e);
+            Ok(Done::new())
+        }
+    });
+    let got3 = got.clone();
+    let report = run_until(
+        cluster,
+        queue,
+        h,
+        move || got3.lock().unwrap().is_some(),
+        Duration::from_secs(30),
+    );
+    assert_eq!(
+        got.lock().unwrap().clone(),
+        Some(Event {
+            payload: Some(json!({"n": 1})),
+            timed_out: false
+        })
+    );
+    assert_eq!(report.parked, 0, "{report:?}");
+}
+
+/// A wait with no event parks the task; an emit in the producer's own
+/// transaction wakes it when it commits (long before the 60 s deadline),
+/// and the wait returns the payload. A second emit of the key returns
+/// false and changes nothing.
+#[test]
+fn an_emit_wakes_a_parked_waiter_and_a_second_emit_is_false() {
+    let cluster = Cluster::shared();
+    let queue = "wf.emit";
+    let id = enqueue(cluster, queue, json!({}));
+    let starts = Arc::new(AtomicU32::new(0));
+    let got: Arc<Mutex<Option<Event<Value>>>> = Arc::default();
+    let (starts2, got2) = (starts.clone(), got.clone());
+    let h = handler(move |task: Task<Value>| {
+        let (starts, got) = (starts2.clone(), got2.clone());
+        async move {
+            starts.fetch_add(1, Ordering::SeqCst);
+            let e = task
+                .wait_for_event("packed", "order-7/packed", Duration::from_secs(60))
+                .await?;
+            *got.lock().unwrap() = Some(e);
+            Ok(Done::new())
+        }
+    });
+    let worker = Worker::builder(&cluster.dsn(WORKER))
+        .unwrap()
+        .queue(
+            QueueOptions::new(queue)
+                .concurrency(1)
+                .poll_interval(Duration::from_millis(100)),
+            h,
+        )
+        .build()
+        .unwrap();
+    let (producer, superuser) = (cluster.dsn(PRODUCER), cluster.dsn(SUPERUSER));
+    let got3 = got.clone();
+    let (report, emits, woken_in) = runtime().block_on(async move {
+        let run = tokio::spawn(worker.run(async move {
+            let start = Instant::now();
+            while got3.lock().unwrap().is_none() && start.elapsed() < Duration::from_secs(30) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }));
+        let (su, conn) = tokio_postgres::connect(&superuser, NoTls).await.unwrap();
+        tokio::spawn(conn);
+        let start = Instant::now();
+        // Until the task is parked on the key.
+        loop {
+            let row = su
+                .query_one(
+                    "SELECT EXISTS (SELECT FROM aedb_queue.event_wait WHERE task_id = $1),
+                            (SELECT state::text FROM aedb_queue.task WHERE task_id = $1)",
+                    &[&id],
+                )
+                .await
+                .unwrap();
+            if row.get::<_, bool>(0) && row.get::<_, String>(1) == "scheduled" {
+                break;
+            }
+            assert!(start.elapsed() < Duration::from_secs(30), "never parked");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let (mut client, conn) = tokio_postgres::connect(&producer, NoTls).await.unwrap();
+        tokio::spawn(conn);
+        let tx = client.transaction().await.unwrap();
+        let first = emit(&tx, queue, "order-7/packed", &json!({"boxes": 2}))
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        let emitted = Instant::now();
+        let second = emit(&client, queue, "order-7/packed", &json!({"boxes": 3}))
+            .await
+            .unwrap();
+        let report = run.await.unwrap().unwrap();
+        (report, (first, second), emitted.elapsed())
+    });
+    assert_eq!(emits, (true, false));
+    assert_eq!(
+        got.lock().unwrap().clone(),
+        Some(Event {
+            payload: Some(json!({"boxes": 2})),
+            timed_out: false
+        }),
+        "the first emit stands"
+    );
+    assert_eq!(starts.load(Ordering::SeqCst), 2);
+    assert!(woken_in < Duration::from_secs(30), "{woken_in:?}");
+    assert_eq!((report.parked, report.completed), (1, 1), "{report:?}");
+}
+
+/// A wait that no event ends parks until its deadline, then returns
+/// `timed_out` with no payload.
+#[test]
+fn a_wait_past_its_deadline_times_out() {
+    let cluster = Cluster::shared();
+    let queue = "wf.timeout";
+    enqueue(cluster, queue, json!({}));
+    let got: Arc<Mutex<Option<Event<Value>>>> = Arc::default();
+    let got2 = got.clone();
+    let h = handler(move |task: Task<Value>| {
+        let got = got2.clone();
+        async move {
+            let e = task
+                .wait_for_event("reply", "never/1", Duration::from_secs(1))
+                .await?;
+            *got.lock().unwrap() = Some(e);
+            Ok(Done::new())
+        }
+    });
+    let got3 = got.clone();
+    let start = Instant::now();
+    let report = run_until(
+        cluster,
+        queue,
+        h,
+        move || got3.lock().unwrap().is_some(),
+        Duration::from_secs(30),
+    );
+    assert_eq!(
+        got.lock().unwrap().clone(),
+        Some(Event {
+            payload: None,
+            timed_out: true
+        })
+    );
+    assert!(start.elapsed() >= Duration::from_millis(900));
+    assert_eq!((report.parked, report.completed), (1, 1), "{report:?}");
+}
+
+/// A step whose lease is lost while it runs: another worker reclaimed the
+/// task (its lease expired by the superuser, then claimed, in one
+/// transaction). Strict (`step_in`), the record raises 40002 and the
+/// step's effect, written in the same transaction, rolls back; plain
+/// (`step`), nothing is recorded. Either way the handler ends as a lost
+/// lease and the runtime settles nothing: the thief keeps the task.
+#[test]
+fn a_step_records_nothing_when_the_lease_was_lost_and_a_strict_one_rolls_back_its_effect() {
+    let cluster = Cluster::shared();
+    cluster
+        .connect()
+        .batch_execute("CREATE TABLE wf_lost (task_id bigint, strict bool)")
+        .unwrap();
+    for strict in [true, false] {
+        let queue = if strict {
+            "wf.lost.strict"
+        } else {
+            "wf.lost.plain"
+        };
+        let id = enqueue(cluster, queue, json!({}));
+        let written = Arc::new(AtomicBool::new(false));
+        let stolen = Arc::new(AtomicBool::new(false));
+        let ended: Arc<Mutex<Option<(bool, bool)>>> = Arc::default();
+        let (w, s, e) = (written.clone(), stolen.clone(), ended.clone());
+        let h = handler(move |task: Task<Value>| {
+            let (written, stolen, ended) = (w.clone(), s.clone(), e.clone());
+            async move {
+                let id = task.id;
+                let until_stolen = || async {
+                    written.store(true, Ordering::SeqCst);
+                    let start = Instant::now();
+                    while !stolen.load(Ordering::SeqCst)
+                        && start.elapsed() < Duration::from_secs(30)
+                    {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                };
+                let step = if strict {
+                    task.step_in("pay", |tx| async move {
+                        tx.execute("INSERT INTO wf_lost VALUES ($1, true)", &[&id])
+                            .await?;
+                        until_stolen().await;
+                        Ok(())
+                    })
+                    .await
+                } else {
+                    task.step("pay", || async {
+                        until_stolen().await;
+                        Ok(())
+                    })
+                    .await
+                };
+                let e = step.as_ref().err();
+                *ended.lock().unwrap() =
+                    Some((e.is_some_and(TaskError::is_lease_lost), task.lease_lost()));
+                step?;
+                Ok(Done::new())
+            }
+        });
+        let thief = {
+            let written = written.clone();
+            let stolen = stolen.clone();
+            let queue = queue.to_string();
+            std::thread::spawn(move || {
+                let start = Instant::now();
+                while !written.load(Ordering::SeqCst) {
+                    assert!(
+                        start.elapsed() < Duration::from_secs(30),
+                        "the step never ran"
+                    );
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                let mut c = cluster.connect();
+                c.batch_execute("SET aedb_queue.claim_rescan_interval = 0")
+                    .unwrap();
+                let mut tx = c.transaction().unwrap();
+                let n = tx
+                    .execute(
+                        "UPDATE aedb_queue.task SET lease_deadline = now() - interval '1 second'
+                          WHERE task_id = $1 AND state = 'in_flight'",
+                        &[&id],
+                    )
+                    .unwrap();
+                assert_eq!(n, 1);
+                let got = aedb_queue_itests::claim(&mut tx, &queue, "thief", "1 hour", 1);
+                tx.commit().unwrap();
+                stolen.store(true, Ordering::SeqCst);
+                got.len()
+            })
+        };
+        let e2 = ended.clone();
+        let report = run_until(
+            cluster,
+            queue,
+            h,
+            move || e2.lock().unwrap().is_some(),
+            Duration::from_secs(30),
+        );
+        assert_eq!(thief.join().unwrap(), 1, "the thief reclaimed it");
+        assert_eq!(
+            *ended.lock().unwrap(),
+            Some((true, true)),
+            "strict {strict}: the step ended as a lost lease"
+        );
+        assert_eq!(
+            (report.lease_lost, report.completed, report.failed),
+            (1, 0, 0),
+            "strict {strict}: {report:?}"
+        );
+        let t = state(cluster, queue, id);
+        assert_eq!(
+            (t.state.as_str(), t.owner.as_deref()),
+            ("in_flight", Some("thief")),
+            "nothing settled"
+        );
+        assert!(steps(cluster, queue, id).is_empty(), "nothing recorded");
+    }
+    let rows: i64 = cluster
+        .connect()
+        .query_one("SELECT count(*) FROM wf_lost", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 0, "the strict step's effect rolled back");
+}
+
+/// Where examples/workflow_crash.rs kills itself, in the order its
+/// workflow reaches them.
+const KILL_POINTS: &[&str] = &[
+    "before:charge",
+    "effect:charge",
+    "committed:charge",
+    "parked:cool-off",
+    "before:invoice",
+    "effect:invoice",
+    "committed:invoice",
+    "parked:packed",
+    "event:packed",
+    "before:ship",
+    "effect:ship",
+    "committed:ship",
+];
+
+/// Runs the crash worker until it exits, emitting the task's event once it
+/// waits for it; its exit status, stdout and log.
+fn drive(
+    cluster: &Cluster,
+    queue: &str,
+    id: i64,
+    kill_at: Option<&str>,
+    log: &std::path::Path,
+) -> (std::process::ExitStatus, String, String) {
+    use std::process::{Command, Stdio};
+    let exe = std::env::current_exe().unwrap();
+    let example = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples")
+        .join("workflow_crash");
+    let mut command = Command::new(&example);
+    command
+        .env("AEDB_QUEUE_DSN", cluster.dsn(WORKER))
+        .env("AEDB_QUEUE_NAME", queue)
+        .env_remove("AEDB_KILL_AT")
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(log).unwrap());
+    if let Some(point) = kill_at {
+        command.env("AEDB_KILL_AT", point);
+    }
+    let mut child = command
+        .spawn()
+        .unwrap_or_else(|e| panic!("{}: {e}", example.display()));
+    let mut su = cluster.connect();
+    let mut producer = cluster.connect_as(PRODUCER);
+    let key = format!("order-{id}/packed");
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > Duration::from_secs(30) {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!(
+                "{kill_at:?}: the worker did not exit:\n{}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
+        }
+        let waiting: bool = su
+            .query_one(
+                "SELECT EXISTS (SELECT FROM aedb_queue.event_wait WHERE task_id = $1)",
+                &[&id],
+            )
+            .unwrap()
+            .get(0);
+        if waiting {
+            producer
+                .query_one(
+                    "SELECT aedb_queue.queue_emit($1, $2, '{\"boxes\": 2}')",
+                    &[&queue, &key],
+                )
+                .unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut out).unwrap();
+    (status, out, std::fs::read_to_string(log).unwrap())
+}
+
+/// THE crash test: a workflow of three ledger steps (each row written in
+/// the step's transaction with its record), a sleep and an event wait, its
+/// worker process SIGKILLed at each point in turn: before each step's
+/// effect, after the effect before its commit, right after each commit,
+/// while parked in the sleep and in the wait, after the event arrived.
+/// After each kill the lease is expired (as if it had run out) and a new
+/// worker process, with no kill point, drives the task to completion (the
+/// event emitted when it waits). Every time: each ledger row exactly once,
+/// in order, every step recorded once, the task completed.
+#[test]
+fn a_workflow_killed_at_every_point_runs_each_step_exactly_once() {
+    use std::os::unix::process::ExitStatusExt;
+    let cluster = Cluster::shared();
+    cluster
+        .connect()
+        .batch_execute(
+            "CREATE TABLE wf_ledger (id bigserial PRIMARY KEY, task_id bigint NOT NULL, step text NOT NULL);
+             GRANT USAGE ON SEQUENCE wf_ledger_id_seq TO app_worker;",
+        )
+        .unwrap();
+    // Built beside this test binary; `cargo test` of the whole crate has
+    // built it already, a single test target has not.
+    let built = std::process::Command::new(env!("CARGO"))
+        .args([
+            "build",
+            "-q",
+            "-p",
+            "aedb_queue_client",
+            "--example",
+            "workflow_crash",
+        ])
+        .status()
+        .expect("cargo build --example workflow_crash");
+    assert!(built.success());
+    let logs = std::env::temp_dir().join(format!("aedb-wf-crash-{}", std::process::id()));
+    std::fs::create_dir_all(&logs).unwrap();
+    let start = Instant::now();
+    for (i, point) in KILL_POINTS.iter().enumerate() {
+        let queue = format!("wf.crash.{i}");
+        keep_completed(cluster, &queue);
+        let id = enqueue(cluster, &queue, json!({"order": i}));
+
+        let t0 = Instant::now();
+        let (status, out, log) = drive(
+            cluster,
+            &queue,
+            id,
+            Some(point),
+            &logs.join(format!("{i}-killed.log")),
+        );
+        assert_eq!(
+            status.signal(),
+            Some(9),
+            "{point}: {status:?}\n{out}\n{log}"
+        );
+        assert_eq!(out, format!("killed at {point}\n"), "{point}:\n{log}");
+
+        // The lease runs out (at once, here) and another worker reclaims it.
+        cluster
+            .connect()
+            .execute(
+                "UPDATE aedb_queue.task SET lease_deadline = now() - interval '1 second'
+                  WHERE task_id = $1 AND state = 'in_flight'",
+                &[&id],
+            )
+            .unwrap();
+        let t1 = Instant::now();
+        let (status, out, log) = drive(
+            cluster,
+            &queue,
+            id,
+            None,
+            &logs.join(format!("{i}-resumed.log")),
+        );
+        assert!(status.success(), "{point}: {status:?}\n{out}\n{log}");
+
+        let ledger: Vec<(String, i64)> = cluster
+            .connect()
+            .query(
+                "SELECT step, count(*) FROM wf_ledger WHERE task_id = $1 GROUP BY step ORDER BY min(id)",
+                &[&id],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        assert_eq!(
+            ledger,
+            [
+                ("charge".into(), 1),
+                ("invoice".into(), 1),
+                ("ship".into(), 1)
+            ],
+            "{point}: each effect exactly once, none skipped\n{log}"
+        );
+        let recorded: Vec<String> = steps(cluster, &queue, id)
+            .into_iter()
+            .map(|s| s.0)
+            .collect();
+        assert_eq!(
+            recorded,
+            ["charge", "cool-off", "invoice", "packed", "ship"],
+            "{point}"
+        );
+        let t = state(cluster, &queue, id);
+        assert_eq!(t.state, "completed", "{point}: {t:?}");
+        let result: Option<Value> = cluster
+            .connect()
+            .query_one(
+                "SELECT result FROM aedb_queue.queue_get($1, $2)",
+                &[&queue, &id],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(result, Some(json!({"boxes": 2})), "{point}");
+        eprintln!(
+            "{point}: killed after {:?}, resumed and completed in {:?}",
+            t1 - t0,
+            t1.elapsed()
+        );
+        // The resumed worker replayed what the killed one committed.
+        if i >= KILL_POINTS
+            .iter()
+            .position(|p| *p == "committed:charge")
+            .unwrap()
+        {
+            assert!(
+                log.contains("workflow step replayed") && log.contains("step=charge"),
+                "{point}: charge replayed\n{log}"
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&logs);
+    eprintln!("{} kill points in {:?}", KILL_POINTS.len(), start.elapsed());
+}
