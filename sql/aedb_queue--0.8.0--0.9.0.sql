@@ -136,6 +136,13 @@ CREATE  FUNCTION "queue_await_tasks"(
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'queue_await_tasks_wrapper';
 
+CREATE  FUNCTION "queue_events_purge"(
+	"queue" TEXT, /* Option < & str > */
+	"emitted_before" timestamp with time zone DEFAULT 'infinity' /* Option < TimestampWithTimeZone > */
+) RETURNS bigint /* i64 */
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'queue_events_purge_wrapper';
+
 CREATE  FUNCTION "queue_emit"(
 	"queue" TEXT, /* Option < & str > */
 	"key" TEXT, /* Option < & str > */
@@ -153,9 +160,9 @@ LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'queue_retry_from_step_wrapper';
 
 REVOKE ALL ON FUNCTION "queue_step_record", "queue_steps", "queue_sleep", "queue_await_event", "queue_emit",
-    "queue_retry_from_step", "queue_waits", "queue_await_tasks" FROM PUBLIC;
+    "queue_retry_from_step", "queue_waits", "queue_await_tasks", "queue_events_purge" FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION "queue_step_record", "queue_steps", "queue_waits", "queue_sleep", "queue_await_event",
     "queue_await_tasks"
     TO aedb_queue_worker, aedb_queue_admin;
 GRANT EXECUTE ON FUNCTION "queue_emit" TO aedb_queue_producer, aedb_queue_admin;
-GRANT EXECUTE ON FUNCTION "queue_retry_from_step" TO aedb_queue_admin;
+GRANT EXECUTE ON FUNCTION "queue_retry_from_step", "queue_events_purge" TO aedb_queue_admin;

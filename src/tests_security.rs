@@ -544,7 +544,7 @@ mod tests {
             "queue_access queue_await_event queue_await_tasks queue_cancel queue_children queue_claim queue_complete \
              queue_complete_and_claim queue_complete_batch \
              queue_configure queue_configure_fairness queue_configure_key queue_confine queue_counters queue_cron_preview \
-             queue_emit queue_enqueue queue_enqueue_batch queue_errors queue_fail queue_fail_and_claim queue_find queue_get queue_grant \
+             queue_emit queue_enqueue queue_enqueue_batch queue_errors queue_events_purge queue_fail queue_fail_and_claim queue_find queue_get queue_grant \
              queue_heartbeat queue_list queue_overview queue_parents queue_pause queue_purge queue_reap queue_release queue_resume \
              queue_retry_dead queue_retry_from_step queue_revoke queue_schedule_delete queue_schedule_list \
              queue_schedule_pause queue_schedule_resume queue_schedule_upsert queue_shard queue_shard_assign queue_sleep \

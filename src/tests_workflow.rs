@@ -382,4 +382,20 @@ mod tests {
             &format!("task {keyed} has an ordering key: it cannot wait for other tasks"),
         );
     }
+
+    #[pg_test]
+    fn an_operator_purges_old_events() {
+        assert!(emit("wf", "old", "{}"));
+        exec("UPDATE aedb_queue.event SET emitted_at = now() - interval '40 days' WHERE key = 'old'");
+        assert!(emit("wf", "new", "{}"));
+        assert!(emit("other", "old", "{}"));
+        assert_eq!(
+            one::<i64>("SELECT aedb_queue.queue_events_purge('wf', now() - interval '30 days')"),
+            1
+        );
+        assert_eq!(count("aedb_queue.event WHERE queue = 'wf'"), 1);
+        assert!(emit("wf", "old", "{}"), "a purged key can be emitted again");
+        assert_eq!(one::<i64>("SELECT aedb_queue.queue_events_purge('wf')"), 2);
+        assert_eq!(count("aedb_queue.event"), 1, "other queues' events stay");
+    }
 }

@@ -380,10 +380,15 @@ fn outcome_json(task_id: i64, outcome: Option<&steps::TaskOutcome>) -> serde_jso
     entry
 }
 
+/// How many due timers beyond its waiters an emit promotes, for those the
+/// queue has not promoted yet (they go first).
+const WAKE_MARGIN: i32 = 1000;
+
 /// Emits the event `key` of this queue with `payload`, in the caller's
 /// transaction: true if this call emitted it, false if it was emitted
 /// already (the first emit stands; this one changes nothing). Tasks
-/// waiting for it become due when the transaction commits.
+/// waiting for it are due at once, and made ready in this transaction
+/// (with up to `WAKE_MARGIN` due timers of the queue not yet promoted).
 #[pg_extern]
 fn queue_emit(
     queue: Option<&str>,
@@ -401,7 +406,9 @@ fn queue_emit(
         }
         let woken = steps::wake_waiters(queue, key)?;
         if woken > 0 {
-            let promoted = store::reap(queue, woken as i32, 0)?.promoted;
+            // Due timers are promoted oldest first: the waiters, due now,
+            // come after any the queue has not promoted yet.
+            let promoted = store::reap(queue, (woken as i32).saturating_add(WAKE_MARGIN), 0)?.promoted;
             if promoted > 0 {
                 wake(vec![queue.to_string()])?;
             }
@@ -462,5 +469,22 @@ fn queue_retry_from_step(
             _ => {}
         }
         Ok(dropped)
+    })
+}
+
+/// Deletes the queue's events emitted before `emitted_before` (default:
+/// all of them): an event is kept until then, so a wait that starts after
+/// its emit still finds it. A wait that starts later waits for a new emit.
+/// Returns how many. Admin on the queue.
+#[pg_extern]
+fn queue_events_purge(
+    queue: Option<&str>,
+    emitted_before: default!(Option<TimestampWithTimeZone>, "'infinity'"),
+) -> i64 {
+    run(|| {
+        let queue = checked_name("queue", queue)?;
+        let before = required("emitted_before", emitted_before)?;
+        security::authorize(Action::Administer, queue)?;
+        steps::purge_events(queue, before)
     })
 }

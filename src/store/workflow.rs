@@ -176,6 +176,13 @@ static WAITS: Statement = Statement {
     clock: false,
 };
 
+/// Deletes the queue's events emitted before `$2`.
+static PURGE_EVENTS: Statement = Statement {
+    sql: "DELETE FROM aedb_queue.event WHERE queue = $1 AND emitted_at < $2 RETURNING 1",
+    args: &[TEXT, TIMESTAMPTZ],
+    clock: false,
+};
+
 /// The task's state, locked (an operator's action on its steps).
 static LOCK_TASK: Statement = Statement {
     sql: "SELECT state::text FROM aedb_queue.task WHERE task_id = $1 AND queue = $2 FOR UPDATE",
@@ -187,10 +194,12 @@ static LOCK_TASK: Statement = Statement {
 /// `queue_steps` lists them), and the task's waits; the names dropped.
 static DROP_STEPS_FROM: Statement = Statement {
     sql: "WITH f AS (SELECT recorded_at, step FROM aedb_queue.task_step WHERE task_id = $1 AND step = $2),
-               waits AS (DELETE FROM aedb_queue.event_wait w WHERE w.task_id = $1 AND EXISTS (SELECT 1 FROM f))
-          DELETE FROM aedb_queue.task_step s USING f
-          WHERE s.task_id = $1 AND (s.recorded_at, s.step) >= (f.recorded_at, f.step)
-          RETURNING s.step",
+               waits AS (DELETE FROM aedb_queue.event_wait w WHERE w.task_id = $1 AND EXISTS (SELECT 1 FROM f)),
+               dropped AS (
+                   DELETE FROM aedb_queue.task_step s USING f
+                   WHERE s.task_id = $1 AND (s.recorded_at, s.step) >= (f.recorded_at, f.step)
+                   RETURNING s.step, s.recorded_at)
+          SELECT step FROM dropped ORDER BY recorded_at, step",
     args: &[INT8, TEXT],
     clock: false,
 };
@@ -257,6 +266,7 @@ pub(crate) static WORKFLOW_STATEMENTS: &[(&str, &Statement)] = &[
     ("END_WAIT", &END_WAIT),
     ("WAKE_WAITERS", &WAKE_WAITERS),
     ("WAITS", &WAITS),
+    ("PURGE_EVENTS", &PURGE_EVENTS),
     ("LINK_WORKFLOW", &LINK_WORKFLOW),
     ("TASK_OUTCOMES", &TASK_OUTCOMES),
     ("PARK_WAITING", &PARK_WAITING),
@@ -542,6 +552,13 @@ pub fn record_json(
             fencing_token.into(),
         ];
         Ok(!execute(client, &RECORD_STEP, &args)?.is_empty())
+    })
+}
+
+/// Deletes the queue's events emitted before `before`; how many.
+pub fn purge_events(queue: &str, before: TimestampWithTimeZone) -> Result<i64> {
+    with_client(|client| {
+        Ok(execute(client, &PURGE_EVENTS, &[queue.into(), before.into()])?.len() as i64)
     })
 }
 

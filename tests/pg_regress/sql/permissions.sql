@@ -297,7 +297,9 @@ BEGIN
                   format('SELECT count(*) = 0 FROM aedb_queue.queue_waits(%L, %s)', q, id->'get')),
               (56, 'queue_await_tasks',
                   format('SELECT outcome = ''applied'' FROM aedb_queue.queue_await_tasks(%L, %s, %s, ''t_'' || session_user, ARRAY[%s]::bigint[], park => false)',
-                         q, id->'await_tasks', tok->'await_tasks', id->'get'))
+                         q, id->'await_tasks', tok->'await_tasks', id->'get')),
+              (57, 'queue_events_purge',
+                  format('SELECT aedb_queue.queue_events_purge(%L, emitted_before => ''-infinity'') = 0', q))
             ) AS v(seq, entry, sql);
         END LOOP;
     END LOOP;
