@@ -68,6 +68,32 @@ impl Model {
             Op::Pause { by } => self.set_paused(*by, true),
             Op::Resume { by } => self.set_paused(*by, false),
             Op::ExpireLease { task } => self.expire_lease(*task),
+            Op::StepRecord {
+                by,
+                task,
+                token,
+                step,
+                result,
+                strict,
+            } => self.step_record(*by, (*task, *token), *step, *result, *strict),
+            Op::Sleep {
+                by,
+                task,
+                token,
+                step,
+                how,
+                strict,
+            } => self.sleep(*by, (*task, *token), *step, *how, *strict),
+            Op::AwaitEvent {
+                by,
+                task,
+                token,
+                step,
+                strict,
+            } => self.await_event(*by, (*task, *token), *step, *strict),
+            Op::Emit { by, key, payload } => self.emit(*by, *key, *payload),
+            Op::RetryFromStep { by, task, step } => self.retry_from_step(*by, *task, *step),
+            Op::TimePasses { task } => self.time_passes(*task),
         };
         self.settle();
         reply
@@ -190,6 +216,10 @@ impl Model {
             due_later: delay == Delay::Far,
             has_dependents: false,
             children: Vec::new(),
+            steps: Vec::new(),
+            waits: Vec::new(),
+            parked: false,
+            due: false,
         });
         match start {
             ChildStart::Runnable => self.make_due(h),
@@ -223,7 +253,9 @@ impl Model {
             return Reply::Claimed(Vec::new());
         }
         // The claim's inline reap comes first, slots and children settled,
-        // so what it frees may be served by the same call.
+        // so what it frees may be served by the same call: it promotes the
+        // scheduled tasks whose time came, and reclaims expired leases.
+        self.promote_due();
         self.reclaim_expired();
         self.settle();
         let mut claimed = Vec::new();
@@ -270,7 +302,7 @@ impl Model {
     }
 
     /// The task a fenced call holds, if it is in flight under that token.
-    fn held(&self, task: TaskRef, token: TokenRef) -> Option<Handle> {
+    pub(super) fn held(&self, task: TaskRef, token: TokenRef) -> Option<Handle> {
         let h = self.resolve(task)?;
         let t = &self.tasks[h];
         (t.state == State::InFlight && self.token(Some(h), token) == t.fencing_token).then_some(h)
@@ -414,7 +446,7 @@ impl Model {
         Reply::Outcomes(outcomes)
     }
 
-    fn fenced_out(strict: bool) -> Reply {
+    pub(super) fn fenced_out(strict: bool) -> Reply {
         if strict {
             Reply::Error(LEASE_LOST)
         } else {

@@ -23,6 +23,7 @@ pub mod rules;
 pub mod task;
 #[cfg(test)]
 mod tests;
+mod workflow;
 
 pub use op::*;
 pub use reply::*;
@@ -49,6 +50,8 @@ pub struct Model {
     keys: std::collections::BTreeMap<u8, Handle>,
     /// Ops applied so far: the index of the next one.
     ops: usize,
+    /// Events emitted (`k-<n>`): their payloads (`{"e": n}` or NULL).
+    events: std::collections::BTreeMap<u8, Option<u8>>,
 }
 
 impl Model {
@@ -59,6 +62,7 @@ impl Model {
             tasks: Vec::new(),
             keys: Default::default(),
             ops: 0,
+            events: Default::default(),
         }
     }
 
@@ -76,14 +80,36 @@ impl Model {
         let in_flight: Vec<Handle> = (0..self.tasks.len())
             .filter(|&h| self.tasks[h].state == State::InFlight)
             .collect();
+        let parked: Vec<Handle> = (0..self.tasks.len())
+            .filter(|&h| self.tasks[h].parked)
+            .collect();
+        let stepped: Vec<Handle> = (0..self.tasks.len())
+            .filter(|&h| {
+                let t = &self.tasks[h];
+                !t.steps.is_empty() && t.state.is_live() && t.state != State::InFlight
+            })
+            .collect();
         match task {
             TaskRef::InFlight(n) if !in_flight.is_empty() => {
                 Some(in_flight[n as usize % in_flight.len()])
             }
-            TaskRef::Known(n) | TaskRef::InFlight(n) if !self.tasks.is_empty() => {
+            TaskRef::Parked(n) if !parked.is_empty() => Some(parked[n as usize % parked.len()]),
+            TaskRef::Stepped(n) if !stepped.is_empty() => Some(stepped[n as usize % stepped.len()]),
+            TaskRef::Known(n) | TaskRef::InFlight(n) | TaskRef::Parked(n) | TaskRef::Stepped(n)
+                if !self.tasks.is_empty() =>
+            {
                 Some(n as usize % self.tasks.len())
             }
             _ => None,
+        }
+    }
+
+    /// The name (`s-<n>`) of the step a call names of a task.
+    pub fn step_name(&self, task: Option<Handle>, step: StepRef) -> u8 {
+        let steps = task.map_or(&[][..], |h| &self.tasks[h].steps[..]);
+        match step {
+            StepRef::Recorded(n) if !steps.is_empty() => steps[n as usize % steps.len()].name,
+            StepRef::Recorded(n) | StepRef::Named(n) => n,
         }
     }
 
@@ -155,9 +181,16 @@ impl Model {
     }
 
     /// Hands on what the op freed: concurrency slots and ordering lines.
+    /// A task that left `scheduled` is neither parked nor due.
     fn settle(&mut self) {
         self.settle_lines();
         self.settle_slots();
+        for t in &mut self.tasks {
+            if t.state != State::Scheduled {
+                t.parked = false;
+                t.due = false;
+            }
+        }
     }
 
     /// Concurrency keys: a keyed task holds a slot while ready or in

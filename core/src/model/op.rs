@@ -63,6 +63,13 @@ pub enum Delay {
 pub enum TaskRef {
     Known(u8),
     InFlight(u8),
+    /// The `n % parked`-th task parked by a sleep or an event wait whose
+    /// time is still ahead (as `Known` when none is).
+    Parked(u8),
+    /// The `n % stepped`-th task with recorded steps that is live and not
+    /// in flight (as `Known` when none is): what an operator retries from
+    /// a step.
+    Stepped(u8),
     Unknown,
 }
 
@@ -74,6 +81,31 @@ pub enum TokenRef {
     Stale,
     /// One ahead: a token no claim has handed out yet.
     Ahead,
+}
+
+/// A step an operator names: the `n % recorded`-th step the task recorded
+/// (`s-<n>` when it recorded none), or `s-<n>` whether recorded or not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepRef {
+    Recorded(u8),
+    Named(u8),
+}
+
+/// How a sleep is asked for: `duration => '0'` (over at once), `duration
+/// => '1 day'`, `until` an hour ago (over at once), `until` a day ahead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SleepFor {
+    NoTime,
+    ADay,
+    UntilPast,
+    UntilTomorrow,
+}
+
+impl SleepFor {
+    /// Whether the wake time it sets is still ahead (a day at least).
+    pub fn ahead(self) -> bool {
+        matches!(self, SleepFor::ADay | SleepFor::UntilTomorrow)
+    }
 }
 
 /// How a worker reports a failure.
@@ -257,6 +289,55 @@ pub enum Op {
     Resume {
         by: Session,
     },
+    /// `queue_step_record(step => 's-<step>', result => {"r": result},
+    /// strict)`.
+    StepRecord {
+        by: Session,
+        task: TaskRef,
+        token: TokenRef,
+        step: u8,
+        result: Option<u8>,
+        strict: bool,
+    },
+    /// `queue_sleep(step => 's-<step>', duration or until, strict)`.
+    Sleep {
+        by: Session,
+        task: TaskRef,
+        token: TokenRef,
+        step: u8,
+        how: SleepFor,
+        strict: bool,
+    },
+    /// `queue_await_event(step => 's-<step>', key => 'k-<step>', timeout =>
+    /// '1 day', strict)`: a step always waits for the key of its number
+    /// (which key a second call of a step names is left out).
+    AwaitEvent {
+        by: Session,
+        task: TaskRef,
+        token: TokenRef,
+        step: u8,
+        strict: bool,
+    },
+    /// `queue_emit(key => 'k-<key>', payload => {"e": payload})`.
+    Emit {
+        by: Session,
+        key: u8,
+        payload: Option<u8>,
+    },
+    /// `queue_retry_from_step(task_id, step)`.
+    RetryFromStep {
+        by: Session,
+        task: TaskRef,
+        step: StepRef,
+    },
+    /// The wall clock reaches the task's wake times and deadlines: the
+    /// superuser sets every sleep's wake time and every wait's deadline of
+    /// the task that is still ahead to the current time, and the task's
+    /// `not_before` too when it is parked for one of them (scheduled, not
+    /// yet promoted: the next claim's reap, or a reap of the queue, does).
+    TimePasses {
+        task: TaskRef,
+    },
     /// The operator makes a lease run out now (the superuser sets the
     /// task's `lease_deadline` to the current time): explicit, so the model
     /// knows which leases have expired. Nothing happens unless in flight.
@@ -283,7 +364,12 @@ impl Op {
             | Op::Purge { by, .. }
             | Op::Pause { by }
             | Op::Resume { by } => Some(*by),
-            Op::ExpireLease { .. } => None,
+            Op::StepRecord { by, .. }
+            | Op::Sleep { by, .. }
+            | Op::AwaitEvent { by, .. }
+            | Op::Emit { by, .. }
+            | Op::RetryFromStep { by, .. } => Some(*by),
+            Op::ExpireLease { .. } | Op::TimePasses { .. } => None,
         }
     }
 }

@@ -46,6 +46,23 @@ pub enum Reply {
     Count(i64),
     /// The superuser's lease change, which returns nothing.
     Done,
+    /// `queue_sleep`: outcome, waiting, wake_at.
+    Slept {
+        outcome: Outcome,
+        waiting: bool,
+        wake_at: Option<At>,
+    },
+    /// `queue_await_event`: outcome, waiting, wake_at (the deadline, when
+    /// the call made or read the wait), payload (`{"e": n}`), timed_out.
+    Awaited {
+        outcome: Outcome,
+        waiting: bool,
+        wake_at: Option<At>,
+        payload: Option<u8>,
+        timed_out: bool,
+    },
+    /// `queue_retry_from_step`: the steps dropped (`s-<n>`), in order.
+    Steps(Vec<u8>),
     /// The call raised this SQLSTATE and changed nothing.
     Error(&'static str),
 }
@@ -53,3 +70,15 @@ pub enum Reply {
 pub const INSUFFICIENT_PRIVILEGE: &str = "42501";
 pub const INVALID_PARAMETER: &str = "22023";
 pub const LEASE_LOST: &str = "40002";
+/// A step recorded already (`queue_step_record`, 23505).
+pub const UNIQUE_VIOLATION: &str = "23505";
+/// `queue_retry_from_step` of a task in flight.
+pub const OBJECT_NOT_IN_PREREQUISITE_STATE: &str = "55000";
+
+/// A time on the database's clock, named by the op (its index in the case)
+/// that set it: the first call of a sleep or an event wait (now + the
+/// duration, the `until` given, or now + the timeout), or a `TimePasses`
+/// (the current time). The driver maps each real time it meets to the op
+/// where it first met it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct At(pub usize);

@@ -1,6 +1,7 @@
 //! A task as the model keeps it, and the row a reader should see of it.
 
 use super::op::Handle;
+use super::reply::At;
 
 /// Where a task stands. `Gone`: cancelled, or completed in a queue that
 /// keeps nothing (no row in any table, yet its idempotency key holds).
@@ -78,6 +79,49 @@ pub struct Task {
     pub has_dependents: bool,
     /// Children linked to it, until it fails (then the links go).
     pub children: Vec<Handle>,
+    /// Its workflow steps, in the order they were recorded.
+    pub steps: Vec<Step>,
+    /// Its event waits (a step each), in the order they were made.
+    pub waits: Vec<EventWaitRow>,
+    /// Scheduled by a sleep or an event wait whose time is still ahead.
+    pub parked: bool,
+    /// Scheduled with its `not_before` passed (a `TimePasses` of a parked
+    /// task): the next reap (a claim's, a retry from a step's) promotes it.
+    pub due: bool,
+}
+
+/// What a step recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StepKind {
+    /// `queue_step_record`'s result, `{"r": n}` or NULL.
+    Record(Option<u8>),
+    /// A sleep: `{"until": wake time}`.
+    Sleep { until: At, ahead: bool },
+    /// An event wait that ended: `{"payload": {"e": n} or null, "timed_out": b}`.
+    Event {
+        payload: Option<u8>,
+        timed_out: bool,
+    },
+}
+
+/// One row of `queue_steps` (recorded_at left out).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    /// `s-<n>`.
+    pub name: u8,
+    pub kind: StepKind,
+    pub attempt: i32,
+    pub fencing_token: i64,
+}
+
+/// One row of `queue_waits`: the step `s-<step>` waits for `k-<key>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventWaitRow {
+    pub step: u8,
+    pub key: u8,
+    pub deadline: At,
+    /// The deadline is still ahead.
+    pub ahead: bool,
 }
 
 /// What `queue_get` / `queue_list` should show of a task (times left out:

@@ -626,3 +626,249 @@ fn purging_kept_completed_tasks_leaves_their_children_waiting() {
     assert_eq!(m.task(2).state, State::Waiting);
     assert_eq!(m.task(2).waiting_on, 1);
 }
+
+// --- Durable workflows ---
+
+fn record(m: &mut Model, token: TokenRef, step: u8, strict: bool) -> Reply {
+    m.apply(&Op::StepRecord {
+        by: Session::Worker,
+        task: TaskRef::Known(0),
+        token,
+        step,
+        result: Some(step),
+        strict,
+    })
+}
+
+fn sleep(m: &mut Model, step: u8, how: SleepFor) -> Reply {
+    m.apply(&Op::Sleep {
+        by: Session::Worker,
+        task: TaskRef::Known(0),
+        token: TokenRef::Current,
+        step,
+        how,
+        strict: false,
+    })
+}
+
+fn await_event(m: &mut Model, step: u8) -> Reply {
+    m.apply(&Op::AwaitEvent {
+        by: Session::Worker,
+        task: TaskRef::Known(0),
+        token: TokenRef::Current,
+        step,
+        strict: false,
+    })
+}
+
+fn awaited(waiting: bool, wake_at: Option<usize>, payload: Option<u8>, timed_out: bool) -> Reply {
+    Reply::Awaited {
+        outcome: Outcome::Applied,
+        waiting,
+        wake_at: wake_at.map(At),
+        payload,
+        timed_out,
+    }
+}
+
+#[test]
+fn a_step_is_recorded_once_under_the_current_token() {
+    let mut m = Model::new(config());
+    enqueue(&mut m, args());
+    claim(&mut m, 1);
+    assert_eq!(
+        record(&mut m, TokenRef::Stale, 0, false),
+        Reply::Outcome(Outcome::LeaseLost)
+    );
+    assert_eq!(
+        record(&mut m, TokenRef::Ahead, 0, true),
+        Reply::Error(LEASE_LOST)
+    );
+    assert_eq!(
+        record(&mut m, TokenRef::Current, 0, false),
+        Reply::Outcome(Outcome::Applied)
+    );
+    assert_eq!(
+        record(&mut m, TokenRef::Current, 0, false),
+        Reply::Error(UNIQUE_VIOLATION)
+    );
+    // A stale worker is fenced out before the name is looked at.
+    assert_eq!(
+        record(&mut m, TokenRef::Stale, 0, false),
+        Reply::Outcome(Outcome::LeaseLost)
+    );
+    let t = m.task(0);
+    assert_eq!(t.state, State::InFlight, "a step leaves the task in flight");
+    assert_eq!(
+        t.steps,
+        vec![Step {
+            name: 0,
+            kind: StepKind::Record(Some(0)),
+            attempt: 1,
+            fencing_token: 1
+        }]
+    );
+}
+
+#[test]
+fn a_sleep_parks_without_counting_the_attempt_and_keeps_its_first_wake_time() {
+    let mut m = Model::new(config());
+    enqueue(&mut m, args()); // op 0
+    claim(&mut m, 1); // op 1
+    let over = sleep(&mut m, 0, SleepFor::NoTime); // op 2
+    assert_eq!(
+        over,
+        Reply::Slept {
+            outcome: Outcome::Applied,
+            waiting: false,
+            wake_at: Some(At(2))
+        }
+    );
+    let parked = sleep(&mut m, 1, SleepFor::ADay); // op 3
+    assert_eq!(
+        parked,
+        Reply::Slept {
+            outcome: Outcome::Applied,
+            waiting: true,
+            wake_at: Some(At(3))
+        }
+    );
+    let row = &m.rows()[0];
+    assert_eq!((row.state, row.attempts, row.owner), ("scheduled", 0, None));
+    // The clock reaches the wake time: due, promoted by the next claim.
+    m.apply(&Op::TimePasses {
+        task: TaskRef::Parked(0),
+    }); // op 4
+    assert_eq!(m.rows()[0].state, "scheduled");
+    let c = claim(&mut m, 1); // op 5
+    assert_eq!((c[0].attempts, c[0].fencing_token), (1, 2));
+    // The wake time reads as the clock's at op 4 now; a new duration is ignored.
+    assert_eq!(
+        sleep(&mut m, 1, SleepFor::UntilTomorrow),
+        Reply::Slept {
+            outcome: Outcome::Applied,
+            waiting: false,
+            wake_at: Some(At(4))
+        }
+    );
+    // A step that is not a sleep: 22023.
+    record(&mut m, TokenRef::Current, 2, false);
+    assert_eq!(
+        sleep(&mut m, 2, SleepFor::ADay),
+        Reply::Error(INVALID_PARAMETER)
+    );
+}
+
+#[test]
+fn an_event_emitted_before_the_wait_ends_it_and_a_later_emit_wakes_a_waiter() {
+    let mut m = Model::new(config());
+    enqueue(&mut m, args()); // op 0
+    claim(&mut m, 1); // op 1
+    let emit = |m: &mut Model, key, payload| {
+        m.apply(&Op::Emit {
+            by: Session::Producer,
+            key,
+            payload,
+        })
+    };
+    assert_eq!(emit(&mut m, 0, Some(7)), Reply::Bool(true)); // op 2
+    assert_eq!(
+        emit(&mut m, 0, Some(8)),
+        Reply::Bool(false),
+        "the first emit stands"
+    );
+    assert_eq!(await_event(&mut m, 0), awaited(false, None, Some(7), false));
+    // Not emitted yet: parked until the deadline (this op's), attempt given back.
+    assert_eq!(await_event(&mut m, 1), awaited(true, Some(5), None, false)); // op 5
+    assert_eq!((m.rows()[0].state, m.rows()[0].attempts), ("scheduled", 0));
+    assert_eq!(m.task(0).waits.len(), 1);
+    assert_eq!(emit(&mut m, 1, None), Reply::Bool(true));
+    assert_eq!(
+        m.rows()[0].state,
+        "ready",
+        "woken in the emit's transaction"
+    );
+    claim(&mut m, 1);
+    assert_eq!(await_event(&mut m, 1), awaited(false, None, None, false));
+    assert!(m.task(0).waits.is_empty(), "the wait ended");
+    // Recorded: a later call returns the same end.
+    assert_eq!(await_event(&mut m, 1), awaited(false, None, None, false));
+}
+
+#[test]
+fn a_wait_past_its_deadline_times_out_and_a_later_emit_changes_nothing() {
+    let mut m = Model::new(config());
+    enqueue(&mut m, args()); // op 0
+    claim(&mut m, 1); // op 1
+    assert_eq!(await_event(&mut m, 0), awaited(true, Some(2), None, false)); // op 2
+    m.apply(&Op::TimePasses {
+        task: TaskRef::Known(0),
+    }); // op 3
+    claim(&mut m, 1); // op 4
+    assert_eq!(await_event(&mut m, 0), awaited(false, Some(3), None, true));
+    m.apply(&Op::Emit {
+        by: Session::Producer,
+        key: 0,
+        payload: Some(1),
+    });
+    assert_eq!(await_event(&mut m, 0), awaited(false, None, None, true));
+    assert_eq!(
+        m.task(0).steps[0].kind,
+        StepKind::Event {
+            payload: None,
+            timed_out: true
+        }
+    );
+}
+
+#[test]
+fn retry_from_a_step_drops_it_and_later_ones_and_wakes_a_parked_or_dead_task() {
+    let mut m = Model::new(config());
+    let retry = |m: &mut Model, by, step| {
+        m.apply(&Op::RetryFromStep {
+            by,
+            task: TaskRef::Known(0),
+            step: StepRef::Named(step),
+        })
+    };
+    enqueue(&mut m, args());
+    claim(&mut m, 1);
+    record(&mut m, TokenRef::Current, 2, false);
+    record(&mut m, TokenRef::Current, 0, false);
+    assert_eq!(
+        retry(&mut m, Session::Admin, 2),
+        Reply::Error(OBJECT_NOT_IN_PREREQUISITE_STATE)
+    );
+    await_event(&mut m, 1); // parks
+    assert_eq!(
+        retry(&mut m, Session::Worker, 2),
+        Reply::Error(INSUFFICIENT_PRIVILEGE)
+    );
+    assert_eq!(
+        retry(&mut m, Session::Admin, 3),
+        Reply::Error(INVALID_PARAMETER)
+    );
+    assert_eq!(retry(&mut m, Session::Admin, 0), Reply::Steps(vec![0]));
+    assert!(m.task(0).waits.is_empty(), "the waits go with it");
+    assert_eq!(m.rows()[0].state, "ready", "parked: due now");
+    claim(&mut m, 1);
+    m.apply(&Op::Fail {
+        by: Session::Worker,
+        task: TaskRef::Known(0),
+        token: TokenRef::Current,
+        how: FailHow::DeadLetter,
+    });
+    assert_eq!(m.rows()[0].state, "dead");
+    assert_eq!(retry(&mut m, Session::Admin, 2), Reply::Steps(vec![2]));
+    let row = &m.rows()[0];
+    assert_eq!((row.state, row.attempts), ("ready", 0), "dead: retried");
+    assert!(m.task(0).steps.is_empty());
+    // Completed and gone: not a live task.
+    claim(&mut m, 1);
+    record(&mut m, TokenRef::Current, 1, false);
+    complete(&mut m, 0, TokenRef::Current, false);
+    assert_eq!(
+        retry(&mut m, Session::Admin, 1),
+        Reply::Error(INVALID_PARAMETER)
+    );
+}
