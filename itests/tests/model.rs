@@ -1329,22 +1329,6 @@ fn tally() -> &'static Mutex<Tally> {
     TALLY.get_or_init(|| Mutex::new(Tally(Default::default())))
 }
 
-/// `queue_retry_from_step` returns the steps it dropped "in order"
-/// (docs/sql.md), but the extension's `DELETE ... RETURNING` gives them in
-/// no set order (found by this test: `[s-1, s-0]` for steps recorded as
-/// s-0, s-1). Unless `AEDB_MODEL_STEP_ORDER` is set, the names are compared
-/// as a set, sorted.
-fn unordered_steps(reply: &Reply) -> Reply {
-    match reply {
-        Reply::Steps(names) if std::env::var_os("AEDB_MODEL_STEP_ORDER").is_none() => {
-            let mut names = names.clone();
-            names.sort_unstable();
-            Reply::Steps(names)
-        }
-        other => other.clone(),
-    }
-}
-
 fn run_case(config: Config, ops: &[Op]) -> Result<(), TestCaseError> {
     let mut guard = sessions().lock().unwrap_or_else(|e| e.into_inner());
     let mut run = Run::start(&mut guard, config);
@@ -1353,8 +1337,8 @@ fn run_case(config: Config, ops: &[Op]) -> Result<(), TestCaseError> {
         let got = run.call(op);
         let want = run.model.apply(op);
         prop_assert_eq!(
-            unordered_steps(&got),
-            unordered_steps(&want),
+            &got,
+            &want,
             "op {} ({:?}) returned",
             step,
             op
