@@ -1,4 +1,5 @@
-"""The top-level README's five-minute Python example is examples/five_minutes.py, verbatim, and runs."""
+"""The top-level README's Python examples are examples/five_minutes.py and examples/workflow.py,
+verbatim; the first runs here (test_examples.py runs the workflow)."""
 
 from __future__ import annotations
 
@@ -13,13 +14,15 @@ from helpers import live, wait_until
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLE = "examples/five_minutes.py"
+WORKFLOW = "examples/workflow.py"
 
 
 def test_the_readme_shows_the_example_verbatim():
     text = (ROOT.parents[1] / "README.md").read_text()
     blocks = re.findall(r"<!-- file: clients/python/(\S+) -->\n```python\n(.*?)```", text, re.S)
-    assert [name for name, _ in blocks] == [EXAMPLE]
-    assert blocks[0][1] == (ROOT / EXAMPLE).read_text()
+    assert [name for name, _ in blocks] == [EXAMPLE, WORKFLOW]
+    for name, text in blocks:
+        assert text == (ROOT / name).read_text(), name
 
 
 def test_the_example_enqueues_and_works_its_task(cluster, su, tmp_path):
