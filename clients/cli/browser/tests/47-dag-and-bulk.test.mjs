@@ -29,8 +29,7 @@ async function postByHand(action, fields, idList) {
       i.type = 'hidden'; i.name = k; i.value = v;
       f.appendChild(i);
     };
-    add('csrf', token);
-    for (const [k, v] of Object.entries(fields)) add(k, v);
+    for (const [k, v] of Object.entries({ csrf: token, ...fields })) add(k, v);
     for (const id of idList) add('id', String(id));
     document.body.appendChild(f);
     f.submit();
@@ -206,6 +205,25 @@ test('more than 500 ids in one post are refused, nothing done', async () => {
   const resp = await postByHand('/queues/listing/bulk', { action: 'retry' }, many);
   assert.equal(resp.status(), 400);
   assert.match(await text(page.locator('p.error[role="alert"]')), /at most 500/);
+  assert.deepEqual(stateIn('listing', 'dead'), dead);
+});
+
+test('a bulk post without the CSRF token or from another origin is refused, nothing done', async () => {
+  await visit(page, `${ADMIN()}/queues/listing?state=dead`);
+  const dead = stateIn('listing', 'dead');
+  assert.ok(dead.length > 0);
+  const token = await page.locator('meta[name="csrf-token"]').getAttribute('content');
+  const resp = await postByHand('/queues/listing/bulk', { action: 'cancel', csrf: '' }, dead);
+  assert.equal(resp.status(), 403);
+  assert.match(await text(page.locator('p.error[role="alert"]')), /CSRF/);
+  assert.deepEqual(stateIn('listing', 'dead'), dead);
+  // The right token, but an Origin that is not this server's.
+  const r = await page.request.post(`${ADMIN()}/queues/listing/bulk`, {
+    headers: { Origin: 'http://evil.example', 'Content-Type': 'application/x-www-form-urlencoded' },
+    data: `csrf=${token}&action=cancel&${dead.map((i) => `id=${i}`).join('&')}`,
+    maxRedirects: 0,
+  });
+  assert.equal(r.status(), 403);
   assert.deepEqual(stateIn('listing', 'dead'), dead);
 });
 
