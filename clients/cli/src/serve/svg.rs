@@ -279,7 +279,7 @@ pub fn timeline(steps: &[Mark], state: &str) -> Markup {
     const STEP: f64 = 130.0;
     const PAD: f64 = 16.0;
     const H: f64 = 62.0;
-    let w = PAD * 2.0 + steps.len() as f64 * STEP + 60.0;
+    let w = PAD * 2.0 + steps.len() as f64 * STEP + 120.0;
     let y = 22.0;
     let end = PAD + steps.len() as f64 * STEP;
     html! {
