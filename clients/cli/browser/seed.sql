@@ -182,6 +182,48 @@ SELECT task_id AS tb_ready FROM aedb_queue.queue_enqueue('tenant_b.jobs', '{"ten
 SELECT count(*) AS bulk_n FROM aedb_queue.queue_enqueue_batch('bulk',
        (SELECT array_agg(jsonb_build_object('n', i)) FROM generate_series(1, 1500) i)) \gset
 
+-- dag: a DAG across two queues that keep completed tasks (one with markup
+-- in its name): a -> b, a -> c, a -> f, (b, c) -> d, d -> e. a and b
+-- completed (kept), f dead, c ready, d and e waiting.
+SELECT 1 FROM aedb_queue.queue_configure('dag', keep_completed => '1 day') \g /dev/null
+SELECT 1 FROM aedb_queue.queue_configure('dag<img src=x onerror=window.__xss=11>', keep_completed => '1 day') \g /dev/null
+SELECT task_id AS d_a FROM aedb_queue.queue_enqueue('dag', '{"step": "a"}') \gset
+SELECT task_id AS d_b FROM aedb_queue.queue_enqueue('dag', '{"step": "b"}', wait_for => ARRAY[:d_a]::bigint[]) \gset
+SELECT task_id AS d_c FROM aedb_queue.queue_enqueue('dag', '{"step": "c"}', wait_for => ARRAY[:d_a]::bigint[]) \gset
+SELECT task_id AS d_f FROM aedb_queue.queue_enqueue('dag', '{"step": "f"}', wait_for => ARRAY[:d_a]::bigint[], max_attempts => 1, priority => 10) \gset
+SELECT task_id AS d_d FROM aedb_queue.queue_enqueue('dag', '{"step": "d"}', wait_for => ARRAY[:d_b, :d_c]::bigint[]) \gset
+SELECT task_id AS d_e FROM aedb_queue.queue_enqueue('dag<img src=x onerror=window.__xss=11>', '{"step": "e"}', wait_for => ARRAY[:d_d]::bigint[]) \gset
+\c - dash_reader
+SELECT fencing_token AS tok FROM aedb_queue.queue_claim('dag', 'worker-d') \gset
+SELECT aedb_queue.queue_complete('dag', :d_a, :tok, result => '{"a": 1}') \g /dev/null
+SELECT fencing_token AS tok FROM aedb_queue.queue_claim('dag', 'worker-d') \gset
+SELECT aedb_queue.queue_fail('dag', :d_f, :tok, 'f failed') \g /dev/null
+SELECT fencing_token AS tok FROM aedb_queue.queue_claim('dag', 'worker-d') \gset
+SELECT aedb_queue.queue_complete('dag', :d_b, :tok, result => '{"b": 2}') \g /dev/null
+\c - dash_admin
+-- dag_gone: g -> h in a queue that keeps no completed task; both done, h is gone.
+SELECT task_id AS g_g FROM aedb_queue.queue_enqueue('dag_gone', '{"step": "g"}') \gset
+SELECT task_id AS g_h FROM aedb_queue.queue_enqueue('dag_gone', '{"step": "h"}', wait_for => ARRAY[:g_g]::bigint[]) \gset
+\c - dash_reader
+SELECT fencing_token AS tok FROM aedb_queue.queue_claim('dag_gone', 'worker-g') \gset
+SELECT aedb_queue.queue_complete('dag_gone', :g_g, :tok) \g /dev/null
+SELECT fencing_token AS tok FROM aedb_queue.queue_claim('dag_gone', 'worker-g') \gset
+SELECT aedb_queue.queue_complete('dag_gone', :g_h, :tok) \g /dev/null
+\c - dash_admin
+
+-- listing: the queue page's filtered, paged list and its bulk actions: six
+-- dead tasks (customer dead-co), then 120 ready ones, a third for acme.
+SELECT array_agg(t) AS l_dead FROM aedb_queue.queue_enqueue_batch('listing',
+       (SELECT array_agg(jsonb_build_object('customer', 'dead-co', 'n', i)) FROM generate_series(1, 6) i),
+       max_attempts => 1, priority => 10) AS t \gset
+\c - dash_reader
+SELECT aedb_queue.queue_fail('listing', task_id, fencing_token, 'listing failure')
+FROM aedb_queue.queue_claim('listing', 'worker-l', max => 6) \g /dev/null
+\c - dash_admin
+SELECT array_agg(t) AS l_ready FROM aedb_queue.queue_enqueue_batch('listing',
+       (SELECT array_agg(jsonb_build_object('customer', (ARRAY['acme', 'globex', 'initech'])[1 + i % 3], 'n', i))
+        FROM generate_series(1, 120) i)) AS t \gset
+
 \c - postgres
 ANALYZE aedb_queue.task;
 
@@ -194,4 +236,6 @@ SELECT json_build_object(
     'p_parent', :p_parent, 'p_child', :p_child, 'p_grandchild', :p_grandchild,
     'h_ready', :h_ready, 'h_dead', :h_dead, 'h_run', :h_run, 'h_name', :h_name,
     'ta_ready', :ta_ready, 'ta_dead', :ta_dead, 'tb_ready', :tb_ready, 'bulk_n', :bulk_n,
-    'w_sleep', :w_sleep, 'w_event', :w_event, 'w_retry', :w_retry, 'w_hostile', :w_hostile, 'w_run', :w_run);
+    'w_sleep', :w_sleep, 'w_event', :w_event, 'w_retry', :w_retry, 'w_hostile', :w_hostile, 'w_run', :w_run,
+    'd_a', :d_a, 'd_b', :d_b, 'd_c', :d_c, 'd_d', :d_d, 'd_e', :d_e, 'd_f', :d_f, 'g_g', :g_g, 'g_h', :g_h,
+    'l_dead', :'l_dead'::bigint[], 'l_ready', :'l_ready'::bigint[]);

@@ -1,5 +1,6 @@
 //! The POST actions: pause, resume, retry dead tasks, purge, cancel, retry
-//! a workflow from a step.
+//! a workflow from a step, and the queue page's bulk retry and cancel of
+//! the selected tasks.
 //!
 //! Each first checks the form's CSRF token (the per-process random token
 //! every form carries) and, when the browser sent one, that the Origin is
@@ -230,6 +231,140 @@ pub async fn cancel(
     Ok(see(&app, &queue_href(&task.queue), &msg))
 }
 
+/// What one bulk post did, id by id.
+#[derive(Debug, Default, PartialEq)]
+struct BulkOutcome {
+    applied: Vec<i64>,
+    /// Not dead (retry) or not a task of this queue (cancel).
+    skipped: Vec<i64>,
+    /// The database refused (42501).
+    refused: Vec<i64>,
+}
+
+/// The selected ids of a bulk post: each a task id, at most
+/// [`BULK_MAX`](super::pages::queue::BULK_MAX), duplicates once.
+fn bulk_ids(pairs: &[(String, String)]) -> Result<Vec<i64>, PageError> {
+    let mut ids: Vec<i64> = Vec::new();
+    for (k, v) in pairs.iter().filter(|(k, _)| k == "id") {
+        let id: i64 = v.trim().parse().map_err(|_| {
+            PageError::new(
+                StatusCode::BAD_REQUEST,
+                format!("{k} {v:?} is not a task id: nothing done."),
+            )
+        })?;
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
+    let max = super::pages::queue::BULK_MAX;
+    if ids.len() > max {
+        return Err(PageError::new(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "{} tasks selected: at most {max} a post. Nothing done.",
+                ids.len()
+            ),
+        ));
+    }
+    Ok(ids)
+}
+
+/// Where a bulk post goes back to: the queue page with the list's filters
+/// and page, when they are the page's own percent-encoded query string.
+fn bulk_back(queue: &str, back: Option<&str>) -> String {
+    let safe = |s: &str| {
+        s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._~!'()*%&=".contains(&b))
+    };
+    match back.filter(|b| !b.is_empty() && safe(b)) {
+        Some(b) => format!("{}?{b}#task-list", queue_href(queue)),
+        None => format!("{}#task-list", queue_href(queue)),
+    }
+}
+
+/// `POST /queues/{queue}/bulk`: `action` retry (queue_retry_dead per id:
+/// the dead ones go back to ready) or cancel (queue_cancel per id), for
+/// each `id` field. Every call names this queue, so an id of another
+/// queue is not touched; a refusal (42501) is counted per id. When the
+/// database refused every id, the answer is 403.
+pub async fn bulk(
+    State(app): State<Shared>,
+    Path(queue): Path<String>,
+    op: Operator,
+    headers: HeaderMap,
+    Form(pairs): Form<Vec<(String, String)>>,
+) -> Result<Response, PageError> {
+    let f: Fields = pairs.iter().filter(|(k, _)| k != "id").cloned().collect();
+    check_request(&op.csrf, &headers, &f)?;
+    let action = f.get("action").map(String::as_str).unwrap_or("");
+    if !matches!(action, "retry" | "cancel") {
+        return Err(PageError::new(
+            StatusCode::BAD_REQUEST,
+            format!("action {action:?} is not retry or cancel: nothing done."),
+        ));
+    }
+    let ids = bulk_ids(&pairs)?;
+    let back = bulk_back(&queue, f.get("back").map(String::as_str));
+    if ids.is_empty() {
+        return Ok(see(&app, &back, "No task selected: nothing done."));
+    }
+    let c = app.view(&op)?.db.conn().await?;
+    let mut out = BulkOutcome::default();
+    for &id in &ids {
+        let r = match action {
+            "retry" => queries::retry_dead(&c, &queue, Some(id), None)
+                .await
+                .map(|n| n > 0),
+            _ => queries::cancel(&c, &queue, id).await,
+        };
+        match r {
+            Ok(true) => out.applied.push(id),
+            Ok(false) => out.skipped.push(id),
+            Err(e) if super::sqlstate(&e).as_deref() == Some("42501") => out.refused.push(id),
+            Err(e) => {
+                let mut err = PageError::from(e);
+                err.message = format!(
+                    "{} (after {} of {} selected tasks: {} applied)",
+                    err.message,
+                    out.applied.len() + out.skipped.len() + out.refused.len(),
+                    ids.len(),
+                    out.applied.len()
+                );
+                app.invalidate();
+                return Err(err);
+            }
+        }
+    }
+    let list = |v: &[i64]| {
+        v.iter()
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let (done, not) = match action {
+        "retry" => ("Retried", "not dead"),
+        _ => ("Cancelled", "not tasks of this queue"),
+    };
+    let mut msg = format!(
+        "{done} {} of {} selected tasks of {queue}.",
+        out.applied.len(),
+        ids.len()
+    );
+    if !out.skipped.is_empty() {
+        msg.push_str(&format!(" Skipped ({not}): {}.", list(&out.skipped)));
+    }
+    if !out.refused.is_empty() {
+        msg.push_str(&format!(
+            " Refused by the database (42501: this role does not administer {queue}): {}.",
+            list(&out.refused)
+        ));
+        if out.applied.is_empty() {
+            return Err(PageError::new(StatusCode::FORBIDDEN, msg));
+        }
+    }
+    Ok(see(&app, &back, &msg))
+}
+
 /// A workflow task runs again from the step `step` (it and the later
 /// steps are dropped); back to the task. The database refuses a task in
 /// flight (55000, 409), an unknown step (22023, 400) and a role that does
@@ -290,6 +425,39 @@ mod tests {
             ("origin", "null")
         ])));
         assert!(!origin_ok(&headers(&[("origin", "http://127.0.0.1:8080")])));
+    }
+
+    #[test]
+    fn bulk_ids_are_bounded_and_parsed() {
+        let pairs = |ids: &[&str]| -> Vec<(String, String)> {
+            ids.iter()
+                .map(|i| ("id".to_string(), i.to_string()))
+                .chain([("csrf".to_string(), "x".to_string())])
+                .collect()
+        };
+        assert_eq!(bulk_ids(&pairs(&["3", "1", "3"])).unwrap(), vec![3, 1]);
+        assert!(bulk_ids(&pairs(&["1; DROP"])).is_err());
+        let many: Vec<String> = (0..=500).map(|i| i.to_string()).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        assert_eq!(
+            bulk_ids(&pairs(&many)).unwrap_err().status,
+            StatusCode::BAD_REQUEST
+        );
+        assert_eq!(bulk_ids(&pairs(&many[..500])).unwrap().len(), 500);
+    }
+
+    #[test]
+    fn bulk_goes_back_only_to_its_own_queue() {
+        assert_eq!(
+            bulk_back("q", Some("state=dead&after=5")),
+            "/queues/q?state=dead&after=5#task-list"
+        );
+        assert_eq!(bulk_back("q", Some("x=<script>")), "/queues/q#task-list");
+        assert_eq!(
+            bulk_back("q", Some("//evil.example")),
+            "/queues/q#task-list"
+        );
+        assert_eq!(bulk_back("q", None), "/queues/q#task-list");
     }
 
     #[test]

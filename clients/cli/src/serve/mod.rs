@@ -312,6 +312,7 @@ fn router(app: Shared, allowed: Vec<hosts::Allowed>) -> Router {
         .route("/queues/{queue}/resume", post(actions::resume))
         .route("/queues/{queue}/retry-dead", post(actions::retry_dead))
         .route("/queues/{queue}/purge", post(actions::purge))
+        .route("/queues/{queue}/bulk", post(actions::bulk))
         .route("/tasks/{id}/cancel", post(actions::cancel))
         .route(
             "/tasks/{id}/retry-from-step",

@@ -116,6 +116,37 @@ const STEPS: &str = concat!(
 const WAITS: &str = "SELECT step::text, key::text, to_json(deadline) #>> '{}' \
      FROM aedb_queue.queue_waits($1::text, $2::int8) LIMIT $3::int8";
 
+// The queue page's filtered task list: queue_list's first $3 rows (the SQL
+// has no filtered or keyset-paged list, so the filters apply within that
+// bounded read), narrowed by time and by one payload field equal to a
+// value (field and value bound, never spliced), then a page in task id
+// order after $4 (LIST_PAGE_NEXT) or before it (LIST_PAGE_PREV, newest
+// first: the caller turns it round). Times are text cast on the server
+// (22007 for text that is no time).
+macro_rules! list_page {
+    ($cmp:literal, $order:literal) => {
+        concat!(
+            "SELECT ",
+            task_columns!(),
+            " FROM aedb_queue.queue_list($1::text, $2::text, $3::int4) \
+             WHERE ($4::int8 IS NULL OR task_id ",
+            $cmp,
+            " $4::int8) \
+             AND ($5::text IS NULL OR created_at >= $5::text::timestamptz) \
+             AND ($6::text IS NULL OR created_at < $6::text::timestamptz) \
+             AND ($7::text IS NULL OR updated_at >= $7::text::timestamptz) \
+             AND ($8::text IS NULL OR updated_at < $8::text::timestamptz) \
+             AND ($9::text IS NULL OR CASE WHEN $10::text IS NULL THEN payload ? $9::text \
+                  ELSE payload ->> $9::text = $10::text END) \
+             ORDER BY task_id ",
+            $order,
+            " LIMIT $11::int8"
+        )
+    };
+}
+const LIST_PAGE_NEXT: &str = list_page!(">", "ASC");
+const LIST_PAGE_PREV: &str = list_page!("<", "DESC");
+
 const CANCEL: &str = "SELECT aedb_queue.queue_cancel($1::text, $2::int8)";
 const PING: &str = "SELECT 1";
 
@@ -363,6 +394,67 @@ pub async fn list(c: &Client, queue: &str, state: &str, limit: i32) -> DbResult<
     tasks(&query(c, LIST, &[&queue, &state, &limit]).await?)
 }
 
+/// The queue page's list filters; None: not filtered.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ListFilter {
+    pub state: Option<String>,
+    pub created_after: Option<String>,
+    pub created_before: Option<String>,
+    pub updated_after: Option<String>,
+    pub updated_before: Option<String>,
+    /// A top-level payload field: equal to `value`, or present when no value.
+    pub field: Option<String>,
+    pub value: Option<String>,
+}
+
+/// Which page of the filtered list: after a task id (or the first page),
+/// or the page before a task id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PageAt {
+    After(Option<i64>),
+    Before(i64),
+}
+
+/// A page of at most `limit` tasks of `queue` matching `f`, in task id
+/// order, among the first `scan` rows queue_list returns.
+pub async fn list_page(
+    c: &Client,
+    queue: &str,
+    f: &ListFilter,
+    at: PageAt,
+    scan: i32,
+    limit: i64,
+) -> DbResult<Vec<Task>> {
+    let (sql, key) = match at {
+        PageAt::After(k) => (LIST_PAGE_NEXT, k),
+        PageAt::Before(k) => (LIST_PAGE_PREV, Some(k)),
+    };
+    let mut rows = tasks(
+        &query(
+            c,
+            sql,
+            &[
+                &queue,
+                &f.state,
+                &scan,
+                &key,
+                &f.created_after,
+                &f.created_before,
+                &f.updated_after,
+                &f.updated_before,
+                &f.field,
+                &f.value,
+                &limit,
+            ],
+        )
+        .await?,
+    )?;
+    if matches!(at, PageAt::Before(_)) {
+        rows.reverse();
+    }
+    Ok(rows)
+}
+
 /// `queue_find(task_id)`: the task, if the role may read its queue.
 pub async fn find_by_id(c: &Client, task_id: i64) -> DbResult<Option<Task>> {
     Ok(tasks(&query(c, FIND_BY_ID, &[&task_id]).await?)?
@@ -559,8 +651,10 @@ mod tests {
     use super::*;
 
     /// Every statement of the server, for the checks below.
-    const ALL: [&str; 22] = [
+    const ALL: [&str; 24] = [
         OVERVIEW,
+        LIST_PAGE_NEXT,
+        LIST_PAGE_PREV,
         OVERVIEW_ONE,
         COUNTERS,
         ADMINISTERS,
@@ -604,6 +698,8 @@ mod tests {
     fn task_lists_are_bounded() {
         for sql in [
             LIST,
+            LIST_PAGE_NEXT,
+            LIST_PAGE_PREV,
             FIND_BY_KEY,
             PARENTS,
             CHILDREN,
@@ -618,5 +714,25 @@ mod tests {
                 "no limit: {sql}"
             );
         }
+    }
+
+    #[test]
+    fn the_list_filters_are_bound_and_the_pages_bounded() {
+        for sql in [LIST_PAGE_NEXT, LIST_PAGE_PREV] {
+            assert!(sql.contains("payload ->> $9::text = $10::text"), "{sql}");
+            assert!(
+                sql.contains("queue_list($1::text, $2::text, $3::int4)"),
+                "{sql}"
+            );
+            assert!(sql.ends_with("LIMIT $11::int8"), "{sql}");
+        }
+        assert!(
+            LIST_PAGE_NEXT.contains("task_id > $4::int8")
+                && LIST_PAGE_NEXT.contains("ORDER BY task_id ASC")
+        );
+        assert!(
+            LIST_PAGE_PREV.contains("task_id < $4::int8")
+                && LIST_PAGE_PREV.contains("ORDER BY task_id DESC")
+        );
     }
 }

@@ -141,6 +141,171 @@ pub fn chart(id: &str, lines: &[Line], caption: &str, span: Option<&str>) -> Mar
     }
 }
 
+/// A task's colour by state (the dependency graph and its legend).
+pub fn state_colour(state: &str) -> &'static str {
+    match state {
+        "ready" => "#36c",
+        "in_flight" => "#c80",
+        "scheduled" => "#888",
+        "waiting" => "#96c",
+        "blocked" => "#a60",
+        "dead" => "#c33",
+        "completed" => "#393",
+        _ => "#555",
+    }
+}
+
+/// The states the graph's legend names, in the order of a task's life.
+pub const GRAPH_STATES: [&str; 7] = [
+    "waiting",
+    "scheduled",
+    "ready",
+    "blocked",
+    "in_flight",
+    "completed",
+    "dead",
+];
+
+/// One task of a dependency graph.
+pub struct Node<'a> {
+    pub id: i64,
+    pub queue: &'a str,
+    pub state: &'a str,
+}
+
+/// Each node's column: the longest chain of parents before it (a DAG, so
+/// this settles within one pass per node; a cycle could not, and stops).
+pub fn layers(ids: &[i64], edges: &[(i64, i64)]) -> Vec<usize> {
+    let index = |id: i64| ids.iter().position(|&i| i == id);
+    let mut depth = vec![0usize; ids.len()];
+    for _ in 0..ids.len() {
+        let mut changed = false;
+        for &(p, c) in edges {
+            if let (Some(p), Some(c)) = (index(p), index(c)) {
+                if depth[c] < depth[p] + 1 && depth[p] < ids.len() {
+                    depth[c] = depth[p] + 1;
+                    changed = true;
+                }
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    depth
+}
+
+/// A dependency graph drawn left (parents) to right (children): a box per
+/// task coloured by its state and linking to its page, an arrow per
+/// (parent, child) edge, the task `current` outlined, and a legend of the
+/// states. Every text is escaped by maud.
+pub fn dag(nodes: &[Node], edges: &[(i64, i64)], current: i64) -> Markup {
+    const BOX_W: f64 = 150.0;
+    const BOX_H: f64 = 40.0;
+    const COL: f64 = 200.0;
+    const ROW: f64 = 54.0;
+    const PAD: f64 = 10.0;
+    const LEGEND: f64 = 26.0;
+    let ids: Vec<i64> = nodes.iter().map(|n| n.id).collect();
+    let depth = layers(&ids, edges);
+    // Within a column, by task id.
+    let cols = depth.iter().copied().max().map_or(0, |d| d + 1);
+    let mut rows = vec![0usize; nodes.len()];
+    let mut per_col = vec![0usize; cols];
+    let mut order: Vec<usize> = (0..nodes.len()).collect();
+    order.sort_by_key(|&i| (depth[i], nodes[i].id));
+    for i in order {
+        rows[i] = per_col[depth[i]];
+        per_col[depth[i]] += 1;
+    }
+    let tallest = per_col.iter().copied().max().unwrap_or(0);
+    let w = (PAD * 2.0 + (cols.max(1) - 1) as f64 * COL + BOX_W)
+        .max(GRAPH_STATES.len() as f64 * 96.0 + PAD);
+    let h = PAD * 2.0 + tallest.max(1) as f64 * ROW + LEGEND;
+    let at = |i: usize| (PAD + depth[i] as f64 * COL, PAD + rows[i] as f64 * ROW);
+    let pos = |id: i64| ids.iter().position(|&x| x == id);
+    let caption = format!(
+        "dependency graph: {} tasks, {} links",
+        nodes.len(),
+        edges.len()
+    );
+    html! {
+        svg.dag #dag width=(w) height=(h) viewBox={"0 0 " (w) " " (h)} role="img" aria-label=(caption) {
+            title { (caption) }
+            defs {
+                marker #dag-arrow viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" markerHeight="7" orient="auto" {
+                    path d="M0,0 L10,5 L0,10 z" fill="#777" {}
+                }
+            }
+            @for &(p, c) in edges {
+                @if let (Some(pi), Some(ci)) = (pos(p), pos(c)) {
+                    @let (px, py) = at(pi);
+                    @let (cx, cy) = at(ci);
+                    line.edge data-parent=(p) data-child=(c) x1=(px + BOX_W) y1=(py + BOX_H / 2.0)
+                        x2=(cx) y2=(cy + BOX_H / 2.0) stroke="#777" stroke-width="1.2" marker-end="url(#dag-arrow)" {}
+                }
+            }
+            @for (i, n) in nodes.iter().enumerate() {
+                @let (x, y) = at(i);
+                @let colour = state_colour(n.state);
+                a href={"/tasks/" (n.id)} data-task-id=(n.id) data-state=(n.state) data-current[n.id == current] {
+                    title { "task " (n.id) " in " (n.queue) ": " (n.state) }
+                    rect x=(x) y=(y) width=(BOX_W) height=(BOX_H) rx="4" fill="#fff" stroke=(colour)
+                        stroke-width=(if n.id == current { "3" } else { "1.5" }) {}
+                    rect x=(x) y=(y) width="6" height=(BOX_H) fill=(colour) {}
+                    text x=(x + 12.0) y=(y + 16.0) font-size="12" font-weight="600" { (n.id) " · " (n.state) }
+                    text x=(x + 12.0) y=(y + 32.0) font-size="11" fill="#555" { (super::pages::shorten(n.queue, 22)) }
+                }
+            }
+            g.legend {
+                @for (i, s) in GRAPH_STATES.iter().enumerate() {
+                    rect x=(PAD + i as f64 * 96.0) y=(h - 16.0) width="10" height="10" fill=(state_colour(s)) {}
+                    text x=(PAD + 14.0 + i as f64 * 96.0) y=(h - 7.0) font-size="11" { (s) }
+                }
+            }
+        }
+    }
+}
+
+/// One step of a workflow's timeline.
+pub struct Mark<'a> {
+    pub name: &'a str,
+    pub at: Option<&'a str>,
+}
+
+/// A workflow's steps in recording order, as dots on a line, then where
+/// the task stands now (`state`, coloured as in the graph).
+pub fn timeline(steps: &[Mark], state: &str) -> Markup {
+    const STEP: f64 = 130.0;
+    const PAD: f64 = 16.0;
+    const H: f64 = 62.0;
+    let w = PAD * 2.0 + steps.len() as f64 * STEP + 120.0;
+    let y = 22.0;
+    let end = PAD + steps.len() as f64 * STEP;
+    html! {
+        svg.timeline #step-timeline width=(w) height=(H) viewBox={"0 0 " (w) " " (H)} role="img"
+            aria-label={"steps in order: " (steps.len())} {
+            title { "the workflow's steps in the order they were recorded" }
+            line x1=(PAD) y1=(y) x2=(end) y2=(y) stroke="#999" stroke-width="2" {}
+            @for (i, s) in steps.iter().enumerate() {
+                @let x = PAD + i as f64 * STEP;
+                g data-step=(s.name) data-index=(i) {
+                    title { (i + 1) ". " (s.name) @if let Some(at) = s.at { " at " (at) } }
+                    circle cx=(x) cy=(y) r="6" fill="#393" {}
+                    text x=(x) y=(y + 20.0) font-size="11" { (super::pages::shorten(s.name, 18)) }
+                    @if let Some(at) = s.at {
+                        text x=(x) y=(y + 34.0) font-size="10" fill="#777" { (super::pages::shorten(at.get(11..19).unwrap_or(at), 18)) }
+                    }
+                }
+            }
+            g data-state=(state) {
+                circle cx=(end) cy=(y) r="7" fill="#fff" stroke=(state_colour(state)) stroke-width="3" {}
+                text x=(end) y=(y + 20.0) font-size="11" fill=(state_colour(state)) { "now: " (state) }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -165,6 +330,37 @@ mod tests {
     fn values_above_the_top_and_below_zero_are_clamped() {
         let runs = polyline_runs(&[Some(-3.0), Some(20.0)], 10.0, 10.0, 10.0);
         assert_eq!(runs, vec!["0.0,10.0 10.0,0.0".to_string()]);
+    }
+
+    #[test]
+    fn a_dag_is_drawn_in_layers_with_links_and_escaped_text() {
+        // 1 -> 2 -> 4, 1 -> 3 -> 4: 4 is two steps from the root.
+        let edges = [(1, 2), (1, 3), (2, 4), (3, 4)];
+        assert_eq!(layers(&[4, 3, 2, 1], &edges), vec![2, 1, 1, 0]);
+        // A cycle (the extension makes none) still ends.
+        let _ = layers(&[1, 2], &[(1, 2), (2, 1)]);
+        let nodes = [
+            Node {
+                id: 1,
+                queue: "q",
+                state: "completed",
+            },
+            Node {
+                id: 2,
+                queue: "<script>x</script>",
+                state: "dead",
+            },
+        ];
+        let s = dag(&nodes, &[(1, 2)], 2).into_string();
+        assert!(s.contains("href=\"/tasks/1\""), "{s}");
+        assert!(s.contains("data-state=\"completed\""), "{s}");
+        assert!(s.contains("stroke=\"#393\""), "completed is green: {s}");
+        assert!(s.contains("data-parent=\"1\" data-child=\"2\""), "{s}");
+        assert!(s.contains("data-current"), "{s}");
+        assert!(
+            !s.contains("<script>") && s.contains("&lt;script&gt;"),
+            "{s}"
+        );
     }
 
     #[test]

@@ -44,6 +44,8 @@ form.inline{display:inline}
 .actions{display:flex;gap:.5em;flex-wrap:wrap;align-items:center;margin:.5em 0}
 button{cursor:pointer}
 svg text{font-family:system-ui,sans-serif}
+div.graph,div.timeline{overflow-x:auto;max-width:100%}
+p.pager a{margin-right:1em}
 ";
 
 /// Progressive enhancement only: a confirm() before destructive actions,
@@ -52,8 +54,22 @@ svg text{font-family:system-ui,sans-serif}
 /// script at all.
 pub const JS: &str = r#"
 document.addEventListener('submit', function (e) {
-  var msg = e.target.getAttribute('data-confirm');
+  var b = e.submitter;
+  var msg = (b && b.getAttribute('data-confirm')) || e.target.getAttribute('data-confirm');
+  if (msg && msg.indexOf('{n}') >= 0) {
+    // getAttribute: the form's own id (form.id is its control named "id").
+    var id = e.target.getAttribute('id');
+    var n = id ? document.querySelectorAll('input[name="id"][form="' + id + '"]:checked').length : 0;
+    if (!n) return;   // nothing selected: the server says so
+    msg = msg.replace('{n}', String(n));
+  }
   if (msg && !window.confirm(msg)) e.preventDefault();
+});
+document.addEventListener('change', function (e) {
+  var form = e.target.getAttribute && e.target.getAttribute('data-select-all');
+  if (!form) return;
+  var boxes = document.querySelectorAll('input[name="id"][form="' + form + '"]');
+  for (var i = 0; i < boxes.length; i++) boxes[i].checked = e.target.checked;
 });
 (function () {
   var t = document.querySelector('table#queues');

@@ -1,16 +1,21 @@
 //! `GET /queues/{queue}`: one queue's figures, charts, tasks by state, its
 //! schedules and keys, and the actions its administrators may take.
 
-use axum::extract::{Path, State};
+use std::collections::HashMap;
+
+use axum::extract::{Path, Query, State};
 use axum::response::Response;
 use maud::{html, Markup};
 
 use super::overview::{counters_notice, estimates_legend, failure_text, rates, throughput_text};
 use super::{
-    count, csrf_field, human_secs, layout, opt, queue_href, respond, shorten, Flash, PageError,
+    count, csrf_field, encode_segment, human_secs, layout, opt, queue_href, respond, shorten,
+    Flash, PageError,
 };
 use crate::serve::identity::Operator;
-use crate::serve::queries::{self, ConcurrencyKey, OrderingKey, Overview, Schedule, Task};
+use crate::serve::queries::{
+    self, ConcurrencyKey, ListFilter, OrderingKey, Overview, PageAt, Schedule, Task,
+};
 use crate::serve::sampler::{self, Point};
 use crate::serve::{svg, Shared, View};
 
@@ -21,6 +26,24 @@ pub const LIST_LIMIT: i32 = 50;
 const READY_LIMIT: i32 = 20;
 /// Schedules and keys listed.
 const SIDE_LIMIT: i64 = 100;
+
+/// The filtered task list: rows per page, and the queue_list rows the
+/// filters look through (the SQL has no filtered list: see `list_page`).
+pub const PAGE_SIZE: i64 = 50;
+pub const SCAN_LIMIT: i32 = 5000;
+/// The most task ids one bulk post takes.
+pub const BULK_MAX: usize = 500;
+
+/// The states the list's filter offers ("" : every state).
+const LIST_STATES: [&str; 7] = [
+    "ready",
+    "in_flight",
+    "scheduled",
+    "waiting",
+    "blocked",
+    "dead",
+    "completed",
+];
 
 /// The states the purge form offers.
 const PURGE_STATES: [&str; 7] = [
@@ -43,13 +66,114 @@ struct QueuePage {
     schedules: Vec<Schedule>,
     concurrency_keys: Vec<ConcurrencyKey>,
     ordering_keys: Vec<OrderingKey>,
+    list: Vec<Task>,
+    has_prev: bool,
+    has_next: bool,
 }
 
-async fn load(app: &crate::serve::App, view: &View, queue: &str) -> Result<QueuePage, PageError> {
+/// The list's filters and page, as the query string carries them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ListQuery {
+    pub filter: ListFilter,
+    pub at: Option<PageAt>,
+}
+
+impl ListQuery {
+    pub fn from_params(p: &HashMap<String, String>) -> Result<ListQuery, PageError> {
+        let get = |k: &str| {
+            p.get(k)
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+        };
+        let state = get("state");
+        if let Some(s) = &state {
+            if !LIST_STATES.contains(&s.as_str()) {
+                return Err(PageError::new(
+                    axum::http::StatusCode::BAD_REQUEST,
+                    format!("state {s:?} is not one of {}", LIST_STATES.join(", ")),
+                ));
+            }
+        }
+        let id = |k: &str| -> Result<Option<i64>, PageError> {
+            get(k)
+                .map(|v| {
+                    v.parse().map_err(|_| {
+                        PageError::new(
+                            axum::http::StatusCode::BAD_REQUEST,
+                            format!("{k} {v:?} is not a task id"),
+                        )
+                    })
+                })
+                .transpose()
+        };
+        let at = match (id("after")?, id("before")?) {
+            (_, Some(b)) => Some(PageAt::Before(b)),
+            (Some(a), None) => Some(PageAt::After(Some(a))),
+            (None, None) => None,
+        };
+        let field = get("field");
+        Ok(ListQuery {
+            filter: ListFilter {
+                state,
+                created_after: get("created_after"),
+                created_before: get("created_before"),
+                updated_after: get("updated_after"),
+                updated_before: get("updated_before"),
+                value: field
+                    .as_ref()
+                    .and_then(|_| p.get("value").cloned())
+                    .filter(|v| !v.is_empty()),
+                field,
+            },
+            at,
+        })
+    }
+
+    /// The filters as a query string ("" when none), `&`-joined, every
+    /// value percent-encoded.
+    pub fn filter_query(&self) -> String {
+        let f = &self.filter;
+        [
+            ("state", &f.state),
+            ("created_after", &f.created_after),
+            ("created_before", &f.created_before),
+            ("updated_after", &f.updated_after),
+            ("updated_before", &f.updated_before),
+            ("field", &f.field),
+            ("value", &f.value),
+        ]
+        .iter()
+        .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}={}", encode_segment(v))))
+        .collect::<Vec<_>>()
+        .join("&")
+    }
+
+    /// The queue page with these filters and `page` ("after=ID" ...).
+    pub fn href(&self, queue: &str, page: Option<String>) -> String {
+        let q: Vec<String> = [Some(self.filter_query()), page]
+            .into_iter()
+            .flatten()
+            .filter(|s| !s.is_empty())
+            .collect();
+        if q.is_empty() {
+            format!("{}#task-list", queue_href(queue))
+        } else {
+            format!("{}?{}#task-list", queue_href(queue), q.join("&"))
+        }
+    }
+}
+
+async fn load(
+    app: &crate::serve::App,
+    view: &View,
+    queue: &str,
+    lq: &ListQuery,
+) -> Result<QueuePage, PageError> {
     let c = view.db.conn().await?;
     // One connection, the statements pipelined. The queue's own figures are
     // read now (one queue is cheap), not taken from the shared snapshot.
-    let (overview, administer, in_flight, ready, scheduled, dead, schedules, ckeys, okeys) = futures_util::join!(
+    let at = lq.at.unwrap_or(PageAt::After(None));
+    let (overview, administer, in_flight, ready, scheduled, dead, schedules, ckeys, okeys, list) = futures_util::join!(
         queries::overview_one(&c, app.exact_limit, queue),
         queries::administers(&c, queue),
         queries::list(&c, queue, "in_flight", LIST_LIMIT),
@@ -59,13 +183,33 @@ async fn load(app: &crate::serve::App, view: &View, queue: &str) -> Result<Queue
         queries::schedules(&c, queue, SIDE_LIMIT),
         queries::concurrency_keys(&c, queue, SIDE_LIMIT),
         queries::ordering_keys(&c, queue, SIDE_LIMIT),
+        queries::list_page(&c, queue, &lq.filter, at, SCAN_LIMIT, PAGE_SIZE + 1),
     );
     // A queue the role may not read has no overview row: 404, before the
     // other calls' refusals.
     let overview = overview?.ok_or_else(|| {
         PageError::not_found(format!("No queue \"{queue}\" that this role may read."))
     })?;
+    let mut list = list?;
+    let more = list.len() as i64 > PAGE_SIZE;
+    let (has_prev, has_next) = match at {
+        PageAt::After(None) => (false, more),
+        PageAt::After(Some(_)) => (true, more),
+        PageAt::Before(_) => (more, true),
+    };
+    if more {
+        match at {
+            // Newest first before the turn: the extra row is the oldest.
+            PageAt::Before(_) => {
+                list.remove(0);
+            }
+            PageAt::After(_) => list.truncate(PAGE_SIZE as usize),
+        }
+    }
     Ok(QueuePage {
+        list,
+        has_prev,
+        has_next,
         overview,
         administer: administer?,
         in_flight: in_flight?,
@@ -282,6 +426,113 @@ fn dead_section(p: &QueuePage, csrf: &str) -> Markup {
     }
 }
 
+/// Every task of the queue, filtered (state, times, a payload field),
+/// paged by task id, with checkboxes and the bulk actions for those who
+/// administer the queue.
+fn list_section(p: &QueuePage, lq: &ListQuery, csrf: &str) -> Markup {
+    let q = &p.overview.queue;
+    let f = &lq.filter;
+    let v = |o: &Option<String>| o.clone().unwrap_or_default();
+    let page_now = match lq.at {
+        Some(PageAt::After(Some(a))) => Some(format!("after={a}")),
+        Some(PageAt::Before(b)) => Some(format!("before={b}")),
+        _ => None,
+    };
+    let back: String = [Some(lq.filter_query()), page_now]
+        .into_iter()
+        .flatten()
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join("&");
+    html! {
+        section #task-list {
+            h2 { "Tasks" }
+            form #list-filter method="get" action=(queue_href(q)) {
+                label { "state "
+                    select name="state" {
+                        option value="" { "any" }
+                        @for s in LIST_STATES {
+                            option value=(s) selected[f.state.as_deref() == Some(s)] { (s) }
+                        }
+                    }
+                }
+                " "
+                label { "created after " input type="datetime-local" step="1" name="created_after" value=(v(&f.created_after)); }
+                " "
+                label { "before " input type="datetime-local" step="1" name="created_before" value=(v(&f.created_before)); }
+                " "
+                label { "updated after " input type="datetime-local" step="1" name="updated_after" value=(v(&f.updated_after)); }
+                " "
+                label { "before " input type="datetime-local" step="1" name="updated_before" value=(v(&f.updated_before)); }
+                " "
+                label { "payload field " input name="field" size="12" placeholder="customer" value=(v(&f.field)); }
+                " = "
+                label { input name="value" size="12" placeholder="acme" aria-label="payload value" value=(v(&f.value)); }
+                " "
+                button type="submit" { "Filter" }
+                " "
+                a href={(queue_href(q)) "#task-list"} { "clear" }
+            }
+            p.muted {
+                "In task id order, " (PAGE_SIZE) " a page. The filters look through the first "
+                (SCAN_LIMIT) " tasks the queue lists (by state, each in its own order): "
+                "the extension has no filtered list. Times are the database server's time zone. "
+                "A payload field with no value matches tasks that have the field."
+            }
+            @if p.administer {
+                form #bulk method="post" action={(queue_href(q)) "/bulk"} data-action="bulk" {
+                    (csrf_field(csrf))
+                    input type="hidden" name="back" value=(back);
+                    div.actions {
+                        button type="submit" name="action" value="retry" data-action="bulk-retry"
+                            data-confirm="Retry the {n} selected tasks (the dead ones go back to ready)?" { "Retry selected" }
+                        button type="submit" name="action" value="cancel" data-action="bulk-cancel"
+                            data-confirm="Cancel (delete) the {n} selected tasks?" { "Cancel selected" }
+                        span.muted { "At most " (BULK_MAX) " a post." }
+                    }
+                }
+            }
+            @if p.list.is_empty() { p.muted #list-empty { "No task matches." } } @else {
+                table #tasks {
+                    thead { tr {
+                        @if p.administer { th { input type="checkbox" data-select-all="bulk" aria-label="select all on this page" title="select all on this page"; } }
+                        th { "task" } th { "state" } th.num { "priority" } th { "attempts" } th { "created" } th { "updated" } th { "payload" }
+                    } }
+                    tbody {
+                        @for t in &p.list {
+                            tr data-task-id=(t.task_id) data-state=(t.state) {
+                                @if p.administer { td { input type="checkbox" form="bulk" name="id" value=(t.task_id) aria-label={"select task " (t.task_id)}; } }
+                                td { (task_link(t)) }
+                                td data-field="state" { (t.state) }
+                                td.num { (t.priority) }
+                                td { (t.attempts) }
+                                td { (opt(t.created_at.as_deref())) }
+                                td { (opt(t.updated_at.as_deref())) }
+                                (payload_cell(t))
+                            }
+                        }
+                    }
+                }
+            }
+            p.pager {
+                @if p.has_prev {
+                    @if let Some(first) = p.list.first() {
+                        a rel="prev" href=(lq.href(q, Some(format!("before={}", first.task_id)))) { "← previous" }
+                    } @else {
+                        a rel="prev" href=(lq.href(q, None)) { "← first page" }
+                    }
+                    " "
+                }
+                @if p.has_next {
+                    @if let Some(last) = p.list.last() {
+                        a rel="next" href=(lq.href(q, Some(format!("after={}", last.task_id)))) { "next →" }
+                    }
+                }
+            }
+        }
+    }
+}
+
 fn schedules_section(schedules: &[Schedule]) -> Markup {
     html! {
         @if !schedules.is_empty() {
@@ -436,11 +687,13 @@ fn summary(o: &Overview, points: &[Point], counters: &sampler::CountersState) ->
 pub async fn page(
     State(app): State<Shared>,
     Path(queue): Path<String>,
+    Query(params): Query<HashMap<String, String>>,
     op: Operator,
     flash: Flash,
 ) -> Result<Response, PageError> {
     let view = app.view(&op)?;
-    let p = load(&app, view, &queue).await?;
+    let lq = ListQuery::from_params(&params)?;
+    let p = load(&app, view, &queue, &lq).await?;
     let (points, counters) = {
         let h = view.history.lock().unwrap_or_else(|e| e.into_inner());
         (h.points(&queue), h.counters.clone())
@@ -460,6 +713,7 @@ pub async fn page(
         (simple_section("ready", "Ready (head of the line)", count(o.ready, o.is_estimated("ready")), &p.ready, READY_LIMIT, p.administer, csrf))
         (simple_section("scheduled", "Scheduled", count(o.scheduled, o.is_estimated("scheduled")), &p.scheduled, LIST_LIMIT, p.administer, csrf))
         (dead_section(&p, csrf))
+        (list_section(&p, &lq, csrf))
         (schedules_section(&p.schedules))
         (keys_section(&p.concurrency_keys, &p.ordering_keys))
     };

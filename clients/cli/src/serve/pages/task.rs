@@ -13,12 +13,16 @@ use super::{
 };
 use crate::serve::identity::Operator;
 use crate::serve::queries::{self, Step, Task, TaskError, Wait};
-use crate::serve::Shared;
+use crate::serve::{svg, Shared};
 
 /// Parents and children listed.
 const LINKED_LIMIT: i64 = 100;
 /// Steps and waits of a workflow listed.
 const STEPS_LIMIT: i64 = 500;
+/// The dependency graph: at most this many tasks.
+pub const GRAPH_LIMIT: usize = 200;
+/// Steps drawn on the workflow's timeline.
+const TIMELINE_LIMIT: usize = 40;
 /// A step's result in the table: at most this many characters.
 const STEP_RESULT_WIDTH: usize = 80;
 
@@ -92,6 +96,132 @@ fn dependencies_section(parents: &[Task], children: &[Task]) -> Markup {
                     h3 { "Waited for by" }
                     (linked_table("child", children))
                 }
+            }
+        }
+    }
+}
+
+/// The task's dependency graph: every task linked to it through parents
+/// and children, transitively, walked a level at a time (the level's
+/// queue_parents and queue_children calls pipelined on one connection),
+/// at most [`GRAPH_LIMIT`] tasks. Links the role may not read are left
+/// out by the extension; a refused call leaves that task's links out.
+pub struct Graph {
+    pub nodes: Vec<Task>,
+    pub edges: Vec<(i64, i64)>,
+    /// Stopped at the bound: more tasks are linked.
+    pub truncated: bool,
+}
+
+async fn walk(c: &deadpool_postgres::Client, root: &Task) -> Graph {
+    let mut nodes: Vec<Task> = vec![root.clone()];
+    let mut edges: Vec<(i64, i64)> = Vec::new();
+    let mut frontier: Vec<(String, i64)> = vec![(root.queue.clone(), root.task_id)];
+    let mut truncated = false;
+    let lim = GRAPH_LIMIT as i64 + 1;
+    while !frontier.is_empty() && !truncated {
+        let calls = frontier.iter().map(|(q, id)| async move {
+            let (p, ch) = futures_util::join!(
+                queries::parents(c, q, *id, lim),
+                queries::children(c, q, *id, lim)
+            );
+            (*id, p.unwrap_or_default(), ch.unwrap_or_default())
+        });
+        let found = futures_util::future::join_all(calls).await;
+        let mut next = Vec::new();
+        for (id, parents, children) in found {
+            let linked = parents
+                .into_iter()
+                .map(|t| ((t.task_id, id), t))
+                .chain(children.into_iter().map(|t| ((id, t.task_id), t)));
+            for (edge, t) in linked {
+                if !nodes.iter().any(|n| n.task_id == t.task_id) {
+                    if nodes.len() >= GRAPH_LIMIT {
+                        truncated = true;
+                        continue;
+                    }
+                    next.push((t.queue.clone(), t.task_id));
+                    nodes.push(t);
+                }
+                if !edges.contains(&edge) {
+                    edges.push(edge);
+                }
+            }
+        }
+        frontier = next;
+    }
+    edges.retain(|(p, c)| {
+        nodes.iter().any(|n| n.task_id == *p) && nodes.iter().any(|n| n.task_id == *c)
+    });
+    Graph {
+        nodes,
+        edges,
+        truncated,
+    }
+}
+
+fn graph_section(g: &Graph, current: &Task) -> Markup {
+    let alone_done = g.nodes.len() == 1 && current.state == "completed";
+    let current = current.task_id;
+    let nodes: Vec<svg::Node> = g
+        .nodes
+        .iter()
+        .map(|t| svg::Node {
+            id: t.task_id,
+            queue: &t.queue,
+            state: &t.state,
+        })
+        .collect();
+    html! {
+        @if alone_done {
+            section #graph {
+                h2 { "Dependency graph" }
+                p.muted #graph-alone { "No task linked to this one is kept." }
+                (kept_note())
+            }
+        }
+        @if g.nodes.len() > 1 {
+            section #graph {
+                h2 { "Dependency graph" }
+                p.muted {
+                    "Parents on the left, children on the right; each box links to its task. "
+                    @if g.truncated { strong #graph-truncated { "Only the first " (GRAPH_LIMIT) " linked tasks are drawn." } " " }
+                }
+                div.graph { (svg::dag(&nodes, &g.edges, current)) }
+                (kept_note())
+            }
+        }
+    }
+}
+
+/// Why a finished graph may be drawn in part, or its pages answer 404.
+fn kept_note() -> Markup {
+    html! {
+        p.muted #graph-kept {
+            "A completed task is drawn while it is kept: a parent until its children have run, "
+            "and any task whose queue keeps completed tasks ("
+            code { "queue_configure(queue, keep_completed => '7 days')" } "). "
+            "Tasks of queues that keep none are deleted once done, and with them their part of the "
+            "graph: the database does not say which were, so they are simply not drawn. "
+            "To keep a finished DAG viewable, have its queues keep completed tasks."
+        }
+    }
+}
+
+fn timeline_section(t: &Task, steps: &[Step]) -> Markup {
+    let marks: Vec<svg::Mark> = steps
+        .iter()
+        .take(TIMELINE_LIMIT)
+        .map(|s| svg::Mark {
+            name: &s.step,
+            at: s.recorded_at.as_deref(),
+        })
+        .collect();
+    html! {
+        @if !steps.is_empty() {
+            div.timeline {
+                (svg::timeline(&marks, &t.state))
+                @if steps.len() > TIMELINE_LIMIT { p.muted { "The first " (TIMELINE_LIMIT) " steps are drawn; the table lists them all." } }
             }
         }
     }
@@ -206,6 +336,7 @@ fn steps_section(t: &Task, steps: &[Step], waits: &[Wait], retry: Option<&str>) 
                         }
                     }
                 }
+                (timeline_section(t, steps))
                 @if steps.is_empty() {
                     p.muted { "No step recorded yet." }
                 } @else {
@@ -244,9 +375,15 @@ pub async fn page(
 ) -> Result<Response, PageError> {
     let c = app.view(&op)?.db.conn().await?;
     let t = queries::find_by_id(&c, id).await?.ok_or_else(|| {
-        PageError::not_found(format!("No task {id} in a queue this role may read."))
+        PageError::not_found(format!(
+            "No task {id} in a queue this role may read. A completed task is kept only while \
+             tasks that depend on it have not run, or when its queue keeps completed tasks \
+             (queue_configure(queue, keep_completed => '7 days')); otherwise it is deleted \
+             once done, and its page with it."
+        ))
     })?;
-    let (parents, children, errors, administer, steps, waits) = futures_util::join!(
+    let (graph, parents, children, errors, administer, steps, waits) = futures_util::join!(
+        walk(&c, &t),
         queries::parents(&c, &t.queue, id, LINKED_LIMIT),
         queries::children(&c, &t.queue, id, LINKED_LIMIT),
         queries::errors(&c, &t.queue, id),
@@ -298,6 +435,7 @@ pub async fn page(
         (steps_section(&t, &steps, &waits,
             (administer && !matches!(t.state.as_str(), "in_flight" | "completed")).then_some(csrf)))
         (errors_section(&errors))
+        (graph_section(&graph, &t))
         (dependencies_section(&parents, &children))
     };
     Ok(respond(
