@@ -5,7 +5,9 @@
 //! index entry the claim left behind. A claim that reads from the head then
 //! walks every such entry; one that resumes after its last position (see
 //! `aedb_queue_core::scan_hint`) does not, but its statement costs more.
-//! The lag, in transaction ids, says which of the two is cheaper now.
+//! The lag, in transaction ids, says which of the two is cheaper now; so
+//! does the count of dead rows awaiting VACUUM, because entries a scan has
+//! marked dead stay in the index pages, and a scan still steps over them.
 
 use pgrx::pg_sys;
 
@@ -24,5 +26,29 @@ pub fn xids_behind(relid: pg_sys::Oid) -> u32 {
         let next = pg_sys::ReadNextFullTransactionId().value as u32;
         // Transaction ids wrap around modulo 2^32; the difference does too.
         next.wrapping_sub(oldest.into_inner())
+    }
+}
+
+/// Dead rows of `relid` since its last vacuum, as the cumulative statistics
+/// count them (0 when unknown). Under `stats_fetch_consistency = snapshot`
+/// a fetch would copy the statistics of every table, so it is not read.
+pub fn dead_rows(relid: pg_sys::Oid) -> i64 {
+    // SAFETY: the entry is a copy in the statistics' transaction-lifetime
+    // cache (or NULL), read at once.
+    unsafe {
+        if pg_sys::pgstat_fetch_consistency
+            == pg_sys::PgStat_FetchConsistency::PGSTAT_FETCH_CONSISTENCY_SNAPSHOT as i32
+        {
+            return 0;
+        }
+        let entry = pg_sys::pgstat_fetch_stat_tabentry(relid);
+        if entry.is_null() {
+            return 0;
+        }
+        #[cfg(feature = "pg15")]
+        let dead = (*entry).n_dead_tuples;
+        #[cfg(not(feature = "pg15"))]
+        let dead = (*entry).dead_tuples;
+        dead
     }
 }

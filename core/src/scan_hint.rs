@@ -89,11 +89,41 @@ impl<T: Copy> ScanHints<T> {
     }
 }
 
+/// Dead rows in the task table since its last vacuum past which resuming
+/// pays even with no lagging snapshot. Entries a scan has marked dead stay
+/// on their pages until VACUUM, and a scan from the head still steps over
+/// each (about 23 instructions an entry), while resuming costs about 25,000
+/// more a claim (`bench/results/icount-parked`): about 1,000 entries break
+/// even, and a claim and its completion leave about two dead rows for each
+/// entry left in the ready index.
+pub const RESUME_DEAD_ROWS: i64 = 2_000;
+
+/// Whether a claim resumes after its hint: always with `lag_setting` 0,
+/// else while the oldest snapshot lags `lag_setting` transactions or more
+/// (entries nobody may remove yet) or the table holds `RESUME_DEAD_ROWS`
+/// dead rows awaiting VACUUM (entries marked dead but still in the pages).
+pub fn resume_pays(
+    lag_setting: u32,
+    xids_behind: impl FnOnce() -> u32,
+    dead_rows: impl FnOnce() -> i64,
+) -> bool {
+    lag_setting == 0 || xids_behind() >= lag_setting || dead_rows() >= RESUME_DEAD_ROWS
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const SECOND: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn resuming_pays_behind_a_lagging_snapshot_or_a_pile_awaiting_vacuum() {
+        let unread = || -> u32 { panic!("the lag need not be read") };
+        assert!(resume_pays(0, unread, || panic!("nor the dead rows")));
+        assert!(!resume_pays(128, || 127, || RESUME_DEAD_ROWS - 1));
+        assert!(resume_pays(128, || 128, || panic!("the lag decides")));
+        assert!(resume_pays(128, || 0, || RESUME_DEAD_ROWS));
+    }
 
     #[test]
     fn new_hints_read_from_the_head() {

@@ -5,7 +5,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-use aedb_queue_core::scan_hint::ScanHints;
+use aedb_queue_core::scan_hint::{resume_pays, ScanHints};
 use pgrx::datum::TimestampWithTimeZone;
 use pgrx::spi::SpiClient;
 
@@ -45,13 +45,20 @@ pub(super) static REAP_NEEDED: Statement = Statement {
     clock: true,
 };
 
-/// Whether the oldest snapshot lags far enough for dead index entries to
-/// pile up at the head of the ready index (see `horizon`).
+/// Whether dead index entries pile up at the head of the ready index: the
+/// oldest snapshot lags, or many dead rows await VACUUM (see `horizon`).
 pub(super) fn resuming_pays() -> bool {
     let lag = guc::claim_resume_lag();
-    lag == 0
-        || crate::catalog::relation_oid(c"task")
-            .is_some_and(|relid| crate::horizon::xids_behind(relid) >= lag)
+    if lag == 0 {
+        return true;
+    }
+    crate::catalog::relation_oid(c"task").is_some_and(|relid| {
+        resume_pays(
+            lag,
+            || crate::horizon::xids_behind(relid),
+            || crate::horizon::dead_rows(relid),
+        )
+    })
 }
 
 /// Runs REAP when the cheap check finds a due timer or an expired lease past
