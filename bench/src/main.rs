@@ -133,8 +133,8 @@ struct Args {
 struct Plan {
     reps: usize,
     /// Repetitions of the peers' throughput measurements (PgQ, pgmq,
-    /// graphile-worker) and of the slow ones' (pg-boss, poll-bound; awa),
-    /// so that a full run stays within about 35 minutes.
+    /// graphile-worker) and of pg-boss's and awa's (`slow_reps`), so that
+    /// a full run stays within about 35 minutes.
     peer_reps: usize,
     slow_reps: usize,
     /// Jobs preloaded for awa's drains (it drains a few hundred jobs/s).
@@ -1689,8 +1689,8 @@ fn systems_section(names: &[&str]) -> String {
         ("pgq", "PgQ 3 (Debian `postgresql-15-pgq3`): `insert_event`, one `pgq.ticker()` per enqueue call; one consumer `next_batch` → `get_batch_events` → `finish_batch`."),
         ("pgmq", "pgmq, installed SQL-only from the scripts embedded in the `pgmq` crate (`pgmq-cli install install-from-embedded`), one logged queue `pgmq.create('q')`: `pgmq.send` / `pgmq.send_batch`; drain `pgmq.read(q, vt => 30, qty => 1 | N)` then `pgmq.delete(q, msg_id)` per job or `pgmq.delete(q, msg_ids bigint[])` per batch."),
         ("pgmq-pop", "pgmq drained with `pgmq.pop(q)` (read and delete in one call: no lease)."),
-        ("pg-boss", "pg-boss through its Node API (`bench/peers/node`): `send` / `insert`, `work({batchSize, pollingIntervalSeconds: 0.5})`."),
-        ("graphile-worker", "graphile-worker through its Node API (`bench/peers/node`): `addJob` / `addJobs`, `run({concurrency})`, with `localQueue` for batches."),
+        ("pg-boss", "pg-boss 12 through its Node API, on Node 22 (`bench/peers/node`): `send` / `insert`; one `work()` with `localConcurrency` W, `batchSize` B and `pollingIntervalSeconds: 0.5`, fetching without a pause while there is work (`burstWhenReadyExceeds: 1` at one job per fetch, the preloaded backlog counted by a `supervise()` pass first; `burstWhenBatchFull` in batches); the steady run with LISTEN/NOTIFY wake-ups (`useListenNotify`, queue `notify`)."),
+        ("graphile-worker", "graphile-worker 0.18 through its Node API, on Node 22 (`bench/peers/node`): `addJob` / `addJobs`; `run()` with `preset.worker` `concurrentJobs` W and `maxPoolSize` max(10, W+2), its defaults at one job per fetch, and in batches its authors' benchmark settings (perfTest): `localQueue: {size: B, refetchDelay: {durationMs: 10}}`, `completeJobBatchDelay: 0`, `failJobBatchDelay: 0`."),
         ("awa", "awa (awa-pg, a Python SDK over a Rust core; `bench/peers/python`): `migrate()` and `install_queue_storage()`, enqueue `insert` / `enqueue_many_copy`, drain `start([{name, max_workers: W, claim_batch_size: B}], poll_interval_ms=50)` with a no-op task; done = handler calls (not checked against the database); no steady-state run."),
     ] {
         if names.contains(&name) {

