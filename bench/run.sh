@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The benchmark, in one command (as root on Debian 12):
-#   bash bench/run.sh            full run (about 35 minutes), all systems
+#   bash bench/run.sh            full run (about 55 minutes, an estimate: 35 before the four Python peers), all systems
 #   bash bench/run.sh --quick    iteration run (under 3 minutes), aedb_queue and baseline, each with its one-transaction loop
 #   bash bench/run.sh --only soak [--minutes 30 | --trial]
 #                                the soak, alone: steady load with

@@ -136,7 +136,7 @@ struct Plan {
     /// Repetitions of the peers' throughput measurements (PgQ, pgmq,
     /// graphile-worker, PgQueuer, PgQue) and of the slow ones' (pg-boss,
     /// poll-bound; awa, procrastinate, oban-py),
-    /// so that a full run stays within about 35 minutes.
+    /// so that a full run stays within the hour.
     peer_reps: usize,
     slow_reps: usize,
     /// Jobs preloaded for the drains of awa, procrastinate and oban-py
