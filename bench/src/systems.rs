@@ -1,6 +1,8 @@
 //! The queues under test. The Rust-driven ones (aedb_queue, the hand-written
 //! baseline, PgQ, pgmq) are driven here through their SQL APIs; pg-boss and
-//! graphile-worker run in their own Node driver (`bench/peers/node`).
+//! graphile-worker run in their own Node driver (`bench/peers/node`), awa,
+//! procrastinate, PgQueuer, Oban for Python and PgQue in Python drivers of
+//! their own (`bench/peers/python`).
 //!
 //! Three rows are worker loops rather than queues of their own, measured in
 //! the per-job drain only: `aedb-loop` (aedb_queue's settle-and-claim call),
@@ -22,6 +24,12 @@ pub enum System {
     Graphile,
     /// awa-pg's Python SDK, in its own driver (`bench/peers/python`).
     Awa,
+    /// procrastinate, PgQueuer, Oban for Python and PgQue (through its
+    /// Python client `pgque-py`), each in its own Python driver.
+    Procrastinate,
+    PgQueuer,
+    ObanPy,
+    PgQue,
     Pgmq,
     /// pgmq drained with `pgmq.pop` (read and delete in one call, no lease).
     PgmqPop,
@@ -34,7 +42,7 @@ pub enum System {
 pub const QUEUE: &str = "q";
 
 impl System {
-    pub const ALL: [System; 10] = [
+    pub const ALL: [System; 14] = [
         System::Aedb,
         System::AedbLoop,
         System::Baseline,
@@ -45,6 +53,10 @@ impl System {
         System::PgBoss,
         System::Graphile,
         System::Awa,
+        System::Procrastinate,
+        System::PgQueuer,
+        System::ObanPy,
+        System::PgQue,
     ];
 
     pub fn name(self) -> &'static str {
@@ -55,6 +67,10 @@ impl System {
             System::PgBoss => "pg-boss",
             System::Graphile => "graphile-worker",
             System::Awa => "awa",
+            System::Procrastinate => "procrastinate",
+            System::PgQueuer => "pgqueuer",
+            System::ObanPy => "oban-py",
+            System::PgQue => "pgque",
             System::Pgmq => "pgmq",
             System::PgmqPop => "pgmq-pop",
             System::AedbLoop => "aedb-loop",
@@ -97,7 +113,24 @@ impl System {
 
     /// Driven by a driver of its own (Node or Python) rather than from Rust.
     pub fn is_node(self) -> bool {
-        matches!(self, System::PgBoss | System::Graphile | System::Awa)
+        matches!(self, System::PgBoss | System::Graphile) || self.python_driver().is_some()
+    }
+
+    /// Drains with the smaller preload (`Plan::slow_drain_jobs`).
+    pub fn slow_drain(self) -> bool {
+        matches!(self, System::Awa | System::Procrastinate | System::ObanPy)
+    }
+
+    /// The Python driver's file in `bench/peers/python`, for the systems driven from Python.
+    pub fn python_driver(self) -> Option<&'static str> {
+        match self {
+            System::Awa => Some("awa_driver.py"),
+            System::Procrastinate => Some("procrastinate_driver.py"),
+            System::PgQueuer => Some("pgqueuer_driver.py"),
+            System::ObanPy => Some("oban_driver.py"),
+            System::PgQue => Some("pgque_driver.py"),
+            _ => None,
+        }
     }
 
     /// Installs the system into the fresh database `conn` is connected to
@@ -120,7 +153,14 @@ impl System {
                 conn.batch("CREATE EXTENSION pgq; SELECT pgq.create_queue('q'); SELECT pgq.register_consumer('q', 'c');")
                     .await
             }
-            System::PgBoss | System::Graphile | System::Awa => Ok(()),
+            // Their drivers install them, each through its own API.
+            System::PgBoss
+            | System::Graphile
+            | System::Awa
+            | System::Procrastinate
+            | System::PgQueuer
+            | System::ObanPy
+            | System::PgQue => Ok(()),
         }
     }
 
@@ -134,6 +174,10 @@ impl System {
             System::PgBoss => "SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'pgboss' AND c.relkind IN ('r', 'p')",
             System::Graphile => "SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'graphile_worker' AND c.relkind = 'r'",
             System::Awa => "SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname LIKE 'awa%' AND c.relkind IN ('r', 'p')",
+            System::Procrastinate => "SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public' AND c.relname LIKE 'procrastinate%' AND c.relkind = 'r'",
+            System::PgQueuer => "SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public' AND c.relname LIKE 'pgqueuer%' AND c.relkind = 'r'",
+            System::ObanPy => "SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public' AND c.relname LIKE 'oban%' AND c.relkind = 'r'",
+            System::PgQue => "SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'pgque' AND c.relkind = 'r'",
         }
     }
 }
