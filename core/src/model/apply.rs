@@ -330,6 +330,10 @@ impl Model {
             return Self::fenced_out(strict);
         };
         self.completed(h, result);
+        // The extension hands on what the completion freed before it
+        // enqueues the follow-ups: a follow-up does not yet exist when the
+        // slot frees, whatever its priority.
+        self.settle();
         if let Some(f) = follow_up {
             // A valid spec into this queue: it cannot fail.
             let _ = self.create(

@@ -216,8 +216,14 @@ impl Model {
                 t.state == State::Scheduled && !t.due && t.waits.iter().any(|w| w.key == key)
             })
             .collect();
-        for h in woken {
-            self.wake(h);
+        // The extension wakes the waiters by making them due now, then
+        // promotes due timers oldest first: those that were due before the
+        // emit (a wait past its deadline not yet promoted) go ready too.
+        if !woken.is_empty() {
+            for h in woken {
+                self.wake(h);
+            }
+            self.promote_due();
         }
         Reply::Bool(true)
     }
