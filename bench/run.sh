@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The benchmark, in one command (as root on Debian 12):
-#   bash bench/run.sh            full run (about 35 minutes), all systems
+#   bash bench/run.sh            full run (about an hour, an estimate: 35 minutes before the four Python peers and awa's Rust row), all systems
 #   bash bench/run.sh --quick    iteration run (under 3 minutes), aedb_queue and baseline, each with its one-transaction loop
 #   bash bench/run.sh --only soak [--minutes 30 | --trial]
 #                                the soak, alone: steady load with
@@ -23,7 +23,7 @@ cd "$ROOT"
 
 bash scripts/setup.sh
 # Benchmark-only dependencies: PgQ, fonts for the chart, npm for the Node
-# peers (and below: the awa driver, awa's Python SDK, pgmq's install
+# peers (and below: the awa driver, the Python peers, pgmq's install
 # script). The system's Node only runs npm; the peers run on the Node 22
 # that `npm ci` installs next to them (see below).
 bench_packages=(postgresql-15-pgq3 libfontconfig1-dev fonts-dejavu-core nodejs npm)
@@ -63,22 +63,36 @@ log "cargo: building the awa driver (bench/peers/awa, awa's Rust runtime)"
 cargo build --release -q --locked --manifest-path bench/peers/awa/Cargo.toml --target-dir "$ROOT/target/awa-peer"
 export AEDB_AWA_DRIVER="$ROOT/target/awa-peer/release/awa-driver"
 bench_tools="$ROOT/target/bench-tools"
-# awa's Python SDK, the second awa row (awa-python): from PyPI (pinned in
-# bench/peers/python/requirements.txt) in a virtualenv of its own, rebuilt
-# when the requirements change.
-awa_venv="$bench_tools/awa-venv"
-if ! cmp -s bench/peers/python/requirements.txt "$awa_venv/requirements.txt"; then
-    log "pip: installing awa-pg into $awa_venv"
-    rm -rf "$awa_venv"
-    python3 -m venv "$awa_venv"
-    "$awa_venv/bin/pip" install -q -r bench/peers/python/requirements.txt
-    cp bench/peers/python/requirements.txt "$awa_venv/requirements.txt"
+# The Python peers (awa's Python SDK for the second awa row, awa-python;
+# procrastinate, PgQueuer, Oban for Python, PgQue's client) from PyPI, pinned
+# in bench/peers/python/requirements.txt, in one virtualenv, rebuilt when the
+# requirements or the interpreter change. Oban needs Python 3.12 or newer:
+# the newest interpreter of at least 3.12 on PATH or under pyenv, else
+# python3 (and then no oban-py).
+peer_python=python3
+for c in python3.13 python3.12 $(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.1[2-9]*/bin/python3 2>/dev/null | sort -rV); do
+    if "$c" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then
+        peer_python=$c
+        break
+    fi
+done
+py_venv="$bench_tools/python-peers-venv"
+py_stamp="$("$peer_python" -c 'import sys; print(sys.version.split()[0])') $(sha256sum bench/peers/python/requirements.txt | cut -c1-16)"
+if [ "$(cat "$py_venv/stamp" 2>/dev/null)" != "$py_stamp" ]; then
+    log "pip: installing the Python peers into $py_venv ($peer_python)"
+    rm -rf "$py_venv"
+    "$peer_python" -m venv "$py_venv"
+    "$py_venv/bin/pip" install -q --disable-pip-version-check -r bench/peers/python/requirements.txt
+    echo "$py_stamp" >"$py_venv/stamp"
 fi
-export AEDB_AWA_PYTHON="$awa_venv/bin/python"
+export AEDB_PEER_PYTHON="$py_venv/bin/python"
+# PgQue's schema (sql/pgque.sql of the PgQue repository) is in no package
+# registry: the pgque cells run only when AEDB_PGQUE_SQL names a copy.
 # pgmq is SQL-only: the harness runs its install script, pgmq.sql, in each
 # fresh database. The script comes from PyPI, in the wheel of pgmq's own
 # Python client (pinned with its hash in bench/peers/pgmq/requirements.txt),
-# taken out once into target/bench-tools/pgmq; nothing is fetched when a
+# downloaded with the peers' virtualenv's pip (nothing is installed from it)
+# and taken out once into target/bench-tools/pgmq; nothing is fetched when a
 # database is set up, and nothing goes into the PostgreSQL installation.
 PGMQ_SQL_VERSION=1.13.0
 pgmq_dir="$bench_tools/pgmq"
@@ -86,9 +100,9 @@ if ! cmp -s bench/peers/pgmq/requirements.txt "$pgmq_dir/requirements.txt"; then
     log "pip: fetching pgmq $PGMQ_SQL_VERSION's install script (PyPI pgmq, bench/peers/pgmq/requirements.txt)"
     rm -rf "$pgmq_dir"
     mkdir -p "$pgmq_dir/wheel"
-    "$awa_venv/bin/pip" download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+    "$py_venv/bin/pip" download -q --disable-pip-version-check --no-deps --only-binary=:all: \
         --require-hashes -r bench/peers/pgmq/requirements.txt -d "$pgmq_dir/wheel"
-    "$awa_venv/bin/python" - "$pgmq_dir" <<'PY'
+    "$py_venv/bin/python" - "$pgmq_dir" <<'PY'
 import pathlib, sys, zipfile
 out = pathlib.Path(sys.argv[1])
 (wheel,) = (out / "wheel").glob("pgmq-*.whl")

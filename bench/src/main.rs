@@ -37,8 +37,9 @@ struct Args {
     #[arg(long, value_delimiter = ',')]
     systems: Option<Vec<String>>,
     /// Repetitions of each throughput measurement (default 3 for aedb_queue,
-    /// the baseline and their loops, 2 for PgQ, pgmq, graphile-worker and
-    /// awa, 1 for pg-boss and awa-python; 1 with --quick). Sets all three.
+    /// the baseline and their loops, 2 for PgQ, pgmq, graphile-worker, awa,
+    /// PgQueuer and PgQue, 1 for pg-boss, awa-python, procrastinate and
+    /// oban-py; 1 with --quick). Sets all three.
     #[arg(long)]
     reps: Option<usize>,
     /// Repetitions of the long scenarios: steady state, clutter, long transaction (default 1).
@@ -133,11 +134,14 @@ struct Args {
 struct Plan {
     reps: usize,
     /// Repetitions of the peers' throughput measurements (PgQ, pgmq,
-    /// graphile-worker, awa) and of pg-boss's and awa-python's
-    /// (`slow_reps`), so that a full run stays within about 35 minutes.
+    /// graphile-worker, awa, PgQueuer, PgQue) and of the slow ones'
+    /// (`slow_reps`: pg-boss, awa-python, procrastinate, oban-py), so that a
+    /// full run stays within about an hour.
     peer_reps: usize,
     slow_reps: usize,
-    /// Jobs preloaded for awa-python's drains (it drains a few hundred jobs/s).
+    /// Jobs preloaded for the drains of awa-python, procrastinate and oban-py
+    /// (`System::slow_drain`: each drains a few hundred jobs/s to a few
+    /// thousand; oban-py's batch insert also preloads about 1,000 jobs/s).
     slow_drain_jobs: usize,
     enqueue_single: usize,
     enqueue_batch: usize,
@@ -307,10 +311,16 @@ struct Bench {
 impl Plan {
     fn reps_for(&self, system: System) -> usize {
         match system {
-            System::PgBoss | System::AwaPython => self.slow_reps,
-            System::Pgq | System::Pgmq | System::PgmqPop | System::Graphile | System::Awa => {
-                self.peer_reps
+            System::PgBoss | System::AwaPython | System::Procrastinate | System::ObanPy => {
+                self.slow_reps
             }
+            System::Pgq
+            | System::Pgmq
+            | System::PgmqPop
+            | System::Graphile
+            | System::Awa
+            | System::PgQueuer
+            | System::PgQue => self.peer_reps,
             _ => self.reps,
         }
     }
@@ -485,8 +495,9 @@ impl Bench {
         for &w in &workers {
             for &system in &systems {
                 // PgQ consumes whole tick batches with one consumer: it
-                // appears once, among the batched drains.
-                if system == System::Pgq && (batch != 100 || w != 1) {
+                // appears once, among the batched drains (and so does
+                // PgQue, PgQ's rewrite in plain SQL).
+                if matches!(system, System::Pgq | System::PgQue) && (batch != 100 || w != 1) {
                     continue;
                 }
                 // The worker loops are one-job-per-call by construction.
@@ -494,7 +505,7 @@ impl Bench {
                     continue;
                 }
                 let measured = if system.is_node() {
-                    let jobs = if system == System::AwaPython {
+                    let jobs = if system.slow_drain() {
                         self.plan.slow_drain_jobs
                     } else {
                         self.plan.drain_jobs
@@ -946,7 +957,7 @@ async fn main() -> Result<()> {
     } else {
         System::ALL.iter().map(|s| s.name().to_string()).collect()
     };
-    let systems = args
+    let mut systems = args
         .systems
         .unwrap_or(default_systems)
         .iter()
@@ -1020,11 +1031,22 @@ async fn main() -> Result<()> {
         .await;
     }
     let started = Instant::now();
+    let mut results = Results::default();
+    // PgQue's schema is in no package registry (pgque-py does not ship it):
+    // its cells run only when AEDB_PGQUE_SQL names a copy of its sql/pgque.sql.
+    if systems.contains(&System::PgQue)
+        && !std::env::var_os("AEDB_PGQUE_SQL").is_some_and(|p| PathBuf::from(p).is_file())
+    {
+        systems.retain(|s| *s != System::PgQue);
+        let note = "pgque: not run: its schema (sql/pgque.sql of the PgQue repository) is in no package registry and pgque-py does not ship it; AEDB_PGQUE_SQL names none".to_string();
+        println!("  {note}");
+        results.notes.push(note);
+    }
     let mut bench = Bench {
         cluster,
         plan,
         systems,
-        results: Results::default(),
+        results,
         rep: 1,
     };
     let (batched_workers, workers) = (
@@ -1160,7 +1182,7 @@ async fn render(bench: &Bench, elapsed: Duration) -> Result<String> {
     let _ = writeln!(md, "# aedb_queue benchmark results\n");
     let _ = writeln!(
         md,
-        "Command: the harness with `{}` (`bash bench/run.sh` passes `--port` and its own arguments; repetitions of each throughput measurement: {} for aedb_queue, the baseline, their loops and the floor, {} for PgQ, pgmq, graphile-worker and awa, {} for pg-boss and awa-python (fewer for the peers to keep a full run near 35 minutes), median shown with the raw values in brackets; {} of the long scenarios, with {} of the clutter drains in each; awa-python's drains preload {} jobs instead of {}; {:.0} s in all).  ",
+        "Command: the harness with `{}` (`bash bench/run.sh` passes `--port` and its own arguments; repetitions of each throughput measurement: {} for aedb_queue, the baseline, their loops and the floor, {} for PgQ, pgmq, graphile-worker, awa, pgqueuer and pgque, {} for pg-boss, awa-python, procrastinate and oban-py (fewer for the peers to keep a full run within about an hour), median shown with the raw values in brackets; {} of the long scenarios, with {} of the clutter drains in each; the drains of awa-python, procrastinate and oban-py preload {} jobs instead of {}; {:.0} s in all).  ",
         std::env::args().skip(1).collect::<Vec<_>>().join(" "),
         p.reps,
         p.peer_reps,
@@ -1695,6 +1717,10 @@ fn systems_section(names: &[&str]) -> String {
         ("graphile-worker", "graphile-worker 0.18 through its Node API, on Node 22 (`bench/peers/node`): `addJob` / `addJobs`; `run()` with `preset.worker` `concurrentJobs` W and `maxPoolSize` max(10, W+2), its defaults at one job per fetch, and in batches its authors' benchmark settings (perfTest): `localQueue: {size: B, refetchDelay: {durationMs: 10}}`, `completeJobBatchDelay: 0`, `failJobBatchDelay: 0`."),
         ("awa", "awa 0.6.9 through its Rust runtime (crate `awa`; `bench/peers/awa`, each setting as its own benchmarks and its author's cross-system adapter set it, cited in its README): `migrations::run` and `QueueStorage::install` (queue storage, awa 0.6's engine); enqueue `awa::insert_with` one job per call / `QueueStorage::enqueue_params_copy` per batch; a `Client` with a no-op handler, `max_workers` W×B, `poll_interval` 50 ms and its defaults at one job per handler (one dispatcher claims for every free permit at once, up to `claim_batch_size` 512, and a completion batcher settles finished jobs together: awa has no one-job-per-fetch mode), `claim_batch_size` B in batches; done = `queue_counts().terminal`; pool of 24 connections."),
         ("awa-python", "awa 0.6.9 through its Python SDK (PyPI `awa-pg`, a Python SDK over the same Rust core; `bench/peers/python`), the driver's no-op handler in Python: `migrate()` and `install_queue_storage()`, enqueue `insert` / `enqueue_many_copy`, drain `start([{name, max_workers: W×B, claim_batch_size: B}], poll_interval_ms=50)`; done = handler calls (not checked against the database); no steady-state run."),
+        ("procrastinate", "procrastinate through its async API (`bench/peers/python`): `apply_schema_async()`, enqueue `defer_async` / `batch_defer_async`, drain `run_worker_async(concurrency=W)` with a pool of W+1 connections (one job per fetch: no batch claim, so the batched drains run the same way); done = status `succeeded`."),
+        ("pgqueuer", "PgQueuer over asyncpg under uvloop, as its benchmark tool runs it (`bench/peers/python`): `install()` and `optimize_autovacuum()`, enqueue `Queries.enqueue` (one job or lists), drain W `PgQueuer` instances on their own connections, each `run(batch_size=B)`; done = the row gone from `pgqueuer`."),
+        ("oban-py", "Oban for Python (PyPI `oban`, embedded; `bench/peers/python`): `oban.schema.install`, enqueue `enqueue` / `enqueue_many`, drain `Oban(queues={'bench': W×B})` with a no-op worker, default pool of 10; done = state `completed`."),
+        ("pgque", "PgQue (PgQ rewritten in plain SQL) through its Python client `pgque-py` (`bench/peers/python`), schema from `AEDB_PGQUE_SQL`: `send` / `send_batch`, one `Consumer` (whole tick batch per receive), the ticker `CALL pgque.ticker_loop()` back to back (100 ms ticks) with the queue ticking on every call; appears once among the batched drains, as PgQ does."),
     ] {
         if names.contains(&name) {
             let _ = writeln!(out, "- **{name}**: {what}");

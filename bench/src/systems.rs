@@ -2,7 +2,8 @@
 //! baseline, PgQ, pgmq) are driven here through their SQL APIs; pg-boss and
 //! graphile-worker run in their own Node driver (`bench/peers/node`), awa in
 //! its own Rust driver on awa's runtime (`bench/peers/awa`), and awa's Python
-//! SDK, a second awa row, in a Python driver (`bench/peers/python`).
+//! SDK (a second awa row, awa-python), procrastinate, PgQueuer, Oban for
+//! Python and PgQue in Python drivers of their own (`bench/peers/python`).
 //!
 //! Three rows are worker loops rather than queues of their own, measured in
 //! the per-job drain only: `aedb-loop` (aedb_queue's settle-and-claim call),
@@ -28,6 +29,12 @@ pub enum System {
     /// awa through its Python SDK (PyPI `awa-pg`), in its own driver
     /// (`bench/peers/python`).
     AwaPython,
+    /// procrastinate, PgQueuer, Oban for Python and PgQue (through its
+    /// Python client `pgque-py`), each in its own Python driver.
+    Procrastinate,
+    PgQueuer,
+    ObanPy,
+    PgQue,
     Pgmq,
     /// pgmq drained with `pgmq.pop` (read and delete in one call, no lease).
     PgmqPop,
@@ -40,7 +47,7 @@ pub enum System {
 pub const QUEUE: &str = "q";
 
 impl System {
-    pub const ALL: [System; 11] = [
+    pub const ALL: [System; 15] = [
         System::Aedb,
         System::AedbLoop,
         System::Baseline,
@@ -52,6 +59,10 @@ impl System {
         System::Graphile,
         System::Awa,
         System::AwaPython,
+        System::Procrastinate,
+        System::PgQueuer,
+        System::ObanPy,
+        System::PgQue,
     ];
 
     pub fn name(self) -> &'static str {
@@ -63,6 +74,10 @@ impl System {
             System::Graphile => "graphile-worker",
             System::Awa => "awa",
             System::AwaPython => "awa-python",
+            System::Procrastinate => "procrastinate",
+            System::PgQueuer => "pgqueuer",
+            System::ObanPy => "oban-py",
+            System::PgQue => "pgque",
             System::Pgmq => "pgmq",
             System::PgmqPop => "pgmq-pop",
             System::AedbLoop => "aedb-loop",
@@ -106,10 +121,30 @@ impl System {
     /// Driven by a driver of its own (Node, Rust or Python: `crate::node`)
     /// rather than from the harness.
     pub fn is_node(self) -> bool {
+        matches!(self, System::PgBoss | System::Graphile | System::Awa)
+            || self.python_driver().is_some()
+    }
+
+    /// Drains with the smaller preload (`Plan::slow_drain_jobs`): the ones
+    /// that drain a few hundred to a few thousand jobs/s. (awa's Rust row
+    /// drains the full preload.)
+    pub fn slow_drain(self) -> bool {
         matches!(
             self,
-            System::PgBoss | System::Graphile | System::Awa | System::AwaPython
+            System::AwaPython | System::Procrastinate | System::ObanPy
         )
+    }
+
+    /// The Python driver's file in `bench/peers/python`, for the systems driven from Python.
+    pub fn python_driver(self) -> Option<&'static str> {
+        match self {
+            System::AwaPython => Some("awa_driver.py"),
+            System::Procrastinate => Some("procrastinate_driver.py"),
+            System::PgQueuer => Some("pgqueuer_driver.py"),
+            System::ObanPy => Some("oban_driver.py"),
+            System::PgQue => Some("pgque_driver.py"),
+            _ => None,
+        }
     }
 
     /// Installs the system into the fresh database `conn` is connected to.
@@ -131,7 +166,15 @@ impl System {
                 conn.batch("CREATE EXTENSION pgq; SELECT pgq.create_queue('q'); SELECT pgq.register_consumer('q', 'c');")
                     .await
             }
-            System::PgBoss | System::Graphile | System::Awa | System::AwaPython => Ok(()),
+            // Their drivers install them, each through its own API.
+            System::PgBoss
+            | System::Graphile
+            | System::Awa
+            | System::AwaPython
+            | System::Procrastinate
+            | System::PgQueuer
+            | System::ObanPy
+            | System::PgQue => Ok(()),
         }
     }
 
@@ -145,6 +188,10 @@ impl System {
             System::PgBoss => "SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'pgboss' AND c.relkind IN ('r', 'p')",
             System::Graphile => "SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'graphile_worker' AND c.relkind = 'r'",
             System::Awa | System::AwaPython => "SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname LIKE 'awa%' AND c.relkind IN ('r', 'p')",
+            System::Procrastinate => "SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public' AND c.relname LIKE 'procrastinate%' AND c.relkind = 'r'",
+            System::PgQueuer => "SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public' AND c.relname LIKE 'pgqueuer%' AND c.relkind = 'r'",
+            System::ObanPy => "SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public' AND c.relname LIKE 'oban%' AND c.relkind = 'r'",
+            System::PgQue => "SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'pgque' AND c.relkind = 'r'",
         }
     }
 }

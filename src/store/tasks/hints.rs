@@ -56,7 +56,7 @@ pub(super) fn resuming_pays() -> bool {
         resume_pays(
             lag,
             || crate::horizon::xids_behind(relid),
-            || crate::horizon::dead_rows(relid),
+            || crate::horizon::dead_rows_recent(relid),
         )
     })
 }
