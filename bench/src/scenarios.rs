@@ -145,9 +145,7 @@ impl Ctx {
 
     pub async fn fresh(&self) -> Result<Conn> {
         let conn = self.cluster.recreate(&self.db()).await?;
-        self.system
-            .setup(&conn, &self.cluster.url(&self.db()))
-            .await?;
+        self.system.setup(&conn).await?;
         Ok(conn)
     }
 

@@ -1,8 +1,9 @@
 //! The queues under test. The Rust-driven ones (aedb_queue, the hand-written
 //! baseline, PgQ, pgmq) are driven here through their SQL APIs; pg-boss and
-//! graphile-worker run in their own Node driver (`bench/peers/node`), awa,
-//! procrastinate, PgQueuer, Oban for Python and PgQue in Python drivers of
-//! their own (`bench/peers/python`).
+//! graphile-worker run in their own Node driver (`bench/peers/node`), awa in
+//! its own Rust driver on awa's runtime (`bench/peers/awa`), and awa's Python
+//! SDK (a second awa row, awa-python), procrastinate, PgQueuer, Oban for
+//! Python and PgQue in Python drivers of their own (`bench/peers/python`).
 //!
 //! Three rows are worker loops rather than queues of their own, measured in
 //! the per-job drain only: `aedb-loop` (aedb_queue's settle-and-claim call),
@@ -22,8 +23,12 @@ pub enum System {
     Pgq,
     PgBoss,
     Graphile,
-    /// awa-pg's Python SDK, in its own driver (`bench/peers/python`).
+    /// awa through its own Rust runtime (crate `awa`), in its own driver
+    /// (`bench/peers/awa`).
     Awa,
+    /// awa through its Python SDK (PyPI `awa-pg`), in its own driver
+    /// (`bench/peers/python`).
+    AwaPython,
     /// procrastinate, PgQueuer, Oban for Python and PgQue (through its
     /// Python client `pgque-py`), each in its own Python driver.
     Procrastinate,
@@ -42,7 +47,7 @@ pub enum System {
 pub const QUEUE: &str = "q";
 
 impl System {
-    pub const ALL: [System; 14] = [
+    pub const ALL: [System; 15] = [
         System::Aedb,
         System::AedbLoop,
         System::Baseline,
@@ -53,6 +58,7 @@ impl System {
         System::PgBoss,
         System::Graphile,
         System::Awa,
+        System::AwaPython,
         System::Procrastinate,
         System::PgQueuer,
         System::ObanPy,
@@ -67,6 +73,7 @@ impl System {
             System::PgBoss => "pg-boss",
             System::Graphile => "graphile-worker",
             System::Awa => "awa",
+            System::AwaPython => "awa-python",
             System::Procrastinate => "procrastinate",
             System::PgQueuer => "pgqueuer",
             System::ObanPy => "oban-py",
@@ -111,20 +118,27 @@ impl System {
         format!("bench_{}", self.name().replace('-', "_"))
     }
 
-    /// Driven by a driver of its own (Node or Python) rather than from Rust.
+    /// Driven by a driver of its own (Node, Rust or Python: `crate::node`)
+    /// rather than from the harness.
     pub fn is_node(self) -> bool {
-        matches!(self, System::PgBoss | System::Graphile) || self.python_driver().is_some()
+        matches!(self, System::PgBoss | System::Graphile | System::Awa)
+            || self.python_driver().is_some()
     }
 
-    /// Drains with the smaller preload (`Plan::slow_drain_jobs`).
+    /// Drains with the smaller preload (`Plan::slow_drain_jobs`): the ones
+    /// that drain a few hundred to a few thousand jobs/s. (awa's Rust row
+    /// drains the full preload.)
     pub fn slow_drain(self) -> bool {
-        matches!(self, System::Awa | System::Procrastinate | System::ObanPy)
+        matches!(
+            self,
+            System::AwaPython | System::Procrastinate | System::ObanPy
+        )
     }
 
     /// The Python driver's file in `bench/peers/python`, for the systems driven from Python.
     pub fn python_driver(self) -> Option<&'static str> {
         match self {
-            System::Awa => Some("awa_driver.py"),
+            System::AwaPython => Some("awa_driver.py"),
             System::Procrastinate => Some("procrastinate_driver.py"),
             System::PgQueuer => Some("pgqueuer_driver.py"),
             System::ObanPy => Some("oban_driver.py"),
@@ -133,9 +147,8 @@ impl System {
         }
     }
 
-    /// Installs the system into the fresh database `conn` is connected to
-    /// (`url` is the same database, for installers that connect themselves).
-    pub async fn setup(self, conn: &Conn, url: &str) -> Result<()> {
+    /// Installs the system into the fresh database `conn` is connected to.
+    pub async fn setup(self, conn: &Conn) -> Result<()> {
         match self {
             System::Aedb | System::AedbLoop => {
                 conn.batch("CREATE EXTENSION aedb_queue").await?;
@@ -146,7 +159,7 @@ impl System {
             }
             System::Baseline | System::BaselineLoop => conn.batch(BASELINE_SCHEMA).await,
             System::Pgmq | System::PgmqPop => {
-                install_pgmq(url).await?;
+                install_pgmq(conn).await?;
                 conn.batch(&format!("SELECT pgmq.create('{QUEUE}')")).await
             }
             System::Pgq => {
@@ -157,6 +170,7 @@ impl System {
             System::PgBoss
             | System::Graphile
             | System::Awa
+            | System::AwaPython
             | System::Procrastinate
             | System::PgQueuer
             | System::ObanPy
@@ -173,7 +187,7 @@ impl System {
             System::Pgq => "SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'pgq' AND c.relkind = 'r'",
             System::PgBoss => "SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'pgboss' AND c.relkind IN ('r', 'p')",
             System::Graphile => "SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'graphile_worker' AND c.relkind = 'r'",
-            System::Awa => "SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname LIKE 'awa%' AND c.relkind IN ('r', 'p')",
+            System::Awa | System::AwaPython => "SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname LIKE 'awa%' AND c.relkind IN ('r', 'p')",
             System::Procrastinate => "SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public' AND c.relname LIKE 'procrastinate%' AND c.relkind = 'r'",
             System::PgQueuer => "SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public' AND c.relname LIKE 'pgqueuer%' AND c.relkind = 'r'",
             System::ObanPy => "SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public' AND c.relname LIKE 'oban%' AND c.relkind = 'r'",
@@ -182,31 +196,26 @@ impl System {
     }
 }
 
-/// pgmq's SQL-only install, from the scripts embedded in the `pgmq` crate
-/// (its `pgmq-cli install install-from-embedded`; bench/run.sh installs the
-/// CLI from crates.io). Nothing goes into the PostgreSQL installation.
-async fn install_pgmq(url: &str) -> Result<()> {
-    let cli = std::env::var("AEDB_PGMQ_CLI").unwrap_or_else(|_| {
+/// pgmq's SQL-only install: its `pgmq.sql` (SQL 1.13.0), run in one
+/// transaction into the fresh database, as pgmq's own installer does
+/// (`install_pgmq_from_sql` of its Python client, whose package ships the
+/// script; pgmq's INSTALLATION.md, "SQL-only installation"). bench/run.sh
+/// takes the script from PyPI (`pgmq` 1.1.4, the file `pgmq/sql/pgmq.sql`
+/// with its version in `pgmq/sql/VERSION`) into target/bench-tools/pgmq;
+/// the `pgmq` crate 0.34.0-alpha.7 embeds the same file byte for byte.
+/// Nothing goes into the PostgreSQL installation, and nothing is fetched
+/// when a database is set up. `AEDB_PGMQ_SQL` names another script.
+async fn install_pgmq(conn: &Conn) -> Result<()> {
+    let path = std::env::var("AEDB_PGMQ_SQL").unwrap_or_else(|_| {
         concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../target/bench-tools/bin/pgmq-cli"
+            "/../target/bench-tools/pgmq/pgmq.sql"
         )
         .to_string()
     });
-    let out = tokio::process::Command::new(&cli)
-        .args(["install", "-d", url, "install-from-embedded"])
-        .env("RUST_LOG", "warn")
-        .output()
-        .await
-        .map_err(|e| format!("pgmq installer {cli}: {e} (bench/run.sh installs it)"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "pgmq installer failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        )
-        .into());
-    }
-    Ok(())
+    let sql = std::fs::read_to_string(&path)
+        .map_err(|e| format!("pgmq's install script {path}: {e} (bench/run.sh fetches it)"))?;
+    conn.batch(&format!("BEGIN;\n{sql}\n;COMMIT;")).await
 }
 
 /// A prototype's SQL (`--aedb-setup-sql`) and the storage settings for

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Benchmark driver for awa (the awa-pg Python SDK over its Rust core).
+"""Benchmark driver for awa through its Python SDK (the awa-pg Python SDK
+over its Rust core): the harness's row awa-python (the row awa is awa's own
+Rust runtime, bench/peers/awa).
 
-    python awa_driver.py '{"system":"awa","db":"postgres://...","admin_db":"postgres://.../postgres",
+    python awa_driver.py '{"system":"awa-python","db":"postgres://...","admin_db":"postgres://.../postgres",
                            "scenario":"enqueue|drain","jobs":N,"workers":W,"batch":B,"seconds":S}'
 
 Same protocol as bench/peers/node/driver.mjs: one JSON result line on stdout
@@ -206,7 +208,7 @@ async def main() -> None:
             "autovacuum": autovacuum_runs(cfg) - av0,
         }
     out = {
-        "system": "awa",
+        "system": "awa-python",
         "scenario": cfg["scenario"],
         "jobs": res["jobs"],
         "seconds": res["seconds"],
