@@ -459,7 +459,7 @@ def test_children_fan_out_and_the_parent_resumes_with_their_results_in_order(
 
     @app.task(kids, concurrency=n, poll_interval=0.2)
     def child(task):
-        time.sleep(0.1 * (n - task.payload["n"]))
+        time.sleep(0.2 * (n - task.payload["n"]))  # the last spawned ends first; the parent parks for > 1 s
         return {"square": task.payload["n"] ** 2}
 
     def children() -> list:
