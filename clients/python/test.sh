@@ -2,8 +2,9 @@
 # Tests of the Python client: a virtualenv with the package's test extra and
 # the packaging tools; the wheel and sdist built and checked (twine check,
 # mypy --strict over typecheck/usage.py against the installed wheel: its
-# py.typed and hints), then pytest, on the wheel, against a PostgreSQL 15
-# cluster the tests start themselves. Run from anywhere, e.g. `bash clients/python/test.sh` from the
+# py.typed and hints; mypy --strict over the package's own sources), then
+# pytest, on the wheel, against a PostgreSQL 15 cluster the tests start
+# themselves. Run from anywhere, e.g. `bash clients/python/test.sh` from the
 # repository root; arguments go to pytest. Needs python3 (3.11+) with venv,
 # PostgreSQL 15 with the aedb_queue extension installed, and (as root) the
 # postgres OS user.
@@ -57,6 +58,8 @@ pip install --quiet --no-deps --force-reinstall "${wheel[@]}"
 # From typecheck/, so that mypy reads the installed wheel, not the sources
 # beside it; without py.typed it refuses the import.
 (cd "$here/typecheck" && "$venv/bin/mypy" --strict --no-incremental --cache-dir=/dev/null usage.py)
+# The package's own sources, strictly typed too (what the wheel's hints rest on).
+(cd "$here" && "$venv/bin/mypy" --strict --no-incremental --cache-dir=/dev/null aedb_queue)
 
 cd "$here"
 exec "$venv/bin/python" -m pytest -p no:cacheprovider "$@"

@@ -18,21 +18,27 @@ Worker::
     app.run()   # or: python -m aedb_queue worker mymodule:app
 
 Durable workflows: in a handler, ``task.step(name, fn)``, ``task.sleep(name,
-duration)`` and ``task.wait_for_event(name, key, timeout)``; ``emit(conn,
-queue, key, payload)`` on the producer side.
+duration)``, ``task.wait_for_event(name, key, timeout)``, and children with
+``ids = task.spawn(name, [Child(queue, payload), ...])`` then
+``task.wait_for_tasks(name, ids)``; ``emit(conn, queue, key, payload)`` on
+the producer side.
 """
 
 from .app import App
 from .connections import StartupError
 from .payloads import PayloadError
 from .producer import Enqueued, aemit, aenqueue, aenqueue_batch, emit, enqueue, enqueue_batch
-from .task import AsyncTask, Complete, DeadLetter, Event, FollowUp, Retry, Task, WorkflowExit
+from .task import (AsyncTask, Child, ChildFailed, ChildResult, Complete, DeadLetter, Event, FollowUp, Retry, Task,
+                   WorkflowExit)
 
 __version__ = "0.9.0"
 
 __all__ = [
     "App",
     "AsyncTask",
+    "Child",
+    "ChildFailed",
+    "ChildResult",
     "Complete",
     "DeadLetter",
     "Enqueued",

@@ -166,7 +166,7 @@ class App:
             self._runtime, self._loop = runtime, loop
             if self._stop_early:
                 runtime.request_stop()
-        installed: list[int] = []
+        installed: list[signal.Signals] = []
         if handle_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 try:
@@ -218,7 +218,7 @@ class App:
         """
         with self._lock:
             runtime, loop = self._runtime, self._loop
-            if runtime is None:
+            if runtime is None or loop is None:
                 self._stop_early = True  # run() has not started yet
                 return
         loop.call_soon_threadsafe(lambda: runtime.request_stop(force=force))

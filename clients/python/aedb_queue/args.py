@@ -160,12 +160,13 @@ PARENT_FAILURE = ("dead_letter", "run")
 def on_parent_failure(value: Any) -> str:
     if value is None:
         return "dead_letter"
-    if value not in PARENT_FAILURE:
+    if not isinstance(value, str) or value not in PARENT_FAILURE:
         raise ValueError(f"on_parent_failure: one of {PARENT_FAILURE}, got {value!r}")
     return value
 
 
-def flow_keys(concurrency_key: Any, ordering_key: Any, fairness_key: Any) -> tuple:
+def flow_keys(concurrency_key: Any, ordering_key: Any,
+              fairness_key: Any) -> tuple[str | None, str | None, str | None]:
     keys = (
         text(concurrency_key, "concurrency_key"),
         text(ordering_key, "ordering_key"),

@@ -102,8 +102,8 @@ class Pool:
         self._size = size
         self._idle: list[psycopg.AsyncConnection] = []
         self._count = 0
-        self._waiters: collections.deque[asyncio.Future] = collections.deque()
-        self._closing: set[asyncio.Task] = set()
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._closing: set[asyncio.Task[None]] = set()
         self._closed = False
 
     async def connect(self) -> psycopg.AsyncConnection:

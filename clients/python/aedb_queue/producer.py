@@ -60,6 +60,11 @@ def _options(
     }
 
 
+def check_options(**options: Any) -> None:
+    """The checks ``enqueue`` makes of its options, before a round trip (``task.Child``)."""
+    _options(**options)
+
+
 # The durations of an enqueue; a str is the server's to read (interval input).
 _DURATIONS = ("delay", "backoff_base", "backoff_max")
 

@@ -16,8 +16,9 @@ import asyncio
 import dataclasses
 import logging
 import traceback
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -34,6 +35,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("aedb_queue")
 
 MAX_ERROR_CHARS = 8000
+
+Row = tuple[Any, ...]
+"""A row as the runtime's connections return it (psycopg's tuple rows)."""
+
+T = TypeVar("T")
 
 
 @dataclasses.dataclass
@@ -86,7 +92,7 @@ def error_text(exc: BaseException) -> str:
 class Job:
     """A claimed task while this worker holds it."""
 
-    def __init__(self, row: tuple, spec: TaskSpec) -> None:
+    def __init__(self, row: Row, spec: TaskSpec) -> None:
         (self.task_id, self.payload, self.attempts, self.fencing_token, self.lease_deadline,
          self.priority, self.enqueued_at, self.progress) = row
         self.spec = spec
@@ -95,8 +101,8 @@ class Job:
         # A workflow call ended the claim: "parking" while a sleep or an event
         # wait may park the task, then "parked" or "lease_lost" (settle nothing).
         self.workflow_exit: str | None = None
-        self.task: Task | AsyncTask | None = None
-        self.slot: asyncio.Task | None = None
+        self.task: Task[Any] | AsyncTask[Any] | None = None
+        self.slot: asyncio.Task[None] | None = None
 
     def key(self) -> dict[str, Any]:
         return {"queue": self.spec.queue, "task_id": self.task_id, "fencing_token": self.fencing_token}
@@ -105,18 +111,26 @@ class Job:
         return f"{self.spec.queue}#{self.task_id} (attempt {self.attempts})"
 
 
-async def fetchall(conn: psycopg.AsyncConnection, query: str, params: dict[str, Any]) -> list[tuple]:
+async def fetchall(conn: psycopg.AsyncConnection, query: str, params: dict[str, Any]) -> list[Row]:
     async with conn.cursor() as cur:
         await cur.execute(query, params)
         return await cur.fetchall()
 
 
-async def fetchval(conn: psycopg.AsyncConnection, query: str, params: dict[str, Any]) -> Any:
+async def fetchval(conn: psycopg.AsyncConnection, query: str, params: dict[str, Any], kind: type[T]) -> T:
+    """The first column of the first row, which must be a ``kind``."""
     rows = await fetchall(conn, query, params)
-    return rows[0][0]
+    return of_kind(rows[0][0], kind)
 
 
-def next_row(rows: list[tuple]) -> tuple[str, tuple | None]:
+def of_kind(value: Any, kind: type[T]) -> T:
+    """``value``, checked to be the ``kind`` a statement's column has."""
+    if not isinstance(value, kind):
+        raise TypeError(f"expected a {kind.__name__} from the server, got {type(value).__name__}")
+    return value
+
+
+def next_row(rows: list[Row]) -> tuple[str, Row | None]:
     """The outcome of a settle-and-claim call, and the task it claimed (if any)."""
     first = rows[0]
     return first[0], (first[1:] if first[1] is not None else None)
@@ -130,7 +144,7 @@ class QueueRunner:
         self.busy = False
         self.wanted = True
         self.jobs: set[Job] = set()
-        self.slots: set[asyncio.Task] = set()
+        self.slots: set[asyncio.Task[None]] = set()
         self._kick = asyncio.Event()
 
     # -- the claim loop ------------------------------------------------------
@@ -198,22 +212,22 @@ class QueueRunner:
             except TimeoutError:
                 pass
 
-    def _claim(self, ask: int):
+    def _claim(self, ask: int) -> Callable[[psycopg.AsyncConnection], Awaitable[list[Row]]]:
         params = {"queue": self.spec.queue, "owner_id": self.rt.owner_id,
                   "lease": timedelta(seconds=self.spec.lease), "max": ask}
 
-        async def op(conn: psycopg.AsyncConnection) -> list[tuple]:
+        async def op(conn: psycopg.AsyncConnection) -> list[Row]:
             return await fetchall(conn, sql.CLAIM, params)
 
         return op
 
-    def _spawn(self, row: tuple) -> None:
+    def _spawn(self, row: Row) -> None:
         self.active += 1
         slot = asyncio.ensure_future(self._slot(row))
         self.slots.add(slot)
         slot.add_done_callback(self._slot_done)
 
-    def _slot_done(self, slot: asyncio.Task) -> None:
+    def _slot_done(self, slot: asyncio.Task[None]) -> None:
         self.slots.discard(slot)
         self.active -= 1
         if not slot.cancelled() and slot.exception() is not None:
@@ -221,7 +235,7 @@ class QueueRunner:
             self.wanted = True
         self.kick()
 
-    async def _slot(self, row: tuple | None) -> None:
+    async def _slot(self, row: Row | None) -> None:
         """Run a claimed task, then each task claimed along with its settle."""
         while row is not None:
             job = Job(row, self.spec)
@@ -237,7 +251,7 @@ class QueueRunner:
 
     # -- one task --------------------------------------------------------------
 
-    async def _process(self, job: Job) -> tuple | None:
+    async def _process(self, job: Job) -> Row | None:
         try:
             job.task = self._make_task(job)
         except PayloadError as exc:
@@ -254,7 +268,7 @@ class QueueRunner:
             return None
         return await self.settle(job, settle)
 
-    def _make_task(self, job: Job) -> Task | AsyncTask:
+    def _make_task(self, job: Job) -> Task[Any] | AsyncTask[Any]:
         spec = self.spec
         payload = job.payload if spec.payload_type is None else decode(spec.payload_type, job.payload)
         cls = AsyncTask if spec.is_async else Task
@@ -304,7 +318,7 @@ class QueueRunner:
 
     # -- heartbeats ------------------------------------------------------------
 
-    def start_heartbeats(self, job: Job) -> asyncio.Task:
+    def start_heartbeats(self, job: Job) -> asyncio.Task[None]:
         return asyncio.ensure_future(self._heartbeats(job))
 
     async def _heartbeats(self, job: Job) -> None:
@@ -326,7 +340,7 @@ class QueueRunner:
                   "progress": to_jsonb(progress, "progress")}
 
         async def op(conn: psycopg.AsyncConnection) -> str:
-            return await fetchval(conn, sql.HEARTBEAT, params)
+            return await fetchval(conn, sql.HEARTBEAT, params, str)
 
         try:
             outcome = await self.rt.run_db(op, what=f"heartbeat of {job!r}")
@@ -346,7 +360,7 @@ class QueueRunner:
 
     # -- settling --------------------------------------------------------------
 
-    async def settle(self, job: Job, settle: Settle, *, chain: bool | None = None) -> tuple | None:
+    async def settle(self, job: Job, settle: Settle, *, chain: bool | None = None) -> Row | None:
         """Complete or fail the task; while the queue is busy, claim the next in the same call."""
         if job.abandoned:
             return None
@@ -359,7 +373,7 @@ class QueueRunner:
             params = {**base, "strict": False, "owner_id": self.rt.owner_id,
                       "lease": timedelta(seconds=self.spec.lease), "max": 1}
 
-            async def chained(conn: psycopg.AsyncConnection) -> list[tuple]:
+            async def chained(conn: psycopg.AsyncConnection) -> list[Row]:
                 return await fetchall(conn, query, params)
 
             try:
@@ -367,20 +381,23 @@ class QueueRunner:
             except psycopg.Error as exc:
                 if is_transient(exc):
                     log.warning("settle-and-claim of %r: %s; settling alone", job, _one_line(exc))
-                    return await self._settle_alone(job, settle, base, retried=True)
-                return await self._refused(job, settle, exc)
+                    await self._settle_alone(job, settle, base, retried=True)
+                else:
+                    await self._refused(job, settle, exc)
+                return None
             await self.log_outcome(job, outcome, settle)
             if row is None:
                 self.busy = False
             return row
-        return await self._settle_alone(job, settle, base)
+        await self._settle_alone(job, settle, base)
+        return None
 
     async def _settle_alone(self, job: Job, settle: Settle, base: dict[str, Any], *, retried: bool = False) -> None:
         query = sql.COMPLETE if settle.complete else sql.FAIL
         params = {**base, "strict": False}
 
         async def op(conn: psycopg.AsyncConnection) -> str:
-            return await fetchval(conn, query, params)
+            return await fetchval(conn, query, params, str)
 
         try:
             outcome = await self.rt.run_db(op, what=f"settle {job!r}", retry=True)
@@ -421,7 +438,7 @@ class QueueRunner:
     async def _dead(self, job: Job) -> bool:
         """Whether the failure that applied dead-lettered the task (no attempt left)."""
         async def op(conn: psycopg.AsyncConnection) -> bool:
-            return await fetchval(conn, sql.DEAD_AT_TOKEN, job.key())
+            return await fetchval(conn, sql.DEAD_AT_TOKEN, job.key(), bool)
 
         try:
             return await self.rt.run_db(op, what=f"fate of {job!r}")

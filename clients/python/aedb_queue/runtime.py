@@ -90,14 +90,16 @@ class Runtime:
         except TimeoutError:
             pass
 
-    def call_from_thread(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` on the runtime's loop from a handler thread and wait for it."""
+    def call_from_thread(self, coro: Coroutine[Any, Any, bool]) -> bool:
+        """Run ``coro`` (a heartbeat: True while the lease is held) on the
+        runtime's loop from a handler thread and wait for it; False once the
+        loop is gone (the runtime stopped)."""
         assert self.loop is not None
         try:
             return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
         except RuntimeError:  # the loop is gone: the runtime stopped
             coro.close()
-            return False  # type: ignore[return-value]
+            return False
 
     # -- database calls ------------------------------------------------------
 
@@ -152,7 +154,7 @@ class Runtime:
         params = {**job.key(), "delay": timedelta(0)}
 
         async def op(conn: psycopg.AsyncConnection) -> str:
-            return await fetchval(conn, sql.RELEASE, params)
+            return await fetchval(conn, sql.RELEASE, params, str)
 
         try:
             outcome = await self.run_db(op, what=f"hand back {job!r}", retry=True)
@@ -275,7 +277,7 @@ class Runtime:
             await self.pool.close()
             log.info("worker %s stopped", self.owner_id)
 
-    def _slots(self) -> set[asyncio.Task]:
+    def _slots(self) -> set[asyncio.Task[None]]:
         return {slot for r in self.runners.values() for slot in r.slots}
 
     def _jobs(self) -> list[Job]:
@@ -333,9 +335,9 @@ class Runtime:
                 for runner in self.runners.values():
                     runner.wake()  # whatever was notified while we were not listening
                 async for note in conn.notifies():
-                    runner = self.runners.get(note.payload)
-                    if runner is not None:
-                        runner.wake()
+                    notified = self.runners.get(note.payload)
+                    if notified is not None:
+                        notified.wake()
                 raise psycopg.OperationalError("the notification stream ended")
             except psycopg.Error as exc:
                 if self.stopping:

@@ -161,6 +161,20 @@ FROM aedb_queue.queue_await_event(
     timeout => %(timeout)s::interval)
 """
 
+# Waits for other tasks (a workflow's children) as the step; park => false
+# only links them, in the transaction that enqueues them.
+AWAIT_TASKS = """
+SELECT outcome::text, waiting, results
+FROM aedb_queue.queue_await_tasks(
+    queue => %(queue)s::text,
+    task_id => %(task_id)s::bigint,
+    fencing_token => %(fencing_token)s::bigint,
+    step => %(step)s::text,
+    task_ids => %(task_ids)s::bigint[],
+    park => %(park)s::boolean,
+    strict => %(strict)s::boolean)
+"""
+
 EMIT = """
 SELECT aedb_queue.queue_emit(
     queue => %(queue)s::text,

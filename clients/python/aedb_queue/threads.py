@@ -13,7 +13,12 @@ import concurrent.futures
 import queue
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+# A call for a worker thread: the future of its result, the function, its arguments.
+_Work = tuple["concurrent.futures.Future[Any]", Callable[..., Any], tuple[Any, ...]]
 
 
 class HandlerExit(RuntimeError):
@@ -24,15 +29,15 @@ class Threads:
     def __init__(self, name: str = "aedb-queue-handler", on_exit: Callable[[], None] | None = None) -> None:
         self._name = name
         self._on_exit = on_exit
-        self._work: queue.SimpleQueue = queue.SimpleQueue()
+        self._work: queue.SimpleQueue[_Work | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._free = 0
         self._started = 0
         self._closed = False
 
-    def submit(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future:
+    def submit(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         """Run ``fn(*args)`` in a worker thread; an asyncio future of its result."""
-        future: concurrent.futures.Future = concurrent.futures.Future()
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
         with self._lock:
             if self._closed:
                 raise RuntimeError("the handler threads are shut down")

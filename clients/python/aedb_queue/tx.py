@@ -18,6 +18,7 @@ import dataclasses
 import logging
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +27,7 @@ from psycopg import errors as pg_errors
 
 from . import sql
 from .connections import Backoff, connect_kwargs, is_transient
-from .runner import Job, QueueRunner, Settle, error_text, fetchall, fetchval, next_row
+from .runner import Job, QueueRunner, Row, Settle, error_text, fetchall, fetchval, next_row
 from .task import DeadLetter, Retry
 
 if TYPE_CHECKING:
@@ -42,13 +43,13 @@ START_ATTEMPTS = 5
 @dataclasses.dataclass
 class Outcome:
     kind: str  # "done", "lost", "unknown", "failed", "not_started"
-    row: tuple | None = None
+    row: Row | None = None
     chained: bool = False
     settle: Settle | None = None
     error: BaseException | None = None
 
 
-async def run_transactional(runner: QueueRunner, job: Job) -> tuple | None:
+async def run_transactional(runner: QueueRunner, job: Job) -> Row | None:
     beats = runner.start_heartbeats(job)
     try:
         if runner.spec.is_async:
@@ -60,7 +61,7 @@ async def run_transactional(runner: QueueRunner, job: Job) -> tuple | None:
     return await _finish(runner, job, out)
 
 
-async def _finish(runner: QueueRunner, job: Job, out: Outcome) -> tuple | None:
+async def _finish(runner: QueueRunner, job: Job, out: Outcome) -> Row | None:
     if job.abandoned:
         return None
     if out.kind == "done":
@@ -75,14 +76,18 @@ async def _finish(runner: QueueRunner, job: Job, out: Outcome) -> tuple | None:
     if out.kind == "unknown":
         log.error("%r: connection lost at commit (%s): the writes and the completion committed "
                   "together or not at all; if not, the lease expires and the task runs again",
-                  job, error_text(out.error))
+                  job, _why(out))
         return None
     if out.kind == "not_started":
-        log.warning("%r: no connection for the handler (%s); handing it back", job, error_text(out.error))
+        log.warning("%r: no connection for the handler (%s); handing it back", job, _why(out))
         await runner.rt.hand_back(job)
         return None
     assert out.settle is not None
     return await runner.settle(job, out.settle)
+
+
+def _why(out: Outcome) -> str:
+    return "no reason given" if out.error is None else error_text(out.error)
 
 
 def _failure(job: Job, exc: BaseException) -> Outcome:
@@ -92,7 +97,7 @@ def _failure(job: Job, exc: BaseException) -> Outcome:
     return Outcome("failed", settle=Settle.failure(exc))
 
 
-def _completion_params(runner: QueueRunner, job: Job, settle: Settle, chain: bool) -> tuple[str, dict]:
+def _completion_params(runner: QueueRunner, job: Job, settle: Settle, chain: bool) -> tuple[str, dict[str, Any]]:
     params: dict[str, Any] = {**job.key(), **settle.params(), "strict": True}
     if chain:
         params.update(owner_id=runner.rt.owner_id, lease=timedelta(seconds=runner.spec.lease), max=1)
@@ -110,7 +115,7 @@ class _Failed(Exception):
 # -- async handlers -----------------------------------------------------------
 
 
-async def _run_async(runner: QueueRunner, job: Job, stop_beats) -> Outcome:
+async def _run_async(runner: QueueRunner, job: Job, stop_beats: Callable[[], object]) -> Outcome:
     rt, spec = runner.rt, runner.spec
     backoff = Backoff()
     for attempt in range(START_ATTEMPTS):
@@ -142,7 +147,7 @@ async def _run_async(runner: QueueRunner, job: Job, stop_beats) -> Outcome:
                 if chain:
                     _, row = next_row(await fetchall(conn, query, params))
                 else:
-                    await fetchval(conn, query, params)
+                    await fetchval(conn, query, params, str)
                     row = None
             discard = False
             return Outcome("done", row=row, chained=chain)
@@ -175,7 +180,7 @@ _local = threading.local()
 
 
 def thread_connection(rt: "Runtime") -> psycopg.Connection:
-    conn = getattr(_local, "conn", None)
+    conn: psycopg.Connection | None = getattr(_local, "conn", None)
     if conn is not None and not (conn.closed or conn.broken):
         return conn
     conn = psycopg.Connection.connect(
@@ -197,8 +202,10 @@ def drop_thread_connection() -> None:
             pass
 
 
-def _run_sync(runner: QueueRunner, job: Job, stop_beats) -> Outcome:
+def _run_sync(runner: QueueRunner, job: Job, stop_beats: Callable[[], object]) -> Outcome:
     rt, spec = runner.rt, runner.spec
+    loop = rt.loop
+    assert loop is not None  # the runtime runs: a handler thread works for it
     backoff = Backoff()
     for attempt in range(START_ATTEMPTS):
         started = False
@@ -221,7 +228,7 @@ def _run_sync(runner: QueueRunner, job: Job, stop_beats) -> Outcome:
                 settle = Settle.completion(value)
                 if not settle.complete:
                     raise _Failed(Outcome("failed", settle=settle))
-                rt.loop.call_soon_threadsafe(stop_beats)
+                loop.call_soon_threadsafe(stop_beats)
                 if job.abandoned:
                     raise _Failed(Outcome("failed", settle=Settle(False, error="handed back")))
                 job.phase = "settle"

@@ -9,7 +9,15 @@ claim's fencing token (``queue_step_record``); a step run with
 transaction and records with ``strict => true`` in that same transaction,
 so its writes and its record commit together or not at all.
 
-A sleep or an event wait that parks the task (``waiting``) ends the handler
+Children: a spawn is a transactional step that enqueues the children
+(with the producer functions), links them to the task (``queue_await_tasks``
+with ``park => false``, so a child that completes at once is kept with its
+result) and records their ids as the step, all in one transaction: a
+crash leaves either all of it or none, so a rerun never spawns twice. A
+wait for tasks (``queue_await_tasks``) parks the task until the last of them
+ends, then records one entry per task as its step.
+
+A sleep, an event wait or a wait for tasks that parks the task (``waiting``) ends the handler
 at once with :class:`~aedb_queue.task.Parked`; a step, sleep or wait whose
 fence failed ends it with :class:`~aedb_queue.task.LeaseLost`. Either way
 the runtime settles nothing: the task is parked (scheduled, its attempt not
@@ -26,7 +34,7 @@ import asyncio
 import inspect
 import json
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -35,7 +43,8 @@ from psycopg import errors as pg_errors
 
 from . import sql
 from .payloads import dumps, to_jsonb
-from .task import Event, LeaseLost, Parked
+from .producer import aenqueue, aenqueue_batch, enqueue, enqueue_batch
+from .task import Child, ChildResult, Event, LeaseLost, Parked, child_results, spawned
 from .tx import drop_thread_connection, thread_connection
 
 if TYPE_CHECKING:
@@ -229,6 +238,101 @@ class Workflow:
         event = Event(payload=payload, timed_out=bool(timed_out))
         steps[name] = {"payload": payload, "timed_out": event.timed_out}
         return event
+
+    # -- children ----------------------------------------------------------------------
+
+    def _link_params(self, name: str, ids: list[int]) -> dict[str, Any]:
+        # park => false: link and report only; strict: a lost lease is 40002,
+        # which rolls the enqueues back with it.
+        return self._params(step=name, task_ids=ids, park=False, strict=True)
+
+    async def spawn(self, name: str, children: Sequence[Child]) -> list[int]:
+        """Enqueue ``children``, link them and record their ids as the step ``name``, in one transaction."""
+        async def fn(conn: psycopg.AsyncConnection[Any]) -> list[int]:
+            ids = await _aenqueue_children(conn, children)
+            async with conn.cursor() as cur:
+                await cur.execute(sql.AWAIT_TASKS, self._link_params(name, ids))
+            return ids
+
+        ids = spawned(name, await self.step_in_transaction(name, fn))
+        log.info("%r spawned %d task(s) (step %r)", self.job, len(ids), name)
+        return ids
+
+    def spawn_sync(self, name: str, children: Sequence[Child]) -> list[int]:
+        """:meth:`spawn` in a handler thread, on the thread's own connection."""
+        def fn(conn: psycopg.Connection[Any]) -> list[int]:
+            ids = _enqueue_children(conn, children)
+            conn.execute(sql.AWAIT_TASKS, self._link_params(name, ids)).fetchone()
+            return ids
+
+        ids = spawned(name, self.step_in_transaction_sync(name, fn))
+        log.info("%r spawned %d task(s) (step %r)", self.job, len(ids), name)
+        return ids
+
+    async def await_tasks(self, name: str, ids: list[int]) -> list[ChildResult]:
+        """The results of the tasks ``ids`` (recorded as the step ``name``), parking until none is live."""
+        steps = await self.load()
+        if name in steps:
+            return child_results(name, steps[name])
+        self._park()
+        try:
+            rows = await self._fetch(sql.AWAIT_TASKS, self._params(step=name, task_ids=ids, park=True, strict=False),
+                                     f"wait for tasks (step {name!r})")
+        finally:
+            if self.job.workflow_exit == "parking":
+                self.job.workflow_exit = None
+        outcome, waiting, recorded = rows[0]
+        if outcome != "applied":
+            raise self._lost(f"wait for tasks (step {name!r})")
+        if waiting:
+            raise self._parked(f"waiting for {len(ids)} task(s) (step {name!r})")
+        results = child_results(name, recorded)
+        counts = ", ".join(f"{n} {state}" for state in ("completed", "dead", "missing")
+                           if (n := sum(r.state == state for r in results)))
+        log.info("%r resumed: the %d task(s) it waited for ended: %s (step %r)",
+                 self.job, len(results), counts or "none", name)
+        steps[name] = recorded
+        return results
+
+
+# -- children, enqueued in runs ---------------------------------------------------------
+
+
+def _runs(children: Sequence[Child]) -> list[tuple[Child, list[Any]]]:
+    """Consecutive children of one queue with the same options (and no
+    idempotency key) go in one ``enqueue_batch``: (the first child, the payloads)."""
+    runs: list[tuple[Child, list[Any]]] = []
+    for child in children:
+        if runs:
+            first, payloads = runs[-1]
+            if (child.idempotency_key is None and first.idempotency_key is None and child.queue == first.queue
+                    and child.options() == first.options()):
+                payloads.append(child.payload)
+                continue
+        runs.append((child, [child.payload]))
+    return runs
+
+
+def _enqueue_children(conn: psycopg.Connection[Any], children: Sequence[Child]) -> list[int]:
+    ids: list[int] = []
+    for child, payloads in _runs(children):
+        if len(payloads) == 1:
+            ids.append(enqueue(conn, child.queue, child.payload, idempotency_key=child.idempotency_key,
+                               **child.options()).task_id)
+        else:
+            ids.extend(enqueue_batch(conn, child.queue, payloads, **child.options()))
+    return ids
+
+
+async def _aenqueue_children(conn: psycopg.AsyncConnection[Any], children: Sequence[Child]) -> list[int]:
+    ids: list[int] = []
+    for child, payloads in _runs(children):
+        if len(payloads) == 1:
+            ids.append((await aenqueue(conn, child.queue, child.payload, idempotency_key=child.idempotency_key,
+                                       **child.options())).task_id)
+        else:
+            ids.extend(await aenqueue_batch(conn, child.queue, payloads, **child.options()))
+    return ids
 
 
 def _event(result: Any) -> Event | None:

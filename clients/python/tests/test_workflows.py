@@ -1,6 +1,7 @@
 """Durable workflows: steps recorded once, sleeps and event waits that park the
-task, emits, the strict step under a lost lease, and a workflow worker
-SIGKILLed at every point of its run."""
+task, emits, the strict step under a lost lease, a workflow worker
+SIGKILLed at every point of its run, and children: spawned once, awaited
+with their results, a dead child surfacing, a worker SIGKILLed around a spawn."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from datetime import datetime, timedelta, timezone
 import psycopg
 import pytest
 
-from aedb_queue import App, Event, Retry, emit, enqueue
-from helpers import Worker, completed, configure, live, running, task_row, wait_until
+from aedb_queue import App, Child, ChildFailed, ChildResult, DeadLetter, Event, Retry, emit, enqueue
+from helpers import Worker, completed, configure, live, running, states, task_row, wait_until
 
 
 def app_for(cluster, **kwargs) -> App:
@@ -424,3 +425,277 @@ def test_a_workflow_killed_at_every_point_does_each_step_exactly_once(cluster, a
         assert done is not None, f"killed at {r.point}: not completed"
         assert done["result"] == {"steps": [{"done": "charge"}, {"done": "label"}, {"done": "ship"}],
                                   "packed": {"boxes": 2}}, r.point
+
+
+# -- children ------------------------------------------------------------------------------
+
+
+def waiting(su, task_id: int) -> bool:
+    row = task_row(su, task_id)
+    return row is not None and row["state"] == "waiting"
+
+
+def kid_ids(su, queue: str) -> list[int]:
+    """Every task ever enqueued into ``queue`` (live, or completed and kept), by id."""
+    return [r[0] for r in su.execute(
+        "SELECT task_id FROM aedb_queue.task WHERE queue = %s UNION ALL "
+        "SELECT task_id FROM aedb_queue.completed_task WHERE queue = %s ORDER BY 1", (queue, queue)).fetchall()]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_children_fan_out_and_the_parent_resumes_with_their_results_in_order(
+        cluster, admin, producer, su, queue, mode, caplog):
+    """A workflow spawns six children (five in one batch, the last with
+    options of its own), parks until a real worker has done them all (the
+    last spawned ends first), and resumes with their results in the order it
+    spawned them; the rerun after the wake gets the recorded ids and
+    enqueues nothing."""
+    kids, n = f"{queue}_kids", 6
+    configure(admin, queue, keep_completed="1 hour")
+    configure(admin, kids, keep_completed="1 hour")
+    runs: list[int] = []
+    spawns: list[list[int]] = []
+    app = app_for(cluster)
+
+    @app.task(kids, concurrency=n, poll_interval=0.2)
+    def child(task):
+        time.sleep(0.2 * (n - task.payload["n"]))  # the last spawned ends first; the parent parks for > 1 s
+        return {"square": task.payload["n"] ** 2}
+
+    def children() -> list:
+        return [(kids, {"n": i}) for i in range(n - 1)] + [
+            Child(kids, {"n": n - 1}, priority=5, idempotency_key=f"{queue}-last")]
+
+    def summary(ids: list[int], results: list[ChildResult]) -> dict:
+        return {"ids": ids, "order": [r.task_id for r in results], "states": [r.state for r in results],
+                "squares": [r.result["square"] for r in results]}
+
+    if mode == "sync":
+        @app.task(queue, poll_interval=0.2)
+        def parent(task):
+            runs.append(task.attempts)
+            ids = task.spawn("fan-out", children())
+            spawns.append(ids)
+            return summary(ids, task.wait_for_tasks("fan-in", ids))
+    else:
+        @app.task(queue, poll_interval=0.2)
+        async def parent(task):
+            runs.append(task.attempts)
+            ids = await task.spawn("fan-out", children())
+            spawns.append(ids)
+            return summary(ids, await task.wait_for_tasks("fan-in", ids))
+
+    t = enqueue(producer, queue, {}, max_attempts=1).task_id
+    with caplog.at_level(logging.INFO, logger="aedb_queue"), running(app):
+        wait_until(lambda: waiting(su, t), 30, "the workflow parked waiting for its children")
+        assert task_row(su, t)["attempts"] == 0, "parking counted the attempt"
+        wait_until(lambda: completed(su, t), 30, "the workflow resumed and completed")
+    done = completed(su, t)
+    ids = done["result"]["ids"]
+    assert done["result"] == {"ids": ids, "order": ids, "states": ["completed"] * n,
+                              "squares": [i * i for i in range(n)]}
+    assert done["attempts"] == 1
+    assert runs == [1, 1], "the workflow did not park, or ran again"
+    assert spawns == [ids, ids], "the rerun after the wake did not get the recorded ids"
+    assert kid_ids(su, kids) == sorted(ids), "a child was enqueued twice"
+    assert states(su, kids) == {"completed": n}
+    assert recorded_steps(su, t) == ["fan-out", "fan-in"]
+    assert f"#{t} (attempt 1) spawned {n} task(s) (step 'fan-out')" in caplog.text
+    assert f"#{t} (attempt 1) parked: waiting for {n} task(s) (step 'fan-in')" in caplog.text
+    assert f"#{t} (attempt 1) resumed: the {n} task(s) it waited for ended: {n} completed (step 'fan-in')" \
+        in caplog.text
+
+
+def test_children_that_end_before_the_wait_are_kept_with_their_results(cluster, admin, producer, su, queue):
+    """The children's queue keeps no completed tasks; they all end before
+    the workflow waits (it does not park): the spawn linked them, so their
+    results are there."""
+    kids = f"{queue}_kids"
+    configure(admin, queue, keep_completed="1 hour")
+    runs: list[int] = []
+    app = app_for(cluster)
+
+    @app.task(kids, concurrency=3, poll_interval=0.2)
+    def child(task):
+        return task.payload
+
+    @app.task(queue, poll_interval=0.2)
+    def parent(task):
+        runs.append(task.attempts)
+        ids = task.spawn("spawn", [(kids, {"n": i}) for i in range(3)])
+        with cluster.su() as conn:
+            wait_until(lambda: live(conn, kids) == 0, 30, "the children ended")
+        return [dataclasses.asdict(r) for r in task.wait_for_tasks("join", ids)]
+
+    t = enqueue(producer, queue, {}).task_id
+    with running(app):
+        wait_until(lambda: completed(su, t), 30, "the workflow completed")
+    results = completed(su, t)["result"]
+    assert [(r["state"], r["result"], r["error"]) for r in results] == [
+        ("completed", {"n": i}, None) for i in range(3)]
+    assert runs == [1], "the workflow parked although its children had ended"
+
+
+def test_a_dead_or_cancelled_child_surfaces_in_the_parent(cluster, admin, producer, su, queue):
+    """Three workflows each spawn a child that completes, one that is
+    dead-lettered and one cancelled while they wait: uncaught, ChildFailed
+    dead-letters the workflow at once with what failed; caught, it carries
+    every result; raise_on_failure=False returns them."""
+    kids = f"{queue}_kids"
+    configure(admin, queue, keep_completed="1 hour")
+    app = app_for(cluster)
+
+    @app.task(kids, concurrency=3, poll_interval=0.2)
+    def child(task):
+        if task.payload.get("fail"):
+            raise DeadLetter("no such image")
+        return {"n": task.payload["n"]}
+
+    @app.task(queue, concurrency=3, poll_interval=0.2)
+    def parent(task):
+        ids = task.spawn("spawn", [Child(kids, {"n": 0}), Child(kids, {"n": 1, "fail": True}),
+                                   Child(kids, {"n": 2}, delay="1 hour")])
+        how = task.payload["how"]
+        if how == "uncaught":
+            task.wait_for_tasks("join", ids)
+            return "went on"
+        if how == "caught":
+            try:
+                task.wait_for_tasks("join", ids)
+            except ChildFailed as exc:
+                assert exc.step == "join" and isinstance(exc, DeadLetter)
+                return {"failed": [r.task_id for r in exc.failed], "all": [r.state for r in exc.results],
+                        "ids": ids, "message": str(exc)}
+            return "not raised"
+        return {"ids": ids, "results": [dataclasses.asdict(r) for r in
+                                        task.wait_for_tasks("join", ids, raise_on_failure=False)]}
+
+    wfs = {how: enqueue(producer, queue, {"how": how}).task_id for how in ("uncaught", "caught", "returned")}
+    with running(app):
+        wait_until(lambda: all(waiting(su, t) for t in wfs.values()), 30, "the workflows parked")
+        wait_until(lambda: states(su, kids).get("dead") == 3, 30, "the failing children dead-lettered")
+        assert all(waiting(su, t) for t in wfs.values()), "a workflow woke while a child was scheduled"
+        delayed = [r[0] for r in su.execute("SELECT task_id FROM aedb_queue.task WHERE queue = %s "
+                                            "AND state = 'scheduled'", (kids,)).fetchall()]
+        assert len(delayed) == 3
+        for kid in delayed:
+            su.execute("SELECT aedb_queue.queue_cancel(%s, %s)", (kids, kid))
+        wait_until(lambda: all(completed(su, t) or (task_row(su, t) or {}).get("state") == "dead"
+                               for t in wfs.values()), 30, "the workflows ended")
+
+    assert completed(su, wfs["uncaught"]) is None, \
+        f"the workflow went on past a dead child: {completed(su, wfs['uncaught'])}"
+    dead = task_row(su, wfs["uncaught"])
+    assert (dead["state"], dead["attempts"]) == ("dead", 1), "ChildFailed did not dead-letter the workflow at once"
+    assert dead["last_error"].startswith("ChildFailed: 2 of 3 task(s) awaited by step 'join' did not complete: task ")
+    assert " dead (DeadLetter: no such image); task " in dead["last_error"]
+    assert dead["last_error"].endswith(" missing")
+    caught = completed(su, wfs["caught"])["result"]
+    assert caught["failed"] == caught["ids"][1:] and caught["all"] == ["completed", "dead", "missing"]
+    assert caught["message"] == (f"2 of 3 task(s) awaited by step 'join' did not complete: task {caught['ids'][1]} "
+                                 f"dead (DeadLetter: no such image); task {caught['ids'][2]} missing")
+    returned = completed(su, wfs["returned"])["result"]
+    a, b, c = returned["ids"]
+    assert returned["results"] == [
+        {"task_id": a, "state": "completed", "result": {"n": 0}, "error": None},
+        {"task_id": b, "state": "dead", "result": None, "error": "DeadLetter: no such image"},
+        {"task_id": c, "state": "missing", "result": None, "error": None},
+    ]
+
+
+def test_a_spawn_refused_part_way_enqueues_nothing_and_bad_arguments_are_refused(
+        cluster, admin, producer, su, queue):
+    kids = f"{queue}_kids"
+    configure(admin, queue, keep_completed="1 hour")
+    configure(admin, kids, keep_completed="1 hour")
+    seen: dict[str, str] = {}
+    app = app_for(cluster)
+
+    def refused(what: str, call) -> None:
+        try:
+            call()
+        except (TypeError, ValueError) as exc:
+            seen[what] = f"{type(exc).__name__}: {exc}"
+
+    @app.task(queue, poll_interval=0.2)
+    def parent(task):
+        refused("children", lambda: task.spawn("s", "abc"))
+        refused("item", lambda: task.spawn("s", [42]))
+        refused("pair", lambda: task.spawn("s", [("", 1)]))
+        refused("child", lambda: Child(kids, delay=-1))
+        refused("ids", lambda: task.wait_for_tasks("w", ["x"]))
+        # The first child is enqueued, then the server refuses the second's
+        # delay: the spawn's transaction rolls back, the first child with it.
+        refused("text", lambda: task.spawn("s", [Child(kids, {"n": 0}), Child(kids, {"n": 1}, delay="two fortnights")]))
+        ids = task.spawn("s", [(kids, {"n": 0})])
+        refused("same name", lambda: task.wait_for_tasks("s", ids))
+        return ids
+
+    t = enqueue(producer, queue, {}).task_id
+    with running(app):
+        wait_until(lambda: completed(su, t), 30, "completed")
+    ids = completed(su, t)["result"]
+    assert seen.pop("text").startswith("ValueError: delay: 'two fortnights' is not a duration PostgreSQL reads")
+    assert seen == {
+        "children": "TypeError: children: expected a sequence of Child or (queue, payload), got str",
+        "item": "TypeError: children[0]: expected a Child or a (queue, payload) pair, got int",
+        "pair": "ValueError: children[0]: Child.queue: must not be empty",
+        "child": "ValueError: Child.delay: must not be negative, got -1",
+        "ids": "TypeError: task_ids[0]: expected an int task id, got str",
+        "same name": "ValueError: step 's' is recorded, but not as a wait for tasks: "
+                     "give each step, spawn and wait a name of its own",
+    }
+    assert kid_ids(su, kids) == ids and len(ids) == 1, "the refused spawn left a child behind"
+    assert recorded_steps(su, t) == ["s"]
+
+
+CHILD_POINTS = ["mid-spawn", "after-spawn", "parked-wait", "after-wait"]
+
+
+def test_a_worker_killed_around_a_spawn_spawns_each_child_exactly_once(cluster, admin, producer, su, queue, tmp_path):
+    """apps/children_app.py: a workflow spawns four children and waits for
+    them; its worker SIGKILLs itself at each point in turn (a workflow and
+    queues of their own for each, all at once), a rescuer finishes. Each
+    workflow had exactly four children, each done once."""
+    dsn, n = cluster.dsn("app_service"), 4
+    runs: dict[str, dict] = {}
+    try:
+        for point in CHILD_POINTS:
+            q = f"{queue}_{point.replace('-', '_')}"
+            configure(admin, q, keep_completed="1 hour")
+            configure(admin, f"{q}_kids", keep_completed="1 hour")
+            env = {"AEDB_TEST_QUEUE": q, "AEDB_TEST_LEASE": "5", "AEDB_TEST_CHILDREN": str(n)}
+            runs[point] = {"queue": q, "env": env, "task_id": enqueue(producer, q, {}).task_id, "rescuer": None,
+                           "victim": Worker("apps.children_app:app", dsn, tmp_path,
+                                            env={**env, "AEDB_TEST_KILL": point})}
+        deadline = time.monotonic() + 90
+        while not all(completed(su, r["task_id"]) for r in runs.values()):
+            for point, r in runs.items():
+                if r["rescuer"] is None and r["victim"].proc.poll() is not None:
+                    out = r["victim"].output()
+                    assert r["victim"].proc.returncode == -signal.SIGKILL, f"{point}: the victim exited:\n{out}"
+                    assert f"killed at {point}" in out
+                    # the victim's tasks reclaimable at once rather than after the 5 s lease
+                    su.execute("UPDATE aedb_queue.task SET lease_deadline = now() - interval '1 second' "
+                               "WHERE queue IN (%s, %s) AND state = 'in_flight'", (r["queue"], r["queue"] + "_kids"))
+                    r["rescuer"] = Worker("apps.children_app:app", dsn, tmp_path, env=r["env"])
+            if time.monotonic() > deadline:
+                late = {p: (task_row(su, r["task_id"]), (r["rescuer"] or r["victim"]).output()[-1500:])
+                        for p, r in runs.items() if not completed(su, r["task_id"])}
+                raise AssertionError(f"workflows not done in 90 s: {late}")
+            time.sleep(0.1)
+    finally:
+        for r in runs.values():
+            for w in (r["victim"], r["rescuer"]):
+                if w is not None:
+                    w.close()
+    for point, r in runs.items():
+        kids = r["queue"] + "_kids"
+        done = completed(su, r["task_id"])
+        ids = done["result"]["ids"]
+        assert done["result"] == {"ids": ids, "squares": [i * i for i in range(n)]}, point
+        assert kid_ids(su, kids) == sorted(ids), f"killed at {point}: children {kid_ids(su, kids)}, spawned {ids}"
+        ledger = su.execute("SELECT count(*), count(DISTINCT task_id) FROM ledger WHERE queue = %s",
+                            (kids,)).fetchone()
+        assert ledger == (n, n), f"killed at {point}: ledger {ledger}"
+        assert recorded_steps(su, r["task_id"]) == ["spawn", "join"], point

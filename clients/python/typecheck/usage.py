@@ -9,8 +9,8 @@ from typing import Any
 import psycopg
 
 import aedb_queue
-from aedb_queue import (App, AsyncTask, Complete, DeadLetter, Enqueued, Event, FollowUp, Retry, Task, aemit, emit,
-                        enqueue)
+from aedb_queue import (App, AsyncTask, Child, ChildFailed, ChildResult, Complete, DeadLetter, Enqueued, Event,
+                        FollowUp, Retry, Task, aemit, emit, enqueue)
 
 
 @dataclass
@@ -82,6 +82,25 @@ async def fulfil_async(task: AsyncTask[dict[str, int]]) -> None:
     await task.sleep("nap", 30)
     event = await task.wait_for_event("packed", "k", 60)
     assert event.timed_out or event.payload is not None
+
+
+@app.task("albums")
+def thumbnails(task: Task[dict[str, list[str]]]) -> list[Any]:
+    children = [Child("thumbs", {"image": name}, priority=5, delay="1 second") for name in task.payload["images"]]
+    ids: list[int] = task.spawn("resize", [*children, ("thumbs", {"image": "cover"})])
+    try:
+        results: list[ChildResult] = task.wait_for_tasks("resized", ids)
+    except ChildFailed as exc:
+        return [(r.task_id, r.state, r.error) for r in exc.failed]
+    lenient = task.wait_for_tasks("resized-again", ids, raise_on_failure=False)
+    return [r.result for r in results if r.ok] + [r.state for r in lenient]
+
+
+@app.task("albums-async")
+async def athumbnails(task: AsyncTask[None]) -> int:
+    ids = await task.spawn("resize", [Child("thumbs", None, idempotency_key="cover")])
+    results = await task.wait_for_tasks("resized", ids)
+    return sum(1 for r in results if r.ok)
 
 
 def warehouse(conn: psycopg.Connection[tuple[object, ...]]) -> bool:
