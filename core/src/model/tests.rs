@@ -872,3 +872,59 @@ fn retry_from_a_step_drops_it_and_later_ones_and_wakes_a_parked_or_dead_task() {
         Reply::Error(INVALID_PARAMETER)
     );
 }
+
+#[test]
+fn an_emit_that_wakes_a_waiter_promotes_the_due_timers_too() {
+    let mut m = Model::new(config());
+    enqueue(&mut m, args());
+    enqueue(&mut m, args());
+    claim(&mut m, 2);
+    let wait = |m: &mut Model, task, step| {
+        m.apply(&Op::AwaitEvent {
+            by: Session::Worker,
+            task: TaskRef::Known(task),
+            token: TokenRef::Current,
+            step,
+            strict: false,
+        })
+    };
+    wait(&mut m, 1, 0);
+    wait(&mut m, 0, 1);
+    m.apply(&Op::TimePasses {
+        task: TaskRef::Known(1),
+    });
+    assert_eq!(m.task(1).state, State::Scheduled, "due, not yet promoted");
+    m.apply(&Op::Emit {
+        by: Session::Producer,
+        key: 1,
+        payload: None,
+    });
+    assert_eq!(m.task(0).state, State::Ready, "woken");
+    assert_eq!(m.task(1).state, State::Ready, "promoted with it");
+}
+
+#[test]
+fn a_follow_up_does_not_exist_yet_when_its_completion_frees_a_slot() {
+    let mut m = Model::new(config());
+    let keyed = EnqueueArgs {
+        concurrency_key: Some(0),
+        ..args()
+    };
+    enqueue(&mut m, keyed.clone());
+    enqueue(&mut m, keyed);
+    claim(&mut m, 1);
+    assert!(m.apply(&Op::Complete {
+        by: Session::Service,
+        task: TaskRef::Known(0),
+        token: TokenRef::Current,
+        result: None,
+        follow_up: Some(FollowUp {
+            priority: 5,
+            idempotency_key: None,
+            concurrency_key: Some(0),
+        }),
+        strict: false,
+    }) == Reply::Outcome(Outcome::Applied));
+    assert_eq!(m.task(1).state, State::Ready, "the blocked task takes the slot");
+    assert_eq!(m.task(2).state, State::Blocked, "the follow-up waits, whatever its priority");
+}
