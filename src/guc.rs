@@ -25,6 +25,13 @@ pub static CLAIM_RESCAN_INTERVAL_MS: GucSetting<i32> = GucSetting::<i32>::new(10
 /// cannot skip and the plain claim is cheaper. 0: resume whenever possible.
 pub static CLAIM_RESUME_LAG: GucSetting<i32> = GucSetting::<i32>::new(128);
 
+/// Claims also resume while the task table holds this many dead rows
+/// awaiting VACUUM (see `horizon`): entries scans have marked dead stay on
+/// their index pages, and a claim from the head steps over each. 0: never
+/// for this reason.
+pub static CLAIM_RESUME_DEAD_ROWS: GucSetting<i32> =
+    GucSetting::<i32>::new(aedb_queue_core::scan_hint::RESUME_DEAD_ROWS as i32);
+
 /// How often the background-worker reaper runs `queue_reap()` in each
 /// database, in ms; 0 stops it (only with `shared_preload_libraries`).
 pub static REAPER_INTERVAL_MS: GucSetting<i32> = GucSetting::<i32>::new(1000);
@@ -128,6 +135,16 @@ pub fn register() {
         GucFlags::default(),
     );
     GucRegistry::define_int_guc(
+        c"aedb_queue.claim_resume_dead_rows",
+        c"Claims also resume where this session's last claim stopped while the task table holds this many dead rows awaiting VACUUM.",
+        c"Index entries that scans have marked dead stay on their pages until VACUUM, and a claim from the head steps over each of them. 0 never resumes for this reason.",
+        &CLAIM_RESUME_DEAD_ROWS,
+        0,
+        i32::MAX,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
         c"aedb_queue.claim_rescan_interval",
         c"How long claims may resume their index scans where this session's last claim stopped.",
         c"Under a long-held snapshot, skips index entries of claimed and completed tasks that VACUUM cannot remove yet. A task that becomes due behind the resume point waits at most this long while the queue has other ready tasks. 0 reads from the head on every claim.",
@@ -183,6 +200,12 @@ pub fn claim_rescan_interval() -> std::time::Duration {
 
 pub fn claim_resume_lag() -> u32 {
     CLAIM_RESUME_LAG.get().max(0) as u32
+}
+
+/// None: dead rows never make claims resume.
+pub fn claim_resume_dead_rows() -> Option<i64> {
+    let rows = CLAIM_RESUME_DEAD_ROWS.get();
+    (rows > 0).then_some(i64::from(rows))
 }
 
 /// None when the reaper is off.

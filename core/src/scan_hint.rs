@@ -89,25 +89,29 @@ impl<T: Copy> ScanHints<T> {
     }
 }
 
-/// Dead rows in the task table since its last vacuum past which resuming
-/// pays even with no lagging snapshot. Entries a scan has marked dead stay
-/// on their pages until VACUUM, and a scan from the head still steps over
-/// each (about 23 instructions an entry), while resuming costs about 25,000
-/// more a claim (`bench/results/icount-parked`): about 1,000 entries break
-/// even, and a claim and its completion leave about two dead rows for each
-/// entry left in the ready index.
+/// The default dead rows in the task table awaiting VACUUM past which
+/// resuming pays even with no lagging snapshot. Entries a scan has marked
+/// dead stay on their pages until VACUUM, and a scan from the head still
+/// steps over each (about 23 instructions an entry), while resuming costs
+/// about 25,000 more a claim (`bench/results/icount-parked`): about 1,000
+/// entries break even, and a claim and its completion leave about two dead
+/// rows for each entry left in the ready index.
 pub const RESUME_DEAD_ROWS: i64 = 2_000;
 
 /// Whether a claim resumes after its hint: always with `lag_setting` 0,
 /// else while the oldest snapshot lags `lag_setting` transactions or more
-/// (entries nobody may remove yet) or the table holds `RESUME_DEAD_ROWS`
-/// dead rows awaiting VACUUM (entries marked dead but still in the pages).
+/// (entries nobody may remove yet) or the table holds `dead_setting` dead
+/// rows awaiting VACUUM (entries marked dead but still in the pages; None:
+/// not a reason).
 pub fn resume_pays(
     lag_setting: u32,
+    dead_setting: Option<i64>,
     xids_behind: impl FnOnce() -> u32,
     dead_rows: impl FnOnce() -> i64,
 ) -> bool {
-    lag_setting == 0 || xids_behind() >= lag_setting || dead_rows() >= RESUME_DEAD_ROWS
+    lag_setting == 0
+        || xids_behind() >= lag_setting
+        || dead_setting.is_some_and(|setting| dead_rows() >= setting)
 }
 
 #[cfg(test)]
@@ -119,10 +123,12 @@ mod tests {
     #[test]
     fn resuming_pays_behind_a_lagging_snapshot_or_a_pile_awaiting_vacuum() {
         let unread = || -> u32 { panic!("the lag need not be read") };
-        assert!(resume_pays(0, unread, || panic!("nor the dead rows")));
-        assert!(!resume_pays(128, || 127, || RESUME_DEAD_ROWS - 1));
-        assert!(resume_pays(128, || 128, || panic!("the lag decides")));
-        assert!(resume_pays(128, || 0, || RESUME_DEAD_ROWS));
+        let dead = Some(RESUME_DEAD_ROWS);
+        assert!(resume_pays(0, dead, unread, || panic!("nor the dead rows")));
+        assert!(!resume_pays(128, dead, || 127, || RESUME_DEAD_ROWS - 1));
+        assert!(resume_pays(128, dead, || 128, || panic!("the lag decides")));
+        assert!(resume_pays(128, dead, || 0, || RESUME_DEAD_ROWS));
+        assert!(!resume_pays(128, None, || 0, || panic!("dead rows are no reason")));
     }
 
     #[test]

@@ -55,6 +55,7 @@ pub(super) fn resuming_pays() -> bool {
     crate::catalog::relation_oid(c"task").is_some_and(|relid| {
         resume_pays(
             lag,
+            guc::claim_resume_dead_rows(),
             || crate::horizon::xids_behind(relid),
             || crate::horizon::dead_rows_recent(relid),
         )
