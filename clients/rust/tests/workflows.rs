@@ -251,6 +251,12 @@ fn a_sleep_parks_without_counting_the_attempt_and_resumes() {
         .with_ansi(false)
         .finish();
     let _guard = tracing::subscriber::set_default(subscriber);
+    // While one dispatcher is registered, tracing-core decides whether a
+    // log line is enabled, for good, with the default of the thread that
+    // reaches it first: another test's thread (no subscriber) reaching
+    // "workflow step replayed" first silenced it here. With two registered,
+    // it asks both.
+    let _second = tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default());
     // The current-thread runtime keeps every task on this thread, under the subscriber.
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
