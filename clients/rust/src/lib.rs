@@ -8,7 +8,8 @@
 //!   graceful shutdown that hands unfinished tasks back, reconnects.
 //! - Durable workflows: [`Task::step`] / [`Task::step_in`] run once,
 //!   [`Task::sleep`] and [`Task::wait_for_event`] park the task without
-//!   holding a worker, [`emit()`] wakes it.
+//!   holding a worker, [`emit()`] wakes it; [`Task::spawn_children`] and
+//!   [`Task::wait_for_tasks`] fan out to child tasks and back.
 //!
 //! - [`Settings`]: where and how to connect, TLS as libpq's `sslmode`
 //!   says, for every connection the crate makes.
@@ -39,7 +40,7 @@ pub use error::{Error, Result};
 pub use handler::{handler, BoxFuture, Handler};
 pub use task::{Done, Task, TaskError};
 pub use worker::{shutdown_signal, QueueOptions, Report, Worker, WorkerBuilder};
-pub use workflow::{emit, Event};
+pub use workflow::{emit, Child, ChildOutcome, Event};
 
 /// The README's examples, compiled as doc tests; one of them uses `otel`, so
 /// they run with it: `cargo test -p aedb_queue_client --features otel --doc`.

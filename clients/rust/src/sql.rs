@@ -187,6 +187,35 @@ pub const AWAIT_EVENT: Sql = Sql {
     ],
 };
 
+/// Links a workflow's children ($5) without parking or recording, in the
+/// transaction that enqueued them: a child that completes at once is kept
+/// with its result. `lease_lost` when the fence refused it.
+pub const LINK_TASKS: Sql = Sql {
+    text: "SELECT outcome::text
+    FROM aedb_queue.queue_await_tasks($1, $2, $3, $4, $5, park => false)",
+    types: &[
+        Type::TEXT,
+        Type::INT8,
+        Type::INT8,
+        Type::TEXT,
+        Type::INT8_ARRAY,
+    ],
+};
+
+/// Waits for tasks ($5) as a step. `waiting`: the task was handed back
+/// until the last of them ends; else `results`, one entry per task (recorded).
+pub const AWAIT_TASKS: Sql = Sql {
+    text: "SELECT outcome::text, waiting, results
+    FROM aedb_queue.queue_await_tasks($1, $2, $3, $4, $5)",
+    types: &[
+        Type::TEXT,
+        Type::INT8,
+        Type::INT8,
+        Type::TEXT,
+        Type::INT8_ARRAY,
+    ],
+};
+
 /// Emits an event of a queue: true if this call emitted it, false if it
 /// was emitted already (the first emit stands).
 pub const EMIT: Sql = Sql {
@@ -226,6 +255,8 @@ mod tests {
         &STEP_RECORD_STRICT,
         &SLEEP,
         &AWAIT_EVENT,
+        &LINK_TASKS,
+        &AWAIT_TASKS,
         &EMIT,
     ];
 

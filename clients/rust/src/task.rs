@@ -58,7 +58,7 @@ pub(crate) struct Lease {
     /// The task's recorded steps (name, result), loaded on a workflow
     /// call's first use in this claim.
     pub steps: OnceCell<std::sync::Mutex<HashMap<String, Value>>>,
-    /// Set when a sleep or an event wait handed the task back: the runtime
+    /// Set when a sleep or a wait handed the task back: the runtime
     /// settles nothing.
     pub parked: std::sync::Mutex<Option<Parked>>,
 }
@@ -67,11 +67,24 @@ pub(crate) struct Lease {
 #[derive(Debug, Clone)]
 pub(crate) struct Parked {
     pub step: String,
-    /// The wake time (a sleep's end or an event wait's deadline), as the
-    /// database wrote it.
-    pub until: String,
-    /// The event's key, for an event wait.
-    pub event: Option<String>,
+    pub on: ParkedOn,
+}
+
+/// What a parked task waits for. Times are as the database wrote them.
+#[derive(Debug, Clone)]
+pub(crate) enum ParkedOn {
+    Sleep {
+        until: String,
+    },
+    /// An event, or its deadline (`until`).
+    Event {
+        key: String,
+        until: String,
+    },
+    /// Other tasks (children): no time, the last one's end wakes it.
+    Tasks {
+        count: usize,
+    },
 }
 
 impl Lease {
@@ -253,10 +266,10 @@ impl TaskError {
         &self.message
     }
 
-    /// A sleep or an event wait handed the task back (parked until a time
-    /// or an event): not a failure. Return it (`?`) at once; the runtime
-    /// settles nothing, the slot is freed, the attempt is not counted, and
-    /// the handler runs again when the task wakes.
+    /// A sleep or a wait handed the task back (parked until a time, an
+    /// event or the end of other tasks): not a failure. Return it (`?`) at
+    /// once; the runtime settles nothing, the slot is freed, the attempt is
+    /// not counted, and the handler runs again when the task wakes.
     pub fn is_parked(&self) -> bool {
         self.stop == Some(Stop::Parked)
     }

@@ -1,7 +1,8 @@
 //! Durable workflows: a handler's named steps, recorded once under the
 //! claim's fencing token ([`Task::step`], [`Task::step_in`]), durable
-//! sleeps ([`Task::sleep`], [`Task::sleep_until`]) and event waits
-//! ([`Task::wait_for_event`]) that park the task, and the producer's
+//! sleeps ([`Task::sleep`], [`Task::sleep_until`]), event waits
+//! ([`Task::wait_for_event`]) and children ([`Task::spawn_children`],
+//! [`Task::wait_for_tasks`]) that park the task, and the producer's
 //! [`emit()`].
 //!
 //! A parked task is handed back by the database itself (scheduled until the
@@ -27,7 +28,10 @@ use crate::duration::micros;
 use crate::error::{Error, Result};
 use crate::sql;
 use crate::statement;
-use crate::task::{Lease, Parked, Stop, Task, TaskError};
+use crate::task::{Lease, Parked, ParkedOn, Stop, Task, TaskError};
+
+mod children;
+pub use children::{Child, ChildOutcome};
 
 /// How an event wait ended ([`Task::wait_for_event`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -123,15 +127,17 @@ impl Lease {
 
     /// The database handed the task back: the runtime settles nothing.
     fn park(&self, parked: Parked) -> TaskError {
-        let message = match &parked.event {
-            Some(key) => format!(
-                "parked at step \"{}\": waiting for event \"{key}\" until {}",
-                parked.step, parked.until
-            ),
-            None => format!(
-                "parked at step \"{}\": sleeping until {}",
-                parked.step, parked.until
-            ),
+        let step = &parked.step;
+        let message = match &parked.on {
+            ParkedOn::Sleep { until } => {
+                format!("parked at step \"{step}\": sleeping until {until}")
+            }
+            ParkedOn::Event { key, until } => {
+                format!("parked at step \"{step}\": waiting for event \"{key}\" until {until}")
+            }
+            ParkedOn::Tasks { count } => {
+                format!("parked at step \"{step}\": waiting for {count} tasks")
+            }
         };
         *self
             .parked
@@ -336,8 +342,9 @@ impl<T> Task<T> {
         if waiting {
             return Err(self.lease.park(Parked {
                 step: name.to_string(),
-                until: wake_at.unwrap_or_default(),
-                event: None,
+                on: ParkedOn::Sleep {
+                    until: wake_at.unwrap_or_default(),
+                },
             }));
         }
         Ok(())
@@ -382,8 +389,10 @@ impl<T> Task<T> {
         if waiting {
             return Err(self.lease.park(Parked {
                 step: name.to_string(),
-                until: wake_at.unwrap_or_default(),
-                event: Some(key.to_string()),
+                on: ParkedOn::Event {
+                    key: key.to_string(),
+                    until: wake_at.unwrap_or_default(),
+                },
             }));
         }
         let ended = (row.get::<_, Option<Value>>(3), row.get::<_, bool>(4));

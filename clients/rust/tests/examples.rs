@@ -85,3 +85,38 @@ fn the_workflow_example_ships_its_order_once() {
         .get(0);
     assert_eq!(left, 0);
 }
+
+/// The children example runs as written: three pages counted by child
+/// tasks, the report summing them once.
+#[test]
+fn the_fan_out_example_sums_its_children() {
+    let cluster = Cluster::shared();
+    let out = Command::new(env!("CARGO"))
+        .args([
+            "run",
+            "-q",
+            "-p",
+            "aedb_queue_client",
+            "--example",
+            "fan_out",
+        ])
+        .env("AEDB_QUEUE_DSN", cluster.dsn(SERVICE))
+        .output()
+        .expect("cargo run --example fan_out");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout, "3 pages, 6 words\ncompleted 4\n");
+    let left: i64 = cluster
+        .connect()
+        .query_one(
+            "SELECT count(*) FROM aedb_queue.task WHERE queue IN ('reports', 'pages')",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 0);
+}

@@ -1,11 +1,12 @@
 //! Durable workflows through the worker runtime, against a throw-away
 //! cluster (the itests harness): steps recorded once and replayed on a later
 //! claim, sleeps and event waits that park the task without counting the
-//! attempt, emits, a strict step's effect rolled back with a lost lease, and
-//! a workflow worker process SIGKILLed at every point of its workflow
-//! (examples/workflow_crash.rs) whose steps each happen exactly once.
-//! Producers connect as `app_producer`, workers as `app_worker`; the
-//! superuser only sets up, steals leases and checks.
+//! attempt, emits, a strict step's effect rolled back with a lost lease,
+//! children spawned once and waited for, and a workflow worker process
+//! SIGKILLed at every point of its workflow (examples/workflow_crash.rs)
+//! whose steps each happen exactly once. Producers connect as
+//! `app_producer`, workers as `app_worker` (as `app_service` where they
+//! spawn children); the superuser only sets up, steals leases and checks.
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -13,9 +14,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use aedb_queue_client::{
-    emit, handler, Done, Event, QueueOptions, Report, Task, TaskError, Worker,
+    emit, handler, Child, ChildOutcome, Done, EnqueueOptions, Event, Handler, QueueOptions, Report,
+    Task, TaskError, Worker,
 };
-use aedb_queue_itests::{json, Cluster, ADMIN, PRODUCER, SUPERUSER, WORKER};
+use aedb_queue_itests::{json, Cluster, ADMIN, PRODUCER, SERVICE, SUPERUSER, WORKER};
 use serde_json::Value;
 use tokio_postgres::NoTls;
 
@@ -79,22 +81,30 @@ fn steps(cluster: &Cluster, queue: &str, id: i64) -> Vec<(String, Option<Value>,
 fn run_until(
     cluster: &Cluster,
     queue: &str,
-    h: Arc<dyn aedb_queue_client::Handler>,
+    h: Arc<dyn Handler>,
     done: impl Fn() -> bool + Send + 'static,
     bound: Duration,
 ) -> Report {
-    let worker = Worker::builder(&cluster.dsn(WORKER))
-        .unwrap()
-        .queue(
-            QueueOptions::new(queue)
-                .concurrency(1)
-                .poll_interval(Duration::from_millis(100)),
-            h,
-        )
-        .build()
-        .unwrap();
+    run_queues_until(cluster, WORKER, vec![(queue, h)], done, bound)
+}
+
+/// [`run_until`] with several queues (one slot each), connected as `role`.
+fn run_queues_until(
+    cluster: &Cluster,
+    role: &str,
+    queues: Vec<(&str, Arc<dyn Handler>)>,
+    done: impl Fn() -> bool + Send + 'static,
+    bound: Duration,
+) -> Report {
+    let mut builder = Worker::builder(&cluster.dsn(role)).unwrap();
+    for (queue, h) in queues {
+        let options = QueueOptions::new(queue)
+            .concurrency(1)
+            .poll_interval(Duration::from_millis(100));
+        builder = builder.queue(options, h);
+    }
     runtime()
-        .block_on(worker.run(async move {
+        .block_on(builder.build().unwrap().run(async move {
             let start = Instant::now();
             while !done() && start.elapsed() < bound {
                 tokio::time::sleep(Duration::from_millis(20)).await;
@@ -241,6 +251,12 @@ fn a_sleep_parks_without_counting_the_attempt_and_resumes() {
         .with_ansi(false)
         .finish();
     let _guard = tracing::subscriber::set_default(subscriber);
+    // While one dispatcher is registered, tracing-core decides whether a
+    // log line is enabled, for good, with the default of the thread that
+    // reaches it first: another test's thread (no subscriber) reaching
+    // "workflow step replayed" first silenced it here. With two registered,
+    // it asks both.
+    let _second = tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default());
     // The current-thread runtime keeps every task on this thread, under the subscriber.
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -605,6 +621,320 @@ fn a_step_records_nothing_when_the_lease_was_lost_and_a_strict_one_rolls_back_it
         .unwrap()
         .get(0);
     assert_eq!(rows, 0, "the strict step's effect rolled back");
+}
+
+/// The tasks of `queue` still stored (live, dead, or completed and kept):
+/// a ledger of its enqueues, while nothing is reaped.
+fn tasks_in(cluster: &Cluster, queue: &str) -> i64 {
+    cluster
+        .connect()
+        .query_one(
+            "SELECT (SELECT count(*) FROM aedb_queue.task WHERE queue = $1)
+                  + (SELECT count(*) FROM aedb_queue.completed_task WHERE queue = $1)",
+            &[&queue],
+        )
+        .unwrap()
+        .get(0)
+}
+
+/// The children's handler: the square of the payload's `n`.
+fn squares() -> Arc<dyn Handler> {
+    handler(|task: Task<Value>| async move {
+        let n = task.payload["n"].as_u64().unwrap_or_default();
+        Ok(Done::new().with_result(json!(n * n)))
+    })
+}
+
+/// Polls until `done` holds (30 s at most).
+fn until(what: &str, done: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < Duration::from_secs(30), "never: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A workflow fans out to five children in one step, drained by the same
+/// worker the last one first (shorter delays), and resumes with their
+/// results in the children's order. It is parked while they run, the
+/// attempt not counted; its second run replays the spawn, so exactly five
+/// children were ever enqueued.
+#[test]
+fn a_workflow_fans_out_to_children_and_resumes_with_their_results_in_order() {
+    let cluster = Cluster::shared();
+    let (parent, kids) = ("wf.fan", "wf.fan.kids");
+    keep_completed(cluster, parent);
+    keep_completed(cluster, kids);
+    let id = enqueue(cluster, parent, json!({"n": 5}));
+    let spawned: Arc<Mutex<Vec<Vec<i64>>>> = Arc::default();
+    let got: Arc<Mutex<Option<Vec<ChildOutcome<u64>>>>> = Arc::default();
+    let (spawned2, got2) = (spawned.clone(), got.clone());
+    let h = handler(move |task: Task<Value>| {
+        let (spawned, got) = (spawned2.clone(), got2.clone());
+        async move {
+            let n = task.payload["n"].as_u64().unwrap();
+            let children = (1..=n).map(|i| {
+                let delay = Duration::from_millis(100 * (n - i + 1));
+                Child::new(kids, json!({ "n": i })).options(EnqueueOptions::new().delay(delay))
+            });
+            let ids = task.spawn_children("fan-out", children).await?;
+            spawned.lock().unwrap().push(ids.clone());
+            let outcomes: Vec<ChildOutcome<u64>> = task.wait_for_tasks("fan-in", &ids).await?;
+            let sum: u64 = outcomes.iter().filter_map(ChildOutcome::result).sum();
+            *got.lock().unwrap() = Some(outcomes);
+            Ok(Done::new().with_result(json!({ "sum": sum })))
+        }
+    });
+    let got3 = got.clone();
+    let report = run_queues_until(
+        cluster,
+        SERVICE,
+        vec![(parent, h), (kids, squares())],
+        move || got3.lock().unwrap().is_some(),
+        Duration::from_secs(30),
+    );
+    let spawned = spawned.lock().unwrap().clone();
+    assert_eq!(
+        spawned.len(),
+        2,
+        "spawned and parked, then resumed: {spawned:?}"
+    );
+    assert_eq!(
+        spawned[0], spawned[1],
+        "the second run got the recorded ids"
+    );
+    let expected: Vec<ChildOutcome<u64>> = spawned[0]
+        .iter()
+        .zip(1u64..)
+        .map(|(&task_id, i)| ChildOutcome::Completed {
+            task_id,
+            result: i * i,
+        })
+        .collect();
+    assert_eq!(got.lock().unwrap().clone(), Some(expected));
+    assert_eq!(tasks_in(cluster, kids), 5, "each child enqueued once");
+    assert_eq!((report.parked, report.completed), (1, 6), "{report:?}");
+    let t = state(cluster, parent, id);
+    assert_eq!((t.state.as_str(), t.attempts), ("completed", 1));
+    let recorded: Vec<String> = steps(cluster, parent, id)
+        .into_iter()
+        .map(|s| s.0)
+        .collect();
+    assert_eq!(recorded, ["fan-out", "fan-in"]);
+}
+
+/// A dead-lettered child is returned dead with its error, a cancelled one
+/// missing. The workflow stays parked while any child is live (here one
+/// delayed an hour, after the others ended), and the cancel of that last
+/// one releases it.
+#[test]
+fn a_dead_child_is_returned_dead_and_a_cancelled_one_missing() {
+    let cluster = Cluster::shared();
+    let (parent, kids) = ("wf.dead", "wf.dead.kids");
+    keep_completed(cluster, parent);
+    let id = enqueue(cluster, parent, json!({}));
+    let spawned: Arc<Mutex<Option<Vec<i64>>>> = Arc::default();
+    let got: Arc<Mutex<Option<Vec<ChildOutcome<String>>>>> = Arc::default();
+    let (spawned2, got2) = (spawned.clone(), got.clone());
+    let h = handler(move |task: Task<Value>| {
+        let (spawned, got) = (spawned2.clone(), got2.clone());
+        async move {
+            let later = EnqueueOptions::new().delay(Duration::from_secs(3600));
+            let children = [
+                Child::new(kids, "ok"),
+                Child::new(kids, "die"),
+                Child::new(kids, "ok").options(later),
+            ];
+            let ids = task.spawn_children("kids", children).await?;
+            *spawned.lock().unwrap() = Some(ids.clone());
+            *got.lock().unwrap() = Some(task.wait_for_tasks("wait", &ids).await?);
+            Ok(Done::new())
+        }
+    });
+    let kid = handler(|task: Task<String>| async move {
+        if task.payload == "die" {
+            return Err(TaskError::dead_letter("no such image"));
+        }
+        Ok(Done::new().with_result(json!("fine")))
+    });
+    let spawned3 = spawned.clone();
+    let canceller = std::thread::spawn(move || {
+        until("spawned", || spawned3.lock().unwrap().is_some());
+        let ids = spawned3.lock().unwrap().clone().unwrap();
+        until("the dead child and the parked parent", || {
+            state(cluster, kids, ids[1]).state == "dead"
+                && state(cluster, parent, id).state == "waiting"
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        let parked = state(cluster, parent, id).state;
+        cluster
+            .connect_as(ADMIN)
+            .execute("SELECT aedb_queue.queue_cancel($1, $2)", &[&kids, &ids[2]])
+            .unwrap();
+        parked
+    });
+    let got3 = got.clone();
+    let report = run_queues_until(
+        cluster,
+        SERVICE,
+        vec![(parent, h), (kids, kid)],
+        move || got3.lock().unwrap().is_some(),
+        Duration::from_secs(30),
+    );
+    assert_eq!(
+        canceller.join().unwrap(),
+        "waiting",
+        "parked while one is live"
+    );
+    let ids = spawned.lock().unwrap().clone().unwrap();
+    assert_eq!(
+        got.lock().unwrap().clone(),
+        Some(vec![
+            ChildOutcome::Completed {
+                task_id: ids[0],
+                result: "fine".to_string()
+            },
+            ChildOutcome::Dead {
+                task_id: ids[1],
+                error: Some("no such image".to_string())
+            },
+            ChildOutcome::Missing { task_id: ids[2] },
+        ])
+    );
+    assert_eq!(
+        (report.parked, report.completed, report.failed),
+        (1, 2, 1),
+        "{report:?}"
+    );
+    assert_eq!(state(cluster, parent, id).attempts, 1, "{report:?}");
+}
+
+/// A spawn commits with its record or not at all. A worker whose lease was
+/// lost (its task reclaimed by another) before its spawn enqueues no child
+/// and ends as a lost lease. The worker that gets the task next spawns the
+/// children and fails after that; its next run gets the recorded ids: three
+/// children in all, whose results the workflow reads.
+#[test]
+fn a_spawn_happens_once_through_a_lost_lease_and_a_retry() {
+    let cluster = Cluster::shared();
+    let (parent, kids) = ("wf.once", "wf.once.kids");
+    keep_completed(cluster, kids);
+    let id = aedb_queue_itests::enqueue_with(
+        &mut cluster.connect_as(PRODUCER),
+        parent,
+        Some(&json!({})),
+        &aedb_queue_itests::EnqueueOpts::default().max_attempts(10),
+    )
+    .task_id;
+    let three = move || (1..=3).map(move |n| Child::new(kids, json!({ "n": n })));
+
+    // The first worker: the task is stolen before its spawn.
+    let (ready, stolen) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let lost: Arc<Mutex<Option<bool>>> = Arc::default();
+    let (r, s, l) = (ready.clone(), stolen.clone(), lost.clone());
+    let first = handler(move |task: Task<Value>| {
+        let (ready, stolen, lost) = (r.clone(), s.clone(), l.clone());
+        async move {
+            ready.store(true, Ordering::SeqCst);
+            while !stolen.load(Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let spawned = task.spawn_children("kids", three()).await;
+            *lost.lock().unwrap() = Some(spawned.as_ref().is_err_and(TaskError::is_lease_lost));
+            spawned?;
+            Ok(Done::new())
+        }
+    });
+    let thief = std::thread::spawn(move || {
+        until("the handler runs", || ready.load(Ordering::SeqCst));
+        let mut c = cluster.connect();
+        c.batch_execute("SET aedb_queue.claim_rescan_interval = 0")
+            .unwrap();
+        let mut tx = c.transaction().unwrap();
+        expire_lease(&mut tx, id);
+        let got = aedb_queue_itests::claim(&mut tx, parent, "thief", "1 hour", 1);
+        tx.commit().unwrap();
+        stolen.store(true, Ordering::SeqCst);
+        got.len()
+    });
+    let l = lost.clone();
+    let report = run_queues_until(
+        cluster,
+        SERVICE,
+        vec![(parent, first)],
+        move || l.lock().unwrap().is_some(),
+        Duration::from_secs(30),
+    );
+    assert_eq!(thief.join().unwrap(), 1, "the thief reclaimed it");
+    assert_eq!(
+        *lost.lock().unwrap(),
+        Some(true),
+        "the spawn ended as a lost lease"
+    );
+    assert_eq!(report.lease_lost, 1, "{report:?}");
+    assert_eq!(tasks_in(cluster, kids), 0, "no child left behind");
+    assert!(steps(cluster, parent, id).is_empty(), "nothing recorded");
+
+    // The thief's lease runs out; the next worker spawns, fails, runs again.
+    expire_lease(&mut cluster.connect(), id);
+    let runs: Arc<Mutex<Vec<Vec<i64>>>> = Arc::default();
+    let got: Arc<Mutex<Option<Vec<ChildOutcome<u64>>>>> = Arc::default();
+    let (runs2, got2) = (runs.clone(), got.clone());
+    let next = handler(move |task: Task<Value>| {
+        let (runs, got) = (runs2.clone(), got2.clone());
+        async move {
+            let ids = task.spawn_children("kids", three()).await?;
+            let first = {
+                let mut runs = runs.lock().unwrap();
+                runs.push(ids.clone());
+                runs.len() == 1
+            };
+            if first {
+                let a_moment = Duration::from_millis(1);
+                return Err(TaskError::retry_in("fails after its spawn", a_moment));
+            }
+            *got.lock().unwrap() = Some(task.wait_for_tasks("wait", &ids).await?);
+            Ok(Done::new())
+        }
+    });
+    let got3 = got.clone();
+    run_queues_until(
+        cluster,
+        SERVICE,
+        vec![(parent, next), (kids, squares())],
+        move || got3.lock().unwrap().is_some(),
+        Duration::from_secs(30),
+    );
+    let runs = runs.lock().unwrap().clone();
+    assert!(
+        runs.len() >= 2 && runs.iter().all(|r| *r == runs[0]),
+        "{runs:?}"
+    );
+    assert_eq!(tasks_in(cluster, kids), 3, "each child enqueued once");
+    let results: Vec<Option<u64>> = got
+        .lock()
+        .unwrap()
+        .clone()
+        .unwrap()
+        .iter()
+        .map(|o| o.result().copied())
+        .collect();
+    assert_eq!(results, [Some(1), Some(4), Some(9)]);
+}
+
+/// Expires the lease of the in-flight task `id`, as if it had run out.
+fn expire_lease(c: &mut impl aedb_queue_itests::GenericClient, id: i64) {
+    let n = c
+        .execute(
+            "UPDATE aedb_queue.task SET lease_deadline = now() - interval '1 second'
+              WHERE task_id = $1 AND state = 'in_flight'",
+            &[&id],
+        )
+        .unwrap();
+    assert_eq!(n, 1, "task {id} in flight");
 }
 
 /// Where examples/workflow_crash.rs kills itself, in the order its

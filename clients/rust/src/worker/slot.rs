@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::handler::payload_value;
 use crate::sql;
 use crate::statement;
-use crate::task::{Claimed, Done, Lease, Parked, Task, TaskError};
+use crate::task::{Claimed, Done, Lease, Parked, ParkedOn, Task, TaskError};
 use crate::telemetry::{Attempt, Cause, Outcome};
 
 /// How a handler's run ended.
@@ -355,24 +355,22 @@ async fn settle_once(
     Ok((settled, next))
 }
 
-/// One line per park: the step, until when, and the event's key if it
-/// waits for one. The slot is free; the task wakes by itself.
+/// One line per park: the step, and until when, the event's key or how
+/// many tasks it waits for. The slot is free; the task wakes by itself.
 fn log_park(q: &QueueRuntime, claimed: &Claimed, parked: &Parked) {
-    match &parked.event {
-        Some(key) => tracing::info!(
-            queue = %q.options.name,
-            task_id = claimed.id,
-            step = %parked.step,
-            event = %key,
-            until = %parked.until,
+    let (queue, task_id, step) = (&q.options.name, claimed.id, &parked.step);
+    match &parked.on {
+        ParkedOn::Sleep { until } => tracing::info!(
+            %queue, task_id, %step, %until,
+            "task parked: sleeping (the attempt is not counted)"
+        ),
+        ParkedOn::Event { key, until } => tracing::info!(
+            %queue, task_id, %step, event = %key, %until,
             "task parked: waiting for an event (the attempt is not counted)"
         ),
-        None => tracing::info!(
-            queue = %q.options.name,
-            task_id = claimed.id,
-            step = %parked.step,
-            until = %parked.until,
-            "task parked: sleeping (the attempt is not counted)"
+        ParkedOn::Tasks { count } => tracing::info!(
+            %queue, task_id, %step, tasks = count,
+            "task parked: waiting for tasks (the attempt is not counted)"
         ),
     }
 }
