@@ -27,7 +27,7 @@ pub(crate) fn explain(stmt: &Statement) -> Result<serde_json::Value> {
     // EXPLAIN EXECUTE plans the PREPARE's text, which the planner hook does
     // not recognise as ours: set what the hook sets for the same plan.
     let _generic = planner::GenericPlans::enter();
-    let _seqscan = planner::SeqscanOffForExplain::enter();
+    let _planner = planner::PlannerOffForExplain::enter(stmt.sql);
     Spi::connect_mut(|client| {
         client
             .update(
