@@ -5,7 +5,7 @@ use aedb_queue_core::validate;
 use pgrx::datum::TimestampWithTimeZone;
 use pgrx::prelude::*;
 
-use super::{checked_name, required};
+use super::{checked_name, readable_task, required};
 use crate::datum::{RawJsonb, RawTaskRow};
 use crate::errors::{run, Result};
 use crate::{guc, security, store};
@@ -14,9 +14,7 @@ use crate::{guc, security, store};
 #[pg_extern(stable)]
 fn queue_get(queue: Option<&str>, task_id: Option<i64>) -> SetOfIterator<'static, RawTaskRow> {
     run(|| {
-        let queue = checked_name("queue", queue)?;
-        let task_id = required("task_id", task_id)?;
-        security::authorize(Action::Read, queue)?;
+        let (queue, task_id) = readable_task(queue, task_id)?;
         Ok(SetOfIterator::new(store::get_task(queue, task_id)?))
     })
 }
@@ -123,9 +121,7 @@ fn readable_links(
     task_id: Option<i64>,
     links: fn(&str, i64) -> Result<Vec<(String, RawTaskRow)>>,
 ) -> Result<SetOfIterator<'static, RawTaskRow>> {
-    let queue = checked_name("queue", queue)?;
-    let task_id = required("task_id", task_id)?;
-    security::authorize(Action::Read, queue)?;
+    let (queue, task_id) = readable_task(queue, task_id)?;
     if store::schema_level() < store::SchemaLevel::V050 {
         return Ok(SetOfIterator::new(Vec::new()));
     }
@@ -153,9 +149,7 @@ fn queue_errors(
     ),
 > {
     run(|| {
-        let queue = checked_name("queue", queue)?;
-        let task_id = required("task_id", task_id)?;
-        security::authorize(Action::Read, queue)?;
+        let (queue, task_id) = readable_task(queue, task_id)?;
         Ok(TableIterator::new(store::errors_of(queue, task_id)?))
     })
 }
