@@ -317,6 +317,8 @@ mod tests {
                 );
             }
             assert_eq!(crate::store::seq_scans_of(stmt), 0, "{name}, {tables}, as executed");
+            // Planned through the hook, which turns sorts and bitmaps off for it.
+            assert_eq!(crate::store::sorts_of(stmt), 0, "{name}, {tables}, as executed");
         }
         // The planner settings were the statements' only.
         for setting in ["enable_sort", "enable_bitmapscan", "enable_seqscan"] {

@@ -92,7 +92,7 @@ pub use tasks::{
 #[cfg(any(test, feature = "pg_test"))]
 pub(crate) use {
     admin::LISTING_STATEMENTS,
-    plans::{explain, seq_scans_of},
+    plans::{explain, seq_scans_of, sorts_of},
     rights::{CONFINED, GRANTS},
     schedule::SCHEDULE_STATEMENTS,
     tasks::{LIFECYCLE_STATEMENTS, QUEUES_WITH_WORK},
