@@ -166,3 +166,25 @@ GRANT EXECUTE ON FUNCTION "queue_step_record", "queue_steps", "queue_waits", "qu
     TO aedb_queue_worker, aedb_queue_admin;
 GRANT EXECUTE ON FUNCTION "queue_emit" TO aedb_queue_producer, aedb_queue_admin;
 GRANT EXECUTE ON FUNCTION "queue_retry_from_step", "queue_events_purge" TO aedb_queue_admin;
+
+-- 3. A filtered, keyset-paged task list (queue_tasks), with queue_list's
+-- read right: workers and admins.
+CREATE  FUNCTION "queue_tasks"(
+	"queue" TEXT, /* Option < & str > */
+	"state" TEXT DEFAULT NULL, /* Option < & str > */
+	"after_task_id" bigint DEFAULT NULL, /* Option < i64 > */
+	"before_task_id" bigint DEFAULT NULL, /* Option < i64 > */
+	"created_after" timestamp with time zone DEFAULT NULL, /* Option < TimestampWithTimeZone > */
+	"created_before" timestamp with time zone DEFAULT NULL, /* Option < TimestampWithTimeZone > */
+	"updated_after" timestamp with time zone DEFAULT NULL, /* Option < TimestampWithTimeZone > */
+	"updated_before" timestamp with time zone DEFAULT NULL, /* Option < TimestampWithTimeZone > */
+	"payload_contains" jsonb DEFAULT NULL, /* Option < RawJsonb > */
+	"payload_has_key" TEXT DEFAULT NULL, /* Option < & str > */
+	"limit" INT DEFAULT 100 /* Option < i32 > */
+) RETURNS SETOF aedb_queue.task_row /* RawTaskRow */
+STABLE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'queue_tasks_wrapper';
+
+REVOKE ALL ON FUNCTION "queue_tasks" FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION "queue_tasks" TO aedb_queue_worker, aedb_queue_admin;

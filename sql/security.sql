@@ -33,7 +33,7 @@ GRANT EXECUTE ON FUNCTION
     aedb_queue.queue_claim, aedb_queue.queue_complete, aedb_queue.queue_complete_batch,
     aedb_queue.queue_fail, aedb_queue.queue_heartbeat, aedb_queue.queue_release, aedb_queue.queue_get,
     aedb_queue.queue_complete_and_claim, aedb_queue.queue_fail_and_claim,
-    aedb_queue.queue_list, aedb_queue_internal.can_read,
+    aedb_queue.queue_list, aedb_queue.queue_tasks, aedb_queue_internal.can_read,
     aedb_queue.queue_schedule_list, aedb_queue.queue_cron_preview, aedb_queue.queue_parents,
     aedb_queue.queue_overview, aedb_queue.queue_counters, aedb_queue.queue_access, aedb_queue.queue_find,
     aedb_queue.queue_children, aedb_queue.queue_errors, aedb_queue.queue_shard,

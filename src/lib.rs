@@ -57,6 +57,8 @@ mod tests_ops;
 #[cfg(any(test, feature = "pg_test"))]
 mod tests_overview;
 #[cfg(any(test, feature = "pg_test"))]
+mod tests_paging;
+#[cfg(any(test, feature = "pg_test"))]
 mod tests_plans;
 #[cfg(any(test, feature = "pg_test"))]
 mod tests_release;

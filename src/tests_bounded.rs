@@ -47,6 +47,8 @@ mod tests {
             "22023",
         ),
         ("aedb_queue.queue_list('q', state => {v})", "22023"),
+        ("aedb_queue.queue_tasks('q', state => {v})", "22023"),
+        ("aedb_queue.queue_tasks('q', payload_has_key => {v})", "54000"),
         ("aedb_queue.queue_purge('q', {v})", "22023"),
         (
             "aedb_queue.queue_configure('q', ordering_on_dead => {v})",
@@ -141,6 +143,7 @@ mod tests {
         let calls = [
             "aedb_queue.queue_enqueue_batch('b', ARRAY['1'::jsonb], on_parent_failure => 'bogus')",
             "aedb_queue.queue_list('b', state => 'bogus')",
+            "aedb_queue.queue_tasks('b', state => 'bogus', after_task_id => 1, before_task_id => 2)",
             "aedb_queue.queue_purge('b', 'bogus')",
             "aedb_queue.queue_configure('b', ordering_on_dead => 'bogus')",
             "aedb_queue.queue_grant('b', 'someone', 'bogus')",

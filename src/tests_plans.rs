@@ -246,6 +246,90 @@ mod tests {
         );
     }
 
+    /// The index scans each page statement of `queue_tasks` must contain,
+    /// as in `EXPECTED_INDEXES`.
+    const PAGE_INDEXES: &[(&str, &[(&str, &str)])] = &[
+        (
+            "TASKS_AFTER",
+            &[("task_pkey", "task_id"), ("completed_task_pkey", "task_id")],
+        ),
+        (
+            "TASKS_BEFORE",
+            &[("task_pkey", "task_id"), ("completed_task_pkey", "task_id")],
+        ),
+        ("DEAD_AFTER", &[("task_dead_idx", "task_id")]),
+        ("DEAD_BEFORE", &[("task_dead_idx", "task_id")]),
+    ];
+
+    /// `queue_tasks` reads an index in task id order from where its page
+    /// starts and stops at its limit: the primary keys of the task table
+    /// and of the kept completed tasks, merged (no sort), or for dead tasks
+    /// the queue's range of the dead index. A sort, or a bitmap, would read
+    /// every task of the queue (or of every queue) before the first row.
+    /// They start with `in_index_order!`, so the planner leaves them no
+    /// sort and no bitmap, on tables full of clutter (this test) and on
+    /// tables never analyzed (the next), also as `execute` plans them.
+    #[pg_test]
+    fn task_pages_read_an_index_in_task_id_order() {
+        fill_with_clutter();
+        exec(
+            "INSERT INTO aedb_queue.completed_task (task_id, queue, priority, attempts, max_attempts,
+                                                    fencing_token, created_at, completed_at)
+             SELECT 1000000000 + g, 'clutter.done', 0, 1, 5, 1, statement_timestamp(), statement_timestamp()
+             FROM generate_series(1, 20000) g",
+        );
+        exec("ANALYZE aedb_queue.completed_task");
+        assert_task_pages_read_in_order("cluttered");
+    }
+
+    /// As above, with plans made while the tables were never analyzed (a
+    /// fresh install), which a generic plan outlives.
+    #[pg_test]
+    fn task_pages_read_an_index_in_task_id_order_on_tables_never_analyzed() {
+        for table in ["task", "completed_task"] {
+            exec(&format!(
+                "UPDATE pg_catalog.pg_class SET relpages = 0, reltuples = -1, relallvisible = 0
+                 WHERE oid = 'aedb_queue.{table}'::regclass"
+            ));
+        }
+        assert_task_pages_read_in_order("never analyzed");
+    }
+
+    fn assert_task_pages_read_in_order(tables: &str) {
+        for (name, expected) in PAGE_INDEXES {
+            let (_, stmt) = crate::store::LISTING_STATEMENTS
+                .iter()
+                .find(|(n, _)| n == name)
+                .unwrap_or_else(|| panic!("no statement {name}"));
+            let nodes = nodes_of(&crate::store::explain(stmt).unwrap());
+            assert!(
+                nodes.iter().all(|(kind, _, _)| kind != "Seq Scan"
+                    && !kind.contains("Sort")
+                    && !kind.starts_with("Bitmap")),
+                "{name}, {tables}: {nodes:?}"
+            );
+            for (index, column) in *expected {
+                assert!(
+                    nodes.iter().any(|(kind, used, cond)| kind.starts_with("Index")
+                        && used.as_deref() == Some(*index)
+                        && cond.as_deref().is_some_and(|c| c.contains(column))),
+                    "{name}, {tables}: expected an index scan of {index} bounded by {column}; plan: {nodes:?}"
+                );
+            }
+            assert_eq!(crate::store::seq_scans_of(stmt), 0, "{name}, {tables}, as executed");
+            // Planned through the hook, which turns sorts and bitmaps off for it.
+            assert_eq!(crate::store::sorts_of(stmt), 0, "{name}, {tables}, as executed");
+        }
+        // The planner settings were the statements' only.
+        for setting in ["enable_sort", "enable_bitmapscan", "enable_seqscan"] {
+            assert_eq!(
+                Spi::get_one::<String>(&format!("SELECT current_setting('{setting}')")).unwrap(),
+                Some("on".into()),
+                "{setting}"
+            );
+        }
+    }
+
     /// A generic plan lives until the next ANALYZE, so one made while the
     /// task table is empty and never analyzed (a fresh install, workers
     /// started before producers) serves the queue as it fills. None of the

@@ -256,6 +256,8 @@ mod tests {
                 "SELECT aedb_queue.queue_purge('b.jobs', 'ready')".to_string(),
                 format!("SELECT * FROM aedb_queue.queue_get('b.jobs', {b})"),
                 "SELECT count(*) FROM aedb_queue.queue_list('a.jobs')".to_string(),
+                "SELECT count(*) FROM aedb_queue.queue_tasks('b.jobs')".to_string(),
+                "SELECT count(*) FROM aedb_queue.queue_tasks('a.jobs')".to_string(),
             ] {
                 assert_eq!(sqlstate_of(&call), Some("42501".into()), "{call}");
             }
@@ -279,6 +281,7 @@ mod tests {
                         "SELECT * FROM aedb_queue.queue_enqueue('b.jobs', idempotency_key => 'squat')",
                         "SELECT * FROM aedb_queue.queue_claim('b.jobs', 'w')",
                         "SELECT count(*) FROM aedb_queue.queue_list('b.jobs')",
+                        "SELECT count(*) FROM aedb_queue.queue_tasks('b.jobs')",
                         "SELECT aedb_queue.queue_purge('b.jobs', 'ready')",
                     ] {
                         let (state, message) = error_of(call).unwrap_or_else(|| panic!("{login} as {group}: {call} was allowed"));
@@ -548,7 +551,7 @@ mod tests {
              queue_heartbeat queue_list queue_overview queue_parents queue_pause queue_purge queue_reap queue_release queue_resume \
              queue_retry_dead queue_retry_from_step queue_revoke queue_schedule_delete queue_schedule_list \
              queue_schedule_pause queue_schedule_resume queue_schedule_upsert queue_shard queue_shard_assign queue_sleep \
-             queue_step_record queue_steps queue_unconfine queue_waits \
+             queue_step_record queue_steps queue_tasks queue_unconfine queue_waits \
              queue_write_path schedule_reaper unschedule_reaper"
         );
     }

@@ -154,6 +154,26 @@ pub fn listed_state(value: &str) -> Result<(), QueueError> {
     }
 }
 
+/// Where a keyset page of tasks (`queue_tasks`) starts: after a task id
+/// (None: from the first task), or just before one. A page runs one way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PageStart {
+    After(Option<i64>),
+    Before(i64),
+}
+
+/// `after_task_id` and `before_task_id` of a paged listing: at most one.
+pub fn page_start(after: Option<i64>, before: Option<i64>) -> Result<PageStart, QueueError> {
+    match (after, before) {
+        (Some(_), Some(_)) => Err(QueueError::invalid(
+            "before_task_id",
+            "must not be given with after_task_id: a page runs one way",
+        )),
+        (None, Some(before)) => Ok(PageStart::Before(before)),
+        (after, None) => Ok(PageStart::After(after)),
+    }
+}
+
 /// A fairness key's weight: 1 to 1000 (None: 1).
 pub fn fair_weight(arg: &str, weight: Option<i32>) -> Result<Option<i32>, QueueError> {
     match weight {
@@ -389,6 +409,16 @@ mod tests {
             .to_string()
             .contains("100 years"));
         assert!(non_negative_duration("delay", i64::MAX).is_err());
+    }
+
+    #[test]
+    fn a_page_starts_after_or_before_a_task_never_both() {
+        assert_eq!(page_start(None, None), Ok(PageStart::After(None)));
+        assert_eq!(page_start(Some(7), None), Ok(PageStart::After(Some(7))));
+        assert_eq!(page_start(None, Some(7)), Ok(PageStart::Before(7)));
+        let e = page_start(Some(1), Some(9)).unwrap_err();
+        assert_eq!(e.sqlstate(), "22023");
+        assert!(e.to_string().contains("\"before_task_id\""), "{e}");
     }
 
     #[test]

@@ -5,19 +5,16 @@ use aedb_queue_core::validate;
 use pgrx::datum::TimestampWithTimeZone;
 use pgrx::prelude::*;
 
-use super::{checked_name, required};
-use crate::datum::RawTaskRow;
+use super::{checked_name, readable_task, required};
+use crate::datum::{RawJsonb, RawTaskRow};
 use crate::errors::{run, Result};
-use crate::security;
-use crate::store;
+use crate::{guc, security, store};
 
 /// One task of the queue, live or (when the queue keeps them) completed.
 #[pg_extern(stable)]
 fn queue_get(queue: Option<&str>, task_id: Option<i64>) -> SetOfIterator<'static, RawTaskRow> {
     run(|| {
-        let queue = checked_name("queue", queue)?;
-        let task_id = required("task_id", task_id)?;
-        security::authorize(Action::Read, queue)?;
+        let (queue, task_id) = readable_task(queue, task_id)?;
         Ok(SetOfIterator::new(store::get_task(queue, task_id)?))
     })
 }
@@ -32,14 +29,72 @@ fn queue_list(
     limit: default!(Option<i32>, 100),
 ) -> SetOfIterator<'static, RawTaskRow> {
     run(|| {
-        let queue = checked_name("queue", queue)?;
-        // Rights first: the state's error echoes the argument.
-        security::authorize(Action::Read, queue)?;
-        if let Some(state) = state {
-            validate::listed_state(state)?;
-        }
-        let limit = validate::list_limit(required("limit", limit)?)?;
+        let (queue, limit) = listing(queue, state, limit)?;
         Ok(SetOfIterator::new(store::list_tasks(queue, state, limit)?))
+    })
+}
+
+/// The arguments every listing of a queue's tasks takes, checked: the
+/// queue, the caller's right to read it (first: the state's error echoes
+/// the argument), the state, the limit.
+fn listing<'a>(
+    queue: Option<&'a str>,
+    state: Option<&str>,
+    limit: Option<i32>,
+) -> Result<(&'a str, i32)> {
+    let queue = checked_name("queue", queue)?;
+    security::authorize(Action::Read, queue)?;
+    if let Some(state) = state {
+        validate::listed_state(state)?;
+    }
+    Ok((queue, validate::list_limit(required("limit", limit)?)?))
+}
+
+/// A page of up to `limit` tasks of the queue in task id order, live or
+/// (when the queue keeps them) completed: those after `after_task_id` (or
+/// from the first), or the last ones before `before_task_id`, that pass
+/// every filter given: `state`, created and last changed (completed: its
+/// completion) in [`*_after`, `*_before`), a payload containing
+/// `payload_contains` (jsonb `@>`) and having the top-level key
+/// `payload_has_key`. The next page starts after the last row's id, the
+/// previous one before the first's.
+#[allow(clippy::too_many_arguments)]
+#[pg_extern(stable)]
+fn queue_tasks(
+    queue: Option<&str>,
+    state: default!(Option<&str>, "NULL"),
+    after_task_id: default!(Option<i64>, "NULL"),
+    before_task_id: default!(Option<i64>, "NULL"),
+    created_after: default!(Option<TimestampWithTimeZone>, "NULL"),
+    created_before: default!(Option<TimestampWithTimeZone>, "NULL"),
+    updated_after: default!(Option<TimestampWithTimeZone>, "NULL"),
+    updated_before: default!(Option<TimestampWithTimeZone>, "NULL"),
+    payload_contains: default!(Option<RawJsonb>, "NULL"),
+    payload_has_key: default!(Option<&str>, "NULL"),
+    limit: default!(Option<i32>, 100),
+) -> SetOfIterator<'static, RawTaskRow> {
+    run(|| {
+        let (queue, limit) = listing(queue, state, limit)?;
+        let start = validate::page_start(after_task_id, before_task_id)?;
+        // A filter is no larger than a payload may be (54000): each row read
+        // is compared with it.
+        let most = guc::max_payload_bytes();
+        if let Some(json) = payload_contains {
+            validate::payload_size("payload_contains", json.byte_size(), most)?;
+        }
+        if let Some(key) = payload_has_key {
+            validate::payload_size("payload_has_key", key.len(), most)?;
+        }
+        let filter = store::TaskFilter {
+            state,
+            created_after,
+            created_before,
+            updated_after,
+            updated_before,
+            payload_contains,
+            payload_has_key,
+        };
+        Ok(SetOfIterator::new(store::page_tasks(queue, &filter, start, limit)?))
     })
 }
 
@@ -66,9 +121,7 @@ fn readable_links(
     task_id: Option<i64>,
     links: fn(&str, i64) -> Result<Vec<(String, RawTaskRow)>>,
 ) -> Result<SetOfIterator<'static, RawTaskRow>> {
-    let queue = checked_name("queue", queue)?;
-    let task_id = required("task_id", task_id)?;
-    security::authorize(Action::Read, queue)?;
+    let (queue, task_id) = readable_task(queue, task_id)?;
     if store::schema_level() < store::SchemaLevel::V050 {
         return Ok(SetOfIterator::new(Vec::new()));
     }
@@ -96,9 +149,7 @@ fn queue_errors(
     ),
 > {
     run(|| {
-        let queue = checked_name("queue", queue)?;
-        let task_id = required("task_id", task_id)?;
-        security::authorize(Action::Read, queue)?;
+        let (queue, task_id) = readable_task(queue, task_id)?;
         Ok(TableIterator::new(store::errors_of(queue, task_id)?))
     })
 }

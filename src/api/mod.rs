@@ -54,6 +54,15 @@ pub(crate) fn checked_name<'a>(arg: &'static str, value: Option<&'a str>) -> Res
     Ok(value)
 }
 
+/// The arguments of a read of one task (its row, links, errors, steps,
+/// waits), checked in order, then the caller's right to read the queue.
+pub(crate) fn readable_task(queue: Option<&str>, task_id: Option<i64>) -> Result<(&str, i64)> {
+    let queue = checked_name("queue", queue)?;
+    let task_id = validate::required("task_id", task_id)?;
+    crate::security::authorize(aedb_queue_core::grants::Action::Read, queue)?;
+    Ok((queue, task_id))
+}
+
 /// Checks a jsonb value's size against the payload limit of `settings`'s queue.
 pub(crate) fn checked_json(
     arg: &str,

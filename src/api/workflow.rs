@@ -13,7 +13,9 @@ use pgrx::prelude::*;
 use pgrx::JsonB;
 
 use super::settle::Held;
-use super::{checked_json, checked_name, interval, micros, positive_interval, required, wake};
+use super::{
+    checked_json, checked_name, interval, micros, positive_interval, readable_task, required, wake,
+};
 use crate::clock::{from_unix_micros, now, unix_micros};
 use crate::datum::RawJsonb;
 use crate::errors::{internal, run, Result};
@@ -21,17 +23,48 @@ use crate::outcome::Outcome;
 use crate::security;
 use crate::srf::TableIterator;
 use crate::store::{self, workflow as steps};
+use steps::StepResult;
 
-fn checked_step<'a>(value: Option<&'a str>) -> Result<&'a str> {
+fn checked_step(value: Option<&str>) -> Result<&str> {
     let step = required("step", value)?;
     workflow::step_name("step", step)?;
     Ok(step)
 }
 
-fn checked_key<'a>(value: Option<&'a str>) -> Result<&'a str> {
+fn checked_key(value: Option<&str>) -> Result<&str> {
     let key = required("key", value)?;
     workflow::event_key("key", key)?;
     Ok(key)
+}
+
+/// The arguments a worker's step call starts with, checked in order: the
+/// queue, the task held and its token, the step's name.
+fn held_step<'a>(
+    queue: Option<&'a str>,
+    task_id: Option<i64>,
+    fencing_token: Option<i64>,
+    step: Option<&'a str>,
+) -> Result<(Held<'a>, &'a str)> {
+    let queue = checked_name("queue", queue)?;
+    let held = Held::checked(queue, ("task_id", task_id), ("fencing_token", fencing_token))?;
+    Ok((held, checked_step(step)?))
+}
+
+/// The last argument of a worker's step call, `strict`, then the caller's
+/// right to work the queue; `strict`.
+fn work_on(held: Held<'_>, strict: Option<bool>) -> Result<bool> {
+    let strict = required("strict", strict)?;
+    security::authorize(Action::Work, held.queue)?;
+    Ok(strict)
+}
+
+/// Records the step of the task held, refusing a step recorded already
+/// (23505: a step runs once).
+fn record(held: Held<'_>, attempt: i32, step: &str, result: StepResult<'_>) -> Result<()> {
+    if !steps::record_step(held.queue, held.task_id, held.fencing_token, attempt, step, result)? {
+        return Err(recorded(held, step));
+    }
+    Ok(())
 }
 
 /// The task locked in flight under the caller's token: its attempt; None
@@ -66,18 +99,13 @@ fn queue_step_record(
     strict: default!(Option<bool>, false),
 ) -> Outcome {
     run(|| {
-        let queue = checked_name("queue", queue)?;
-        let held = Held::checked(queue, ("task_id", task_id), ("fencing_token", fencing_token))?;
-        let step = checked_step(step)?;
-        let strict = required("strict", strict)?;
-        security::authorize(Action::Work, queue)?;
-        let result = checked_json("result", result, &store::settings(queue)?)?;
+        let (held, step) = held_step(queue, task_id, fencing_token, step)?;
+        let strict = work_on(held, strict)?;
+        let result = checked_json("result", result, &store::settings(held.queue)?)?;
         let Some(attempt) = lock(held, strict)? else {
             return Ok(Outcome::LeaseLost);
         };
-        if !steps::record_step(queue, held.task_id, held.fencing_token, attempt, step, result)? {
-            return Err(recorded(held, step));
-        }
+        record(held, attempt, step, StepResult::Given(result))?;
         Ok(Outcome::Applied)
     })
 }
@@ -105,9 +133,7 @@ fn queue_steps(
     ),
 > {
     run(|| {
-        let queue = checked_name("queue", queue)?;
-        let task_id = required("task_id", task_id)?;
-        security::authorize(Action::Read, queue)?;
+        let (queue, task_id) = readable_task(queue, task_id)?;
         let rows = steps::steps(queue, task_id)?;
         Ok(TableIterator::new(rows.into_iter().map(|r| {
             (r.step, r.result, r.attempt, r.fencing_token, r.recorded_at)
@@ -129,9 +155,7 @@ fn queue_waits(
     ),
 > {
     run(|| {
-        let queue = checked_name("queue", queue)?;
-        let task_id = required("task_id", task_id)?;
-        security::authorize(Action::Read, queue)?;
+        let (queue, task_id) = readable_task(queue, task_id)?;
         Ok(TableIterator::new(steps::waits(queue, task_id)?))
     })
 }
@@ -159,12 +183,9 @@ fn queue_sleep(
     ),
 > {
     run(|| {
-        let queue = checked_name("queue", queue)?;
-        let held = Held::checked(queue, ("task_id", task_id), ("fencing_token", fencing_token))?;
-        let step = checked_step(step)?;
+        let (held, step) = held_step(queue, task_id, fencing_token, step)?;
         let target = workflow::sleep_target(duration.map(micros), until.map(unix_micros))?;
-        let strict = required("strict", strict)?;
-        security::authorize(Action::Work, queue)?;
+        let strict = work_on(held, strict)?;
         let Some(attempt) = lock(held, strict)? else {
             return Ok(TableIterator::once((Outcome::LeaseLost, false, None)));
         };
@@ -172,11 +193,12 @@ fn queue_sleep(
         let wake_at = match steps::sleep_until(held.task_id, step)? {
             Some(Some(at)) => unix_micros(at),
             Some(None) => {
-                return Err(QueueError::invalid("step", "is recorded, and is not a sleep").into())
+                return Err(QueueError::invalid("step", "is recorded, and is not a sleep"))
             }
             None => {
                 let at = target.wake_at(now);
-                steps::record_sleep(queue, held.task_id, held.fencing_token, attempt, step, from_unix_micros(at))?;
+                steps::record_step(held.queue, held.task_id, held.fencing_token, attempt, step,
+                                   StepResult::Sleep(from_unix_micros(at)))?;
                 at
             }
         };
@@ -198,7 +220,7 @@ fn event_result(held: Held<'_>, step: &str) -> Result<Option<(Option<JsonB>, boo
     };
     let result = result.map(|r| r.0).unwrap_or_default();
     let Some(timed_out) = result.get("timed_out").and_then(|t| t.as_bool()) else {
-        return Err(QueueError::invalid("step", "is recorded, and is not an event wait").into());
+        return Err(QueueError::invalid("step", "is recorded, and is not an event wait"));
     };
     let payload = result.get("payload").filter(|p| !p.is_null()).cloned().map(JsonB);
     Ok(Some((payload, timed_out)))
@@ -231,13 +253,11 @@ fn queue_await_event(
     ),
 > {
     run(|| {
-        let queue = checked_name("queue", queue)?;
-        let held = Held::checked(queue, ("task_id", task_id), ("fencing_token", fencing_token))?;
-        let step = checked_step(step)?;
+        let (held, step) = held_step(queue, task_id, fencing_token, step)?;
+        let queue = held.queue;
         let key = checked_key(key)?;
         let timeout = positive_interval("timeout", timeout)?;
-        let strict = required("strict", strict)?;
-        security::authorize(Action::Work, queue)?;
+        let strict = work_on(held, strict)?;
         let Some(attempt) = lock(held, strict)? else {
             return Ok(TableIterator::once((Outcome::LeaseLost, false, None, None, false)));
         };
@@ -251,9 +271,7 @@ fn queue_await_event(
         }
         steps::lock_event_key(queue, key)?;
         let record = |payload: Option<&str>, timed_out| -> Result<()> {
-            if !steps::record_event(queue, held.task_id, held.fencing_token, attempt, step, payload, timed_out)? {
-                return Err(recorded(held, step).into());
-            }
+            record(held, attempt, step, StepResult::Event { payload, timed_out })?;
             steps::end_wait(held.task_id, step)
         };
         if let Some(payload) = steps::event(queue, key)? {
@@ -304,14 +322,12 @@ fn queue_await_tasks(
     ),
 > {
     run(|| {
-        let queue = checked_name("queue", queue)?;
-        let held = Held::checked(queue, ("task_id", task_id), ("fencing_token", fencing_token))?;
-        let step = checked_step(step)?;
+        let (held, step) = held_step(queue, task_id, fencing_token, step)?;
+        let queue = held.queue;
         let ids = super::int8_elements("task_ids", &task_ids)?.to_vec();
         aedb_queue_core::validate::batch_length("task_ids", ids.len())?;
         let park = required("park", park)?;
-        let strict = required("strict", strict)?;
-        security::authorize(Action::Work, queue)?;
+        let strict = work_on(held, strict)?;
         let Some(attempt) = lock(held, strict)? else {
             return Ok(TableIterator::once((Outcome::LeaseLost, false, None)));
         };
@@ -345,17 +361,14 @@ fn queue_await_tasks(
             return Ok(TableIterator::once((Outcome::Applied, false, Some(results))));
         }
         if live.is_empty() {
-            if !steps::record_json(queue, held.task_id, held.fencing_token, attempt, step, JsonB(results.0.clone()))? {
-                return Err(recorded(held, step).into());
-            }
+            record(held, attempt, step, StepResult::Built(JsonB(results.0.clone())))?;
             return Ok(TableIterator::once((Outcome::Applied, false, Some(results))));
         }
         let Some(woken) = steps::park_waiting(queue, held.task_id, held.fencing_token, live.len() as i32)? else {
             return Err(QueueError::Prerequisite {
                 message: format!("task {} has an ordering key: it cannot wait for other tasks", held.task_id),
                 hint: "Start the workflow without an ordering key, or wait with queue_sleep between checks.".into(),
-            }
-            .into());
+            });
         };
         wake(woken)?;
         Ok(TableIterator::once((Outcome::Applied, true, None)))
@@ -438,23 +451,20 @@ fn queue_retry_from_step(
             return Err(QueueError::invalid(
                 "task_id",
                 format!("is not a live task of queue {}", aedb_queue_core::error::quoted(queue)),
-            )
-            .into());
+            ));
         };
         if state == "in_flight" {
             return Err(QueueError::Prerequisite {
                 message: format!("task {task_id} is in flight: a worker holds it"),
                 hint: "Wait for its attempt to end, or cancel the task.".into(),
-            }
-            .into());
+            });
         }
         let dropped = steps::drop_steps_from(task_id, step)?;
         if dropped.is_empty() {
             return Err(QueueError::invalid(
                 "step",
                 format!("is not a recorded step of task {task_id}"),
-            )
-            .into());
+            ));
         }
         match state.as_str() {
             "dead" => {

@@ -4,16 +4,17 @@
 use std::cell::RefCell;
 
 use aedb_queue_core::flow::RateLimit;
-use aedb_queue_core::validate::RetryDefaults;
-use pgrx::datum::Interval;
+use aedb_queue_core::validate::{PageStart, RetryDefaults};
+use pgrx::datum::{Interval, TimestampWithTimeZone};
 
 use super::flow::SlotChanges;
+
 use super::{
     execute, first_i64, with_client, Row, SchemaLevel, Statement, Versioned, BOOL, INT4, INT8,
-    INTERVAL, TEXT,
+    INTERVAL, JSONB, TEXT, TIMESTAMPTZ,
 };
 use crate::cache::{self, Copies, Topic};
-use crate::datum::RawTaskRow;
+use crate::datum::{RawJsonb, RawTaskRow};
 use crate::duration::micros;
 use crate::errors::{internal, Result};
 
@@ -340,31 +341,36 @@ static NOTIFY: Statement = Statement {
     clock: false,
 };
 
-/// A live task as a task row, in the column order of aedb_queue.task_row.
-macro_rules! task_record_select {
-    ($($where:expr),+) => {
-        concat!(
-            "SELECT ROW(task_id, queue, state::text, not_before, priority, attempts, max_attempts,
-                        owner_id, fencing_token, lease_deadline, payload, progress, last_error,
-                        idempotency_key, backoff_base, backoff_max, created_at, updated_at,
-                        NULL::jsonb, NULL::timestamptz)
-             FROM aedb_queue.task t ",
-            $($where),+
-        )
+/// A live task (`t`) as a task row, in the column order of aedb_queue.task_row.
+macro_rules! task_record {
+    () => {
+        "ROW(t.task_id, t.queue, t.state::text, t.not_before, t.priority, t.attempts,
+             t.max_attempts, t.owner_id, t.fencing_token, t.lease_deadline, t.payload, t.progress,
+             t.last_error, t.idempotency_key, t.backoff_base, t.backoff_max, t.created_at,
+             t.updated_at, NULL::jsonb, NULL::timestamptz)"
     };
 }
 
-/// A kept completed task as a task row.
+/// A kept completed task (`t`) as a task row: its completion time is its
+/// `updated_at` and its `completed_at`.
+macro_rules! completed_record {
+    () => {
+        "ROW(t.task_id, t.queue, 'completed'::text, NULL::timestamptz, t.priority, t.attempts,
+             t.max_attempts, t.owner_id, t.fencing_token, NULL::timestamptz, t.payload, t.progress,
+             NULL::text, t.idempotency_key, NULL::interval, NULL::interval, t.created_at,
+             t.completed_at, t.result, t.completed_at)"
+    };
+}
+
+macro_rules! task_record_select {
+    ($($where:expr),+) => {
+        concat!("SELECT ", task_record!(), " FROM aedb_queue.task t ", $($where),+)
+    };
+}
+
 macro_rules! completed_record_select {
     ($where:literal) => {
-        concat!(
-            "SELECT ROW(task_id, queue, 'completed'::text, NULL::timestamptz, priority, attempts,
-                        max_attempts, owner_id, fencing_token, NULL::timestamptz, payload, progress,
-                        NULL::text, idempotency_key, NULL::interval, NULL::interval, created_at,
-                        completed_at, result, completed_at)
-             FROM aedb_queue.completed_task t ",
-            $where
-        )
+        concat!("SELECT ", completed_record!(), " FROM aedb_queue.completed_task t ", $where)
     };
 }
 
@@ -488,12 +494,125 @@ static LIST_TASKS: Versioned = Versioned {
     )],
 };
 
+/// The filters of a page of tasks (`queue_tasks`), on the columns of
+/// `page` below or of a task table aliased `t`: created and last changed
+/// in [$4, $5) and [$6, $7), payload containing $8 and having the
+/// top-level key $9, each left out when NULL. None bounds an index scan:
+/// the page reads its index in task id order, keeping the rows that pass.
+macro_rules! page_filters {
+    ($t:literal, $updated:literal) => {
+        concat!(
+            " AND ($4 IS NULL OR ", $t, ".created_at >= $4) AND ($5 IS NULL OR ", $t, ".created_at < $5)
+              AND ($6 IS NULL OR ", $updated, " >= $6) AND ($7 IS NULL OR ", $updated, " < $7)
+              AND ($8 IS NULL OR ", $t, ".payload @> $8) AND ($9 IS NULL OR ", $t, ".payload ? $9)"
+        )
+    };
+}
+
+/// A page of up to $10 tasks of queue $1 after task id $3 (`$cmp` `>`,
+/// `$order` ASC) or before it (`<`, DESC), in that order: the live tasks
+/// when $11 (of state $2 unless it is NULL), the kept completed ones when
+/// $12. Each table's primary key is read in task id order from $3 and the
+/// two are merged (no index of the task table leads with the queue in task
+/// id order, and one more would cost every write of a task row: see
+/// `task_blocked_idx` in sql/schema.sql), so a page costs the rows read
+/// until $10 pass: more when the queue is small beside the others or the
+/// filters pass few. The conditions are on the union, so that the planner
+/// pulls both tables up into one append and pushes them down to each as
+/// index conditions and filters (a branch with a WHERE of its own stays a
+/// subquery, whose rows come out unordered: a sort of all of them).
+/// `live` tells the branches apart: the flags become each one's one-time
+/// filter.
+macro_rules! tasks_page {
+    ($cmp:literal, $order:literal) => {
+        concat!(
+            in_index_order!(),
+            "SELECT page.r FROM (
+                 SELECT t.task_id AS id, t.queue, t.state, t.created_at, t.updated_at AS changed,
+                        t.payload, true AS live, ", task_record!(), " AS r
+                 FROM aedb_queue.task t
+                 UNION ALL
+                 SELECT t.task_id, t.queue, NULL::aedb_queue.task_state, t.created_at, t.completed_at,
+                        t.payload, false, ", completed_record!(), "
+                 FROM aedb_queue.completed_task t) page
+             WHERE page.queue = $1 AND page.id ", $cmp, " $3
+               AND CASE WHEN page.live THEN $11 ELSE $12 END
+               AND ($2 IS NULL OR page.state = $2::aedb_queue.task_state)",
+            page_filters!("page", "page.changed"),
+            " ORDER BY page.id ", $order, " LIMIT $10"
+        )
+    };
+}
+
+/// The dead tasks of a page: the queue's range of `task_dead_idx`, which
+/// is in (queue, task id) order, so only dead tasks of the queue are read.
+/// The queue is bounded on one side with the start (a row comparison,
+/// `$cmp`) and on the other by itself (`$bound`), not by `queue = $1`, and
+/// the rows are ordered by both columns (`$order`): only that index reads
+/// them so (the primary key, with every other task among them, would need
+/// a sort; under `queue = $1` both are ordered by task id alone, and a
+/// generic plan can take the primary key).
+macro_rules! dead_page {
+    ($cmp:literal, $bound:literal, $order:literal) => {
+        concat!(
+            in_index_order!(),
+            task_record_select!(
+                "WHERE t.state = 'dead' AND (t.queue, t.task_id) ",
+                $cmp,
+                " ($1, $3) AND t.queue ",
+                $bound,
+                " $1",
+                page_filters!("t", "t.updated_at"),
+                " ORDER BY t.queue ",
+                $order,
+                ", t.task_id ",
+                $order,
+                " LIMIT $10"
+            )
+        )
+    };
+}
+
+/// The parameters of every page statement (those a statement does not use
+/// are still bound, so one argument list serves them all).
+const PAGE_ARGS: &[pgrx::pg_sys::PgBuiltInOids] = &[
+    TEXT,
+    TEXT,
+    INT8,
+    TIMESTAMPTZ,
+    TIMESTAMPTZ,
+    TIMESTAMPTZ,
+    TIMESTAMPTZ,
+    JSONB,
+    TEXT,
+    INT4,
+    BOOL,
+    BOOL,
+];
+
+const fn page(sql: &'static str) -> Statement {
+    Statement {
+        sql,
+        args: PAGE_ARGS,
+        clock: false,
+    }
+}
+
+static TASKS_AFTER: Statement = page(tasks_page!(">", "ASC"));
+static TASKS_BEFORE: Statement = page(tasks_page!("<", "DESC"));
+static DEAD_AFTER: Statement = page(dead_page!(">", "<=", "ASC"));
+static DEAD_BEFORE: Statement = page(dead_page!("<", ">=", "DESC"));
+
 /// The listing statements, by name, for the plan tests.
 #[cfg(any(test, feature = "pg_test"))]
 pub(crate) static LISTING_STATEMENTS: &[(&str, &Statement)] = &[
     ("LIST_TASKS", &LIST_TASKS.current),
     ("LIST_WAITING", &LIST_WAITING.current),
     ("LIST_BLOCKED", &LIST_BLOCKED.current),
+    ("TASKS_AFTER", &TASKS_AFTER),
+    ("TASKS_BEFORE", &TASKS_BEFORE),
+    ("DEAD_AFTER", &DEAD_AFTER),
+    ("DEAD_BEFORE", &DEAD_BEFORE),
 ];
 
 thread_local! {
@@ -732,6 +851,62 @@ pub fn get_task(queue: &str, task_id: i64) -> Result<Option<RawTaskRow>> {
         let rows = execute(client, &GET_TASK, &[queue.into(), task_id.into()])?;
         Ok(rows.first(|row| row.get(1))?.flatten())
     })
+}
+
+/// What a page of tasks keeps (`queue_tasks`); None: not filtered.
+#[derive(Default)]
+pub struct TaskFilter<'a> {
+    /// A listed state (`validate::listed_state`): a task state or "completed".
+    pub state: Option<&'a str>,
+    pub created_after: Option<TimestampWithTimeZone>,
+    pub created_before: Option<TimestampWithTimeZone>,
+    pub updated_after: Option<TimestampWithTimeZone>,
+    pub updated_before: Option<TimestampWithTimeZone>,
+    pub payload_contains: Option<RawJsonb>,
+    pub payload_has_key: Option<&'a str>,
+}
+
+/// Up to `limit` tasks of the queue that pass `filter`, after or before a
+/// task id, in task id order either way.
+pub fn page_tasks(
+    queue: &str,
+    filter: &TaskFilter<'_>,
+    start: PageStart,
+    limit: i32,
+) -> Result<Vec<RawTaskRow>> {
+    let (key, forward) = match start {
+        PageStart::After(after) => (after.unwrap_or(i64::MIN), true),
+        PageStart::Before(before) => (before, false),
+    };
+    let statement = match (filter.state, forward) {
+        (Some("dead"), true) => &DEAD_AFTER,
+        (Some("dead"), false) => &DEAD_BEFORE,
+        (_, true) => &TASKS_AFTER,
+        (_, false) => &TASKS_BEFORE,
+    };
+    let kept = matches!(filter.state, None | Some("completed"));
+    let live_state = filter.state.filter(|s| *s != "completed");
+    let mut rows = with_client(|client| {
+        let args = [
+            queue.into(),
+            live_state.into(),
+            key.into(),
+            filter.created_after.into(),
+            filter.created_before.into(),
+            filter.updated_after.into(),
+            filter.updated_before.into(),
+            filter.payload_contains.into(),
+            filter.payload_has_key.into(),
+            limit.into(),
+            (filter.state != Some("completed")).into(),
+            kept.into(),
+        ];
+        execute(client, statement, &args)?.map(|row| row.required::<RawTaskRow>(1))
+    })?;
+    if !forward {
+        rows.reverse();
+    }
+    Ok(rows)
 }
 
 /// Up to `limit` tasks of the queue, of one state or of all.

@@ -34,6 +34,15 @@ macro_rules! archive_done {
     };
 }
 
+/// The start of a statement that must read an index in order and stop at
+/// its limit: the planner hook then leaves it no sort and no bitmap scan
+/// (`planner::IN_INDEX_ORDER`).
+macro_rules! in_index_order {
+    () => {
+        "/* in index order */ "
+    };
+}
+
 mod admin;
 pub(crate) mod am;
 mod claimed;
@@ -58,7 +67,7 @@ pub(crate) mod workflow;
 
 pub use admin::{
     configure, expire_completed, expire_keys, get_task, list_tasks, notify, notify_completed,
-    purge, retry_dead, set_paused, settings, QueueSettings, SettingsChange,
+    page_tasks, purge, retry_dead, set_paused, settings, QueueSettings, SettingsChange, TaskFilter,
 };
 pub use claimed::ClaimedTask;
 pub use cron::{pg_cron_state, schedule_reaper, unschedule_reaper};
@@ -83,7 +92,7 @@ pub use tasks::{
 #[cfg(any(test, feature = "pg_test"))]
 pub(crate) use {
     admin::LISTING_STATEMENTS,
-    plans::{explain, seq_scans_of},
+    plans::{explain, seq_scans_of, sorts_of},
     rights::{CONFINED, GRANTS},
     schedule::SCHEDULE_STATEMENTS,
     tasks::{LIFECYCLE_STATEMENTS, QUEUES_WITH_WORK},

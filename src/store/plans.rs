@@ -27,7 +27,7 @@ pub(crate) fn explain(stmt: &Statement) -> Result<serde_json::Value> {
     // EXPLAIN EXECUTE plans the PREPARE's text, which the planner hook does
     // not recognise as ours: set what the hook sets for the same plan.
     let _generic = planner::GenericPlans::enter();
-    let _seqscan = planner::SeqscanOffForExplain::enter();
+    let _planner = planner::PlannerOffForExplain::enter(stmt.sql);
     Spi::connect_mut(|client| {
         client
             .update(
@@ -68,27 +68,40 @@ pub(crate) fn explain(stmt: &Statement) -> Result<serde_json::Value> {
 /// through the planner hook) under generic plans. For the plan tests: the
 /// EXPLAIN of `store::explain` goes through SQL, which the hook does not see.
 pub(crate) fn seq_scans_of(stmt: &Statement) -> usize {
+    nodes_as_executed(stmt, &[pg_sys::NodeTag::T_SeqScan])
+}
+
+/// How many sorts and bitmap scans the plan of `stmt` has, planned as in
+/// `seq_scans_of`: none for a statement the hook plans in index order.
+pub(crate) fn sorts_of(stmt: &Statement) -> usize {
+    use pg_sys::NodeTag::*;
+    nodes_as_executed(stmt, &[T_Sort, T_IncrementalSort, T_BitmapHeapScan, T_BitmapIndexScan])
+}
+
+/// How many nodes of the `kinds` the plan of `stmt` has, planned as
+/// `store::execute` plans it.
+fn nodes_as_executed(stmt: &Statement, kinds: &[pg_sys::NodeTag]) -> usize {
     use pgrx::pg_sys::{NodeTag, Plan};
 
-    unsafe fn count(plan: *mut Plan) -> usize {
+    unsafe fn count(plan: *mut Plan, kinds: &[NodeTag]) -> usize {
         if plan.is_null() {
             return 0;
         }
-        let mut n = usize::from((*plan).type_ == NodeTag::T_SeqScan);
-        n += count((*plan).lefttree) + count((*plan).righttree);
+        let mut n = usize::from(kinds.contains(&(*plan).type_));
+        n += count((*plan).lefttree, kinds) + count((*plan).righttree, kinds);
         let children: *mut pg_sys::List = match (*plan).type_ {
             NodeTag::T_Append => (*(plan as *mut pg_sys::Append)).appendplans,
             NodeTag::T_MergeAppend => (*(plan as *mut pg_sys::MergeAppend)).mergeplans,
             _ => std::ptr::null_mut(),
         };
-        n + plans_in(children)
+        n + plans_in(children, kinds)
     }
-    unsafe fn plans_in(list: *mut pg_sys::List) -> usize {
+    unsafe fn plans_in(list: *mut pg_sys::List, kinds: &[NodeTag]) -> usize {
         if list.is_null() {
             return 0;
         }
         (0..(*list).length)
-            .map(|i| count(pg_sys::list_nth(list, i) as *mut Plan))
+            .map(|i| count(pg_sys::list_nth(list, i) as *mut Plan, kinds))
             .sum()
     }
 
@@ -110,7 +123,7 @@ pub(crate) fn seq_scans_of(stmt: &Statement) -> usize {
             let mut n = 0;
             for i in 0..(*statements).length {
                 let planned = pg_sys::list_nth(statements, i) as *mut pg_sys::PlannedStmt;
-                n += count((*planned).planTree) + plans_in((*planned).subplans);
+                n += count((*planned).planTree, kinds) + plans_in((*planned).subplans, kinds);
             }
             pg_sys::ReleaseCachedPlan(cached, std::ptr::null_mut());
             pg_sys::SPI_freeplan(plan);

@@ -5,7 +5,7 @@
 
 use std::cell::Cell;
 
-use pgrx::datum::{Interval, TimestampWithTimeZone};
+use pgrx::datum::{DatumWithOid, Interval, TimestampWithTimeZone};
 
 use super::latest::read_latest;
 use super::flow::{self, keys_of, SlotChanges};
@@ -26,37 +26,21 @@ static LOCK_HELD: Statement = Statement {
 };
 
 /// Records a step unless one of that name is recorded; returns it if it
-/// recorded it.
+/// recorded it. Its result is the first of: a sleep's wake time $7
+/// (`{"until"}`), an event wait's end, its payload as JSON text $8 and
+/// whether it timed out $9 (`{"payload", "timed_out"}`), the result $6 as
+/// given (see [`StepResult`]).
 static RECORD_STEP: Statement = Statement {
     sql: "INSERT INTO aedb_queue.task_step
               (task_id, step, queue, result, attempt, fencing_token, recorded_at)
-          VALUES ($1, $2, $3, $4, $5, $6, $7)
+          VALUES ($1, $2, $3,
+                  CASE WHEN $7 IS NOT NULL THEN jsonb_build_object('until', $7)
+                       WHEN $9 IS NOT NULL THEN jsonb_build_object('payload', $8::jsonb, 'timed_out', $9)
+                       ELSE $6 END,
+                  $4, $5, $10)
           ON CONFLICT (task_id, step) DO NOTHING
           RETURNING task_id",
-    args: &[INT8, TEXT, TEXT, JSONB, INT4, INT8],
-    clock: true,
-};
-
-/// A sleep's step: its wake time.
-static RECORD_SLEEP: Statement = Statement {
-    sql: "INSERT INTO aedb_queue.task_step
-              (task_id, step, queue, result, attempt, fencing_token, recorded_at)
-          VALUES ($1, $2, $3, jsonb_build_object('until', $4), $5, $6, $7)
-          ON CONFLICT (task_id, step) DO NOTHING
-          RETURNING task_id",
-    args: &[INT8, TEXT, TEXT, TIMESTAMPTZ, INT4, INT8],
-    clock: true,
-};
-
-/// An event wait's step: the event's payload (given as JSON text), or that
-/// it timed out.
-static RECORD_EVENT: Statement = Statement {
-    sql: "INSERT INTO aedb_queue.task_step
-              (task_id, step, queue, result, attempt, fencing_token, recorded_at)
-          VALUES ($1, $2, $3, jsonb_build_object('payload', $4::jsonb, 'timed_out', $5), $6, $7, $8)
-          ON CONFLICT (task_id, step) DO NOTHING
-          RETURNING task_id",
-    args: &[INT8, TEXT, TEXT, TEXT, BOOL, INT4, INT8],
+    args: &[INT8, TEXT, TEXT, INT4, INT8, JSONB, TIMESTAMPTZ, TEXT, BOOL],
     clock: true,
 };
 
@@ -255,8 +239,6 @@ static PARK_WAITING: Statement = Statement {
 pub(crate) static WORKFLOW_STATEMENTS: &[(&str, &Statement)] = &[
     ("LOCK_HELD", &LOCK_HELD),
     ("RECORD_STEP", &RECORD_STEP),
-    ("RECORD_SLEEP", &RECORD_SLEEP),
-    ("RECORD_EVENT", &RECORD_EVENT),
     ("SLEEP_UNTIL", &SLEEP_UNTIL),
     ("STEP_RESULT", &STEP_RESULT),
     ("STEPS", &STEPS),
@@ -287,75 +269,61 @@ pub fn lock_held(queue: &str, task_id: i64, fencing_token: i64) -> Result<Option
     })
 }
 
-/// A step of a task held (see [`lock_held`]): false if one of that name is
-/// recorded already.
+/// What a recorded step holds.
+pub enum StepResult<'a> {
+    /// The handler's result, as given (`queue_step_record`).
+    Given(Option<RawJsonb>),
+    /// A result built here (`queue_await_tasks`' entries).
+    Built(pgrx::JsonB),
+    /// A sleep's wake time: `{"until": at}`.
+    Sleep(TimestampWithTimeZone),
+    /// An event wait's end: `{"payload": the event's payload (JSON text;
+    /// None: null), "timed_out": ...}`.
+    Event {
+        payload: Option<&'a str>,
+        timed_out: bool,
+    },
+}
+
+/// A step of a task held (see [`lock_held`]) with `result`: false if one
+/// of that name is recorded already (the first record stands).
 pub fn record_step(
     queue: &str,
     task_id: i64,
     fencing_token: i64,
     attempt: i32,
     step: &str,
-    result: Option<RawJsonb>,
+    result: StepResult<'_>,
 ) -> Result<bool> {
+    let (mut until, mut payload, mut timed_out) = (None, None, None);
+    let given: DatumWithOid<'_> = match result {
+        StepResult::Given(json) => json.into(),
+        StepResult::Built(json) => json.into(),
+        StepResult::Sleep(at) => {
+            until = Some(at);
+            Option::<RawJsonb>::None.into()
+        }
+        StepResult::Event {
+            payload: event,
+            timed_out: ended,
+        } => {
+            (payload, timed_out) = (event, Some(ended));
+            Option::<RawJsonb>::None.into()
+        }
+    };
     with_client(|client| {
         let args = [
             task_id.into(),
             step.into(),
             queue.into(),
-            result.into(),
             attempt.into(),
             fencing_token.into(),
-        ];
-        Ok(!execute(client, &RECORD_STEP, &args)?.is_empty())
-    })
-}
-
-/// The step of a sleep until `until`, of a task held; false if a step of
-/// that name is recorded already.
-pub fn record_sleep(
-    queue: &str,
-    task_id: i64,
-    fencing_token: i64,
-    attempt: i32,
-    step: &str,
-    until: TimestampWithTimeZone,
-) -> Result<bool> {
-    with_client(|client| {
-        let args = [
-            task_id.into(),
-            step.into(),
-            queue.into(),
+            given,
             until.into(),
-            attempt.into(),
-            fencing_token.into(),
-        ];
-        Ok(!execute(client, &RECORD_SLEEP, &args)?.is_empty())
-    })
-}
-
-/// The step of an event wait that ended, of a task held: the event's
-/// payload as JSON text, or that it timed out.
-#[allow(clippy::too_many_arguments)]
-pub fn record_event(
-    queue: &str,
-    task_id: i64,
-    fencing_token: i64,
-    attempt: i32,
-    step: &str,
-    payload: Option<&str>,
-    timed_out: bool,
-) -> Result<bool> {
-    with_client(|client| {
-        let args = [
-            task_id.into(),
-            step.into(),
-            queue.into(),
             payload.into(),
             timed_out.into(),
-            attempt.into(),
-            fencing_token.into(),
         ];
-        Ok(!execute(client, &RECORD_EVENT, &args)?.is_empty())
+        Ok(!execute(client, &RECORD_STEP, &args)?.is_empty())
     })
 }
 
@@ -530,28 +498,6 @@ pub fn park_waiting(
             return Ok(None);
         };
         Ok(Some(flow::settle_in(client, slots)?))
-    })
-}
-
-/// A step's result given as JSON, of a task held (see `record_step`).
-pub fn record_json(
-    queue: &str,
-    task_id: i64,
-    fencing_token: i64,
-    attempt: i32,
-    step: &str,
-    result: pgrx::JsonB,
-) -> Result<bool> {
-    with_client(|client| {
-        let args = [
-            task_id.into(),
-            step.into(),
-            queue.into(),
-            result.into(),
-            attempt.into(),
-            fencing_token.into(),
-        ];
-        Ok(!execute(client, &RECORD_STEP, &args)?.is_empty())
     })
 }
 

@@ -299,7 +299,10 @@ BEGIN
                   format('SELECT outcome = ''applied'' FROM aedb_queue.queue_await_tasks(%L, %s, %s, ''t_'' || session_user, ARRAY[%s]::bigint[], park => false)',
                          q, id->'await_tasks', tok->'await_tasks', id->'get')),
               (57, 'queue_events_purge',
-                  format('SELECT aedb_queue.queue_events_purge(%L, emitted_before => ''-infinity'') = 0', q))
+                  format('SELECT aedb_queue.queue_events_purge(%L, emitted_before => ''-infinity'') = 0', q)),
+              -- the filtered, paged list: queue_list's rights
+              (58, 'queue_tasks',
+                  format('SELECT count(*) = 1 FROM aedb_queue.queue_tasks(%L, state => ''ready'', payload_has_key => ''cell'', "limit" => 1)', q))
             ) AS v(seq, entry, sql);
         END LOOP;
     END LOOP;

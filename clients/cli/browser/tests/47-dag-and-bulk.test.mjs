@@ -4,7 +4,7 @@
 // and cancel of selected tasks, for the admin only, within its own queue.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { ADMIN, READER, TENANT, openBrowser, visit, submit, navigatingPost, seed, sql, taskState, text } from './lib.mjs';
+import { ADMIN, READER, TENANT, openBrowser, visit, submit, navigatingPost, seed, sql, sqlValue, taskState, text } from './lib.mjs';
 
 let browser, page, ids;
 before(async () => { browser = await openBrowser(); page = await browser.page(); ids = seed(); });
@@ -155,6 +155,31 @@ test('paging walks every task once, forward and back, keeping the filters', asyn
   const next = await page.locator('p.pager a[rel="next"]').getAttribute('href');
   assert.match(next, /state=ready/);
   assert.match(next, /after=\d+/);
+});
+
+test('the filters look at every task: one far past the first 5,000 is found, and the last page reached', async () => {
+  // 6,000 tasks in one statement, in a queue of their own (emptied after).
+  sql(`SELECT count(*) FROM aedb_queue.queue_enqueue_batch('listing.deep',
+         ARRAY(SELECT jsonb_build_object('n', g, 'customer', 'deep') FROM generate_series(1, 6000) g))`);
+  try {
+    const ids = sql(`SELECT task_id FROM aedb_queue.task WHERE queue = 'listing.deep' ORDER BY task_id`).map((r) => Number(r[0]));
+    assert.equal(ids.length, 6000);
+    await visit(page, `${ADMIN()}/queues/listing.deep?field=n&value=5999`);
+    assert.deepEqual(await listed(), [ids[5998]], 'the 5,999th task, by a payload field');
+    for (const p of await page.locator('table#tasks tbody td:last-child').allInnerTexts()) assert.match(p, /"n":\s*5999\b/);
+    // A value that reads as JSON is that value: the string "5999" is no task's n.
+    await visit(page, `${ADMIN()}/queues/listing.deep?field=n&value=${encodeURIComponent('"5999"')}`);
+    assert.equal(await page.locator('#list-empty').count(), 1);
+    // The page before the end of the queue: its last 50 tasks, and a way back.
+    await visit(page, `${ADMIN()}/queues/listing.deep?field=customer&value=deep&before=${ids[5999] + 1}`);
+    assert.deepEqual(await listed(), ids.slice(5950));
+    assert.equal(await page.locator('p.pager a[rel="prev"]').count(), 1);
+    const prev = await page.locator('p.pager a[rel="prev"]').getAttribute('href');
+    assert.match(prev, new RegExp(`before=${ids[5950]}`));
+    assert.match(prev, /field=customer/);
+  } finally {
+    assert.equal(sqlValue(`SELECT aedb_queue.queue_purge('listing.deep', 'ready')`), '6000');
+  }
 });
 
 test('bulk retry and cancel act on the selected tasks only', async () => {

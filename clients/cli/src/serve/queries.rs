@@ -116,36 +116,22 @@ const STEPS: &str = concat!(
 const WAITS: &str = "SELECT step::text, key::text, to_json(deadline) #>> '{}' \
      FROM aedb_queue.queue_waits($1::text, $2::int8) LIMIT $3::int8";
 
-// The queue page's filtered task list: queue_list's first $3 rows (the SQL
-// has no filtered or keyset-paged list, so the filters apply within that
-// bounded read), narrowed by time and by one payload field equal to a
-// value (field and value bound, never spliced), then a page in task id
-// order after $4 (LIST_PAGE_NEXT) or before it (LIST_PAGE_PREV, newest
-// first: the caller turns it round). Times are text cast on the server
-// (22007 for text that is no time).
-macro_rules! list_page {
-    ($cmp:literal, $order:literal) => {
-        concat!(
-            "SELECT ",
-            task_columns!(),
-            " FROM aedb_queue.queue_list($1::text, $2::text, $3::int4) \
-             WHERE ($4::int8 IS NULL OR task_id ",
-            $cmp,
-            " $4::int8) \
-             AND ($5::text IS NULL OR created_at >= $5::text::timestamptz) \
-             AND ($6::text IS NULL OR created_at < $6::text::timestamptz) \
-             AND ($7::text IS NULL OR updated_at >= $7::text::timestamptz) \
-             AND ($8::text IS NULL OR updated_at < $8::text::timestamptz) \
-             AND ($9::text IS NULL OR CASE WHEN $10::text IS NULL THEN payload ? $9::text \
-                  ELSE payload ->> $9::text = $10::text END) \
-             ORDER BY task_id ",
-            $order,
-            " LIMIT $11::int8"
-        )
-    };
-}
-const LIST_PAGE_NEXT: &str = list_page!(">", "ASC");
-const LIST_PAGE_PREV: &str = list_page!("<", "DESC");
+// The queue page's filtered task list: a page of `queue_tasks`, which
+// reads every task of the queue in task id order (after $3, or the page
+// before $4) and applies the filters itself. Times are text cast on the
+// server (22007 for text that is no time); the payload filter is jsonb
+// built here (`ListFilter::payload_filter`) and, like the field, bound,
+// never spliced. queue_tasks returns its rows in task id order either way.
+const LIST_PAGE: &str = concat!(
+    "SELECT ",
+    task_columns!(),
+    " FROM aedb_queue.queue_tasks($1::text, state => $2::text, \
+     after_task_id => $3::int8, before_task_id => $4::int8, \
+     created_after => $5::text::timestamptz, created_before => $6::text::timestamptz, \
+     updated_after => $7::text::timestamptz, updated_before => $8::text::timestamptz, \
+     payload_contains => $9::jsonb, payload_has_key => $10::text, \"limit\" => $11::int4) \
+     ORDER BY task_id"
+);
 
 const CANCEL: &str = "SELECT aedb_queue.queue_cancel($1::text, $2::int8)";
 const PING: &str = "SELECT 1";
@@ -415,44 +401,61 @@ pub enum PageAt {
     Before(i64),
 }
 
+impl ListFilter {
+    /// The payload filter as `queue_tasks` takes it: with a value,
+    /// `payload_contains` `{field: value}`, the value as the JSON it reads
+    /// as (`42`, `true`, `"42"`, `{"a": 1}`) or else as a string (`acme`);
+    /// a field alone, `payload_has_key`. Built with serde_json, so neither
+    /// can change the filter's shape.
+    pub fn payload_filter(&self) -> (Option<serde_json::Value>, Option<&str>) {
+        match (&self.field, &self.value) {
+            (Some(field), Some(value)) => {
+                let value = serde_json::from_str(value)
+                    .unwrap_or_else(|_| serde_json::Value::String(value.clone()));
+                let mut object = serde_json::Map::new();
+                object.insert(field.clone(), value);
+                (Some(serde_json::Value::Object(object)), None)
+            }
+            (Some(field), None) => (None, Some(field.as_str())),
+            (None, _) => (None, None),
+        }
+    }
+}
+
 /// A page of at most `limit` tasks of `queue` matching `f`, in task id
-/// order, among the first `scan` rows queue_list returns.
+/// order: `queue_tasks` looks through every task of the queue.
 pub async fn list_page(
     c: &Client,
     queue: &str,
     f: &ListFilter,
     at: PageAt,
-    scan: i32,
-    limit: i64,
+    limit: i32,
 ) -> DbResult<Vec<Task>> {
-    let (sql, key) = match at {
-        PageAt::After(k) => (LIST_PAGE_NEXT, k),
-        PageAt::Before(k) => (LIST_PAGE_PREV, Some(k)),
+    let (after, before) = match at {
+        PageAt::After(k) => (k, None),
+        PageAt::Before(k) => (None, Some(k)),
     };
-    let mut rows = tasks(
+    let (contains, has_key) = f.payload_filter();
+    tasks(
         &query(
             c,
-            sql,
+            LIST_PAGE,
             &[
                 &queue,
                 &f.state,
-                &scan,
-                &key,
+                &after,
+                &before,
                 &f.created_after,
                 &f.created_before,
                 &f.updated_after,
                 &f.updated_before,
-                &f.field,
-                &f.value,
+                &contains,
+                &has_key,
                 &limit,
             ],
         )
         .await?,
-    )?;
-    if matches!(at, PageAt::Before(_)) {
-        rows.reverse();
-    }
-    Ok(rows)
+    )
 }
 
 /// `queue_find(task_id)`: the task, if the role may read its queue.
@@ -651,10 +654,9 @@ mod tests {
     use super::*;
 
     /// Every statement of the server, for the checks below.
-    const ALL: [&str; 24] = [
+    const ALL: [&str; 23] = [
         OVERVIEW,
-        LIST_PAGE_NEXT,
-        LIST_PAGE_PREV,
+        LIST_PAGE,
         OVERVIEW_ONE,
         COUNTERS,
         ADMINISTERS,
@@ -698,8 +700,6 @@ mod tests {
     fn task_lists_are_bounded() {
         for sql in [
             LIST,
-            LIST_PAGE_NEXT,
-            LIST_PAGE_PREV,
             FIND_BY_KEY,
             PARENTS,
             CHILDREN,
@@ -718,21 +718,56 @@ mod tests {
 
     #[test]
     fn the_list_filters_are_bound_and_the_pages_bounded() {
-        for sql in [LIST_PAGE_NEXT, LIST_PAGE_PREV] {
-            assert!(sql.contains("payload ->> $9::text = $10::text"), "{sql}");
-            assert!(
-                sql.contains("queue_list($1::text, $2::text, $3::int4)"),
-                "{sql}"
-            );
-            assert!(sql.ends_with("LIMIT $11::int8"), "{sql}");
+        for bound in [
+            "state => $2::text",
+            "after_task_id => $3::int8",
+            "before_task_id => $4::int8",
+            "payload_contains => $9::jsonb",
+            "payload_has_key => $10::text",
+            "\"limit\" => $11::int4",
+        ] {
+            assert!(LIST_PAGE.contains(bound), "{bound}: {LIST_PAGE}");
         }
-        assert!(
-            LIST_PAGE_NEXT.contains("task_id > $4::int8")
-                && LIST_PAGE_NEXT.contains("ORDER BY task_id ASC")
+        assert!(LIST_PAGE.contains("aedb_queue.queue_tasks($1::text"));
+        assert!(!LIST_PAGE.contains("queue_list"), "no bounded pre-read");
+    }
+
+    fn filter(field: Option<&str>, value: Option<&str>) -> ListFilter {
+        ListFilter {
+            field: field.map(str::to_string),
+            value: value.map(str::to_string),
+            ..ListFilter::default()
+        }
+    }
+
+    #[test]
+    fn a_payload_field_and_value_become_a_containment_filter() {
+        use serde_json::json;
+        let contains = |field, value| {
+            let f = filter(Some(field), Some(value));
+            let (contains, has_key) = f.payload_filter();
+            assert_eq!(has_key, None, "a value: containment only");
+            contains
+        };
+        assert_eq!(contains("customer", "acme"), Some(json!({"customer": "acme"})));
+        assert_eq!(contains("n", "42"), Some(json!({"n": 42})));
+        assert_eq!(contains("n", "\"42\""), Some(json!({"n": "42"})));
+        assert_eq!(contains("rush", "true"), Some(json!({"rush": true})));
+        assert_eq!(
+            contains("addr", "{\"city\": \"Oslo\"}"),
+            Some(json!({"addr": {"city": "Oslo"}}))
         );
-        assert!(
-            LIST_PAGE_PREV.contains("task_id < $4::int8")
-                && LIST_PAGE_PREV.contains("ORDER BY task_id DESC")
+        // Text that is not JSON is a string, quotes and all: it cannot add
+        // a key or end the object.
+        assert_eq!(
+            contains("customer", "acme\", \"admin\": true"),
+            Some(json!({"customer": "acme\", \"admin\": true"}))
         );
+        assert_eq!(
+            contains("customer' OR '1'='1", "acme"),
+            Some(json!({"customer' OR '1'='1": "acme"}))
+        );
+        assert_eq!(filter(Some("rush"), None).payload_filter(), (None, Some("rush")));
+        assert_eq!(filter(None, None).payload_filter(), (None, None));
     }
 }

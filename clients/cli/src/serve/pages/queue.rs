@@ -27,10 +27,9 @@ const READY_LIMIT: i32 = 20;
 /// Schedules and keys listed.
 const SIDE_LIMIT: i64 = 100;
 
-/// The filtered task list: rows per page, and the queue_list rows the
-/// filters look through (the SQL has no filtered list: see `list_page`).
-pub const PAGE_SIZE: i64 = 50;
-pub const SCAN_LIMIT: i32 = 5000;
+/// The filtered task list: rows per page (`queue_tasks` filters every
+/// task of the queue: see `list_page`).
+pub const PAGE_SIZE: i32 = 50;
 /// The most task ids one bulk post takes.
 pub const BULK_MAX: usize = 500;
 
@@ -183,7 +182,7 @@ async fn load(
         queries::schedules(&c, queue, SIDE_LIMIT),
         queries::concurrency_keys(&c, queue, SIDE_LIMIT),
         queries::ordering_keys(&c, queue, SIDE_LIMIT),
-        queries::list_page(&c, queue, &lq.filter, at, SCAN_LIMIT, PAGE_SIZE + 1),
+        queries::list_page(&c, queue, &lq.filter, at, PAGE_SIZE + 1),
     );
     // A queue the role may not read has no overview row: 404, before the
     // other calls' refusals.
@@ -191,7 +190,7 @@ async fn load(
         PageError::not_found(format!("No queue \"{queue}\" that this role may read."))
     })?;
     let mut list = list?;
-    let more = list.len() as i64 > PAGE_SIZE;
+    let more = list.len() > PAGE_SIZE as usize;
     let (has_prev, has_next) = match at {
         PageAt::After(None) => (false, more),
         PageAt::After(Some(_)) => (true, more),
@@ -199,7 +198,7 @@ async fn load(
     };
     if more {
         match at {
-            // Newest first before the turn: the extra row is the oldest.
+            // The page before a task: the extra row is the oldest.
             PageAt::Before(_) => {
                 list.remove(0);
             }
@@ -474,10 +473,11 @@ fn list_section(p: &QueuePage, lq: &ListQuery, csrf: &str) -> Markup {
                 a href={(queue_href(q)) "#task-list"} { "clear" }
             }
             p.muted {
-                "In task id order, " (PAGE_SIZE) " a page. The filters look through the first "
-                (SCAN_LIMIT) " tasks the queue lists (by state, each in its own order): "
-                "the extension has no filtered list. Times are the database server's time zone. "
-                "A payload field with no value matches tasks that have the field."
+                "Every task of the queue (and the completed ones it keeps), in task id order, "
+                (PAGE_SIZE) " a page. Times are the database server's time zone. "
+                "A payload value that reads as JSON (42, true, \"42\", {\"a\": 1}) matches that "
+                "JSON value, other text that string; a field with no value matches tasks that "
+                "have the field."
             }
             @if p.administer {
                 form #bulk method="post" action={(queue_href(q)) "/bulk"} data-action="bulk" {
