@@ -298,7 +298,7 @@ macro_rules! expirable {
 /// for. A parent stays while a child of it is left (its children read its
 /// result); its links go with it. The steps and waits of the tasks that
 /// went are swept by `queue_reap()` of every queue (SWEEP_STEPS).
-static EXPIRE_COMPLETED: Versioned = Versioned {
+pub(super) static EXPIRE_COMPLETED: Versioned = Versioned {
     current: Statement {
         sql: concat!(
             "WITH expired AS (

@@ -80,7 +80,7 @@ macro_rules! insert_links {
     };
 }
 
-static INSERT_LINKS: Versioned = Versioned {
+pub(super) static INSERT_LINKS: Versioned = Versioned {
     current: Statement {
         sql: insert_links!(
             "WITH marked AS (
