@@ -442,3 +442,35 @@ pub async fn page(
         layout(&format!("task {id}"), Some(&op), flash.0.as_deref(), body),
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn done(id: i64) -> Task {
+        Task {
+            task_id: id,
+            queue: "dag".into(),
+            state: "completed".into(),
+            ..Task::default()
+        }
+    }
+
+    #[test]
+    fn a_finished_dag_draws_every_task_completed_and_says_how_long_it_stays() {
+        let g = Graph {
+            nodes: vec![done(1), done(2), done(3)],
+            edges: vec![(1, 2), (1, 3)],
+            truncated: false,
+        };
+        let html = graph_section(&g, &g.nodes[1]).into_string();
+        assert!(html.contains("svg"), "{html}");
+        assert_eq!(
+            html.matches("data-state=\"completed\"").count(),
+            3,
+            "every finished task drawn: {html}"
+        );
+        assert!(html.contains("aedb_queue.keep_workflows"), "{html}");
+        assert!(!html.contains("graph-alone"), "{html}");
+    }
+}
