@@ -194,5 +194,4 @@ GRANT EXECUTE ON FUNCTION "queue_tasks" TO aedb_queue_worker, aedb_queue_admin;
 -- completion (the has_dependents mark) as in_workflow, and kept for
 -- aedb_queue.keep_workflows. NOT NULL with a constant default: no rewrite.
 ALTER TABLE aedb_queue.completed_task ADD COLUMN in_workflow boolean NOT NULL DEFAULT false;
-DROP INDEX aedb_queue.completed_task_age_idx;
-CREATE INDEX completed_task_age_idx ON aedb_queue.completed_task (queue, in_workflow, completed_at);
+CREATE INDEX completed_task_workflow_idx ON aedb_queue.completed_task (queue, completed_at) WHERE in_workflow;

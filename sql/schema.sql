@@ -286,9 +286,10 @@ CREATE TABLE aedb_queue.completed_task (
     -- aedb_queue.keep_workflows (0.9.0; an upgrade adds it last).
     in_workflow     boolean NOT NULL DEFAULT false
 );
--- Expiry reads each kind's oldest rows in order (in_workflow splits them:
--- the two kinds expire after different times).
-CREATE INDEX completed_task_age_idx ON aedb_queue.completed_task (queue, in_workflow, completed_at);
+CREATE INDEX completed_task_age_idx ON aedb_queue.completed_task (queue, completed_at);
+-- The workflow and DAG tasks, which expire later than the others: their
+-- expiry reads the oldest in order here (0.9.0).
+CREATE INDEX completed_task_workflow_idx ON aedb_queue.completed_task (queue, completed_at) WHERE in_workflow;
 
 -- A task as queue_get and queue_list return it, live or kept after
 -- completion: the one definition of its columns (src/store/admin.rs builds

@@ -88,8 +88,15 @@ mod tests {
             ],
         ),
         ("COMPLETE", &[("task_pkey", "task_id")]),
-        // Each kind's oldest archived rows, from its own range, in order.
-        ("EXPIRE_COMPLETED", &[("completed_task_age_idx", "in_workflow")]),
+        // Each kind's oldest archived rows, in order: a workflow's from
+        // its own index.
+        (
+            "EXPIRE_COMPLETED",
+            &[
+                ("completed_task_age_idx", "completed_at"),
+                ("completed_task_workflow_idx", "completed_at"),
+            ],
+        ),
         // The children marked: by their keys.
         ("INSERT_LINKS", &[("task_pkey", "task_id")]),
         // One scan of the primary key for the whole batch.
@@ -125,6 +132,7 @@ mod tests {
     /// task-id order (which would walk every later task of any queue).
     /// Statements on the links and the archive as well as on tasks.
     const DEPENDENCY_STATEMENTS: &[&str] = &[
+        "EXPIRE_COMPLETED",
         "LINK_PARENTS",
         "RELEASE_CHILDREN",
         "PARENTS_FAILED",

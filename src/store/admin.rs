@@ -273,8 +273,11 @@ static PURGE_COMPLETED: Statement = Statement {
 
 /// The archived tasks of queue $1 completed before `$before`, of one kind
 /// (`$flow`: in_workflow or not), oldest first, up to $3, locked: an
-/// ordered range of completed_task_age_idx. A parent stays while a child
-/// of it is left (its children read its result).
+/// ordered range of completed_task_age_idx (the others: a workflow's task
+/// younger than keep_workflows is stepped over, in a queue that keeps
+/// completed tasks for less) or of completed_task_workflow_idx (in_workflow).
+/// A parent stays while a child of it is left (its children read its
+/// result).
 macro_rules! expirable {
     ($flow:literal, $before:literal) => {
         concat!(
