@@ -188,3 +188,10 @@ AS 'MODULE_PATHNAME', 'queue_tasks_wrapper';
 
 REVOKE ALL ON FUNCTION "queue_tasks" FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION "queue_tasks" TO aedb_queue_worker, aedb_queue_admin;
+
+-- 4. Workflows and DAGs outlive their completion: a task that recorded a
+-- step, awaited tasks or is linked by dependencies is archived on
+-- completion (the has_dependents mark) as in_workflow, and kept for
+-- aedb_queue.keep_workflows. NOT NULL with a constant default: no rewrite.
+ALTER TABLE aedb_queue.completed_task ADD COLUMN in_workflow boolean NOT NULL DEFAULT false;
+CREATE INDEX completed_task_workflow_idx ON aedb_queue.completed_task (queue, completed_at) WHERE in_workflow;

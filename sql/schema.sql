@@ -136,8 +136,10 @@ CREATE TABLE aedb_queue.task (
     -- never waited. Counted on the child's row so that parents completing
     -- at once in different sessions serialize on it: the last one sees 0.
     waiting_on      integer,
-    -- Some task waits for this one: its completion keeps it (with its
-    -- result) and releases them. NULL or false for nearly every task, so
+    -- Its completion keeps it (with its result) in completed_task: some
+    -- task waits for it (its completion releases them), it waits or waited
+    -- for others, or it recorded a workflow step (0.9.0; its archived row
+    -- is then marked in_workflow). NULL or false for nearly every task, so
     -- their completions take the plain path.
     has_dependents  boolean,
     -- Tasks sharing a key in a queue take its slots (concurrency_slot);
@@ -262,7 +264,9 @@ CREATE TABLE aedb_queue.idempotency_key (
 );
 
 -- Completed tasks of queues that keep them (queue_configure keep_completed),
--- readable through queue_get until queue_reap deletes them.
+-- and of every queue the tasks that took part in a workflow or a DAG of
+-- dependencies (in_workflow), readable through queue_get until queue_reap
+-- deletes them.
 CREATE TABLE aedb_queue.completed_task (
     task_id         bigint PRIMARY KEY,
     queue           text NOT NULL,
@@ -276,9 +280,16 @@ CREATE TABLE aedb_queue.completed_task (
     result          jsonb,
     idempotency_key text,
     created_at      timestamptz NOT NULL,
-    completed_at    timestamptz NOT NULL
+    completed_at    timestamptz NOT NULL,
+    -- Kept because it took part in a workflow or a DAG (task.has_dependents):
+    -- for the longer of the queue's keep_completed and the GUC
+    -- aedb_queue.keep_workflows (0.9.0; an upgrade adds it last).
+    in_workflow     boolean NOT NULL DEFAULT false
 );
 CREATE INDEX completed_task_age_idx ON aedb_queue.completed_task (queue, completed_at);
+-- The workflow and DAG tasks, which expire later than the others: their
+-- expiry reads the oldest in order here (0.9.0).
+CREATE INDEX completed_task_workflow_idx ON aedb_queue.completed_task (queue, completed_at) WHERE in_workflow;
 
 -- A task as queue_get and queue_list return it, live or kept after
 -- completion: the one definition of its columns (src/store/admin.rs builds

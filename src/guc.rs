@@ -9,6 +9,12 @@ use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
 /// Superuser-only, so an application cannot lift the limit an operator set.
 pub static MAX_PAYLOAD_BYTES: GucSetting<i32> = GucSetting::<i32>::new(1024 * 1024);
 
+/// How long, in seconds, the tasks of a finished workflow or DAG stay in
+/// the archive with their results and steps (completed_task.in_workflow),
+/// at least: a queue's longer keep_completed wins. Superuser-only: it is
+/// the operator's retention, read by whoever reaps.
+pub static KEEP_WORKFLOWS_S: GucSetting<i32> = GucSetting::<i32>::new(7 * 24 * 3600);
+
 /// Whether claims promote due timers and reclaim expired leases of their
 /// queue before serving. Off saves work on every claim when a frequent
 /// `queue_reap()` (pg_cron) does that instead.
@@ -171,6 +177,16 @@ pub fn register() {
         GucFlags::default(),
     );
     GucRegistry::define_int_guc(
+        c"aedb_queue.keep_workflows",
+        c"How long the tasks of a finished workflow or DAG of dependencies stay readable, with their results and steps, after they completed.",
+        c"Tasks that recorded a step or are linked by dependencies are archived on completion; queue_reap() deletes them (and then their steps) once completed longer than this and than the queue's keep_completed, and no task waiting for them is left. 0: as soon as nothing waits for them. Set it where queue_reap() runs (postgresql.conf, ALTER DATABASE ... SET).",
+        &KEEP_WORKFLOWS_S,
+        0,
+        i32::MAX,
+        GucContext::Suset,
+        GucFlags::UNIT_S,
+    );
+    GucRegistry::define_int_guc(
         c"aedb_queue.max_payload_bytes",
         c"Largest jsonb payload, progress or result aedb_queue accepts, in bytes.",
         c"Measured on the uncompressed jsonb value. Larger values are rejected with SQLSTATE 54000.",
@@ -188,6 +204,11 @@ pub fn direct_writes() -> DirectWrites {
 
 pub fn max_payload_bytes() -> usize {
     MAX_PAYLOAD_BYTES.get().max(1) as usize
+}
+
+/// `aedb_queue.keep_workflows`.
+pub fn keep_workflows() -> pgrx::datum::Interval {
+    crate::duration::interval(i64::from(KEEP_WORKFLOWS_S.get().max(0)) * 1_000_000)
 }
 
 pub fn inline_reap() -> bool {

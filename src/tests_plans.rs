@@ -88,6 +88,17 @@ mod tests {
             ],
         ),
         ("COMPLETE", &[("task_pkey", "task_id")]),
+        // Each kind's oldest archived rows, in order: a workflow's from
+        // its own index.
+        (
+            "EXPIRE_COMPLETED",
+            &[
+                ("completed_task_age_idx", "completed_at"),
+                ("completed_task_workflow_idx", "completed_at"),
+            ],
+        ),
+        // The children marked: by their keys.
+        ("INSERT_LINKS", &[("task_pkey", "task_id")]),
         // One scan of the primary key for the whole batch.
         ("COMPLETE_MANY", &[("task_pkey", "ANY")]),
         ("LOCK_FOR_FAIL", &[("task_pkey", "task_id")]),
@@ -121,6 +132,7 @@ mod tests {
     /// task-id order (which would walk every later task of any queue).
     /// Statements on the links and the archive as well as on tasks.
     const DEPENDENCY_STATEMENTS: &[&str] = &[
+        "EXPIRE_COMPLETED",
         "LINK_PARENTS",
         "RELEASE_CHILDREN",
         "PARENTS_FAILED",
@@ -171,6 +183,13 @@ mod tests {
                         .iter()
                         .all(|(kind, _, _)| !kind.contains("Nested Loop")),
                     "{name}: {nodes:?}"
+                );
+            }
+            if *name == "EXPIRE_COMPLETED" {
+                // A sort would read every archived row of the queue.
+                assert!(
+                    nodes.iter().all(|(kind, _, _)| !kind.contains("Sort")),
+                    "{name} sorts: {nodes:?}"
                 );
             }
             if name.starts_with("CLAIM") || FLOW_SETTLES.contains(name) {

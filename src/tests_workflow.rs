@@ -249,6 +249,9 @@ mod tests {
 
     #[pg_test]
     fn the_reaper_removes_the_steps_and_waits_of_tasks_that_are_gone() {
+        // A finished workflow's steps stay as long as its archived row
+        // (aedb_queue.keep_workflows): gone at once here.
+        exec("SET aedb_queue.keep_workflows = 0");
         let gone = enqueue("wf", "");
         let kept = enqueue("wf_kept", "");
         let live = enqueue("wf", "");
@@ -352,6 +355,82 @@ mod tests {
         assert_eq!(await_tasks("wf", wf, t2, "kids", &[a, b], ""), expected);
         assert_eq!(complete("wf", wf, t2, ""), "applied");
         assert_task_invariants("children");
+        // The finished workflow and the child it read stay readable.
+        exec("SELECT * FROM aedb_queue.queue_reap()");
+        assert_eq!(state_of("wf", wf).as_deref(), Some("completed"));
+        assert_eq!(state_of("kids", a).as_deref(), Some("completed"));
+        assert_eq!(steps_of("wf", wf).matches("kids=").count(), 1);
+    }
+
+    /// The task's archived row: (state, result as text, in_workflow).
+    fn archived(queue: &str, id: i64) -> Option<String> {
+        opt::<String>(&format!(
+            "SELECT g.state || ' ' || coalesce(g.result::text, 'NULL') || ' ' || c.in_workflow
+             FROM aedb_queue.queue_get('{queue}', {id}) g
+             JOIN aedb_queue.completed_task c ON c.task_id = g.task_id"
+        ))
+    }
+
+    fn completed_ago(id: i64, ago: &str) {
+        exec(&format!(
+            "UPDATE aedb_queue.completed_task SET completed_at = now() - interval '{ago}' WHERE task_id = {id}"
+        ));
+    }
+
+    #[pg_test]
+    fn a_finished_workflow_stays_readable_with_its_steps_for_keep_workflows() {
+        let wf = enqueue("wf", "");
+        let plain = enqueue("wf", "");
+        let (_, token) = claim_one("wf");
+        assert_eq!(record("wf", wf, token, "charge", ", result => '{\"receipt\": 7}'"), "applied");
+        assert_eq!(record("wf", wf, token, "ship", ""), "applied");
+        assert_eq!(complete("wf", wf, token, ", result => '{\"done\": true}'"), "applied");
+        let (_, other) = claim_one("wf");
+        assert_eq!(complete("wf", plain, other, ""), "applied");
+        exec("SELECT * FROM aedb_queue.queue_reap()");
+        let steps = format!("charge={{\"receipt\": 7}}@1/{token} ship=NULL@1/{token}");
+        assert_eq!(archived("wf", wf).as_deref(), Some("completed {\"done\": true} true"));
+        assert_eq!(steps_of("wf", wf), steps, "its steps stay with it");
+        assert_eq!(state_of("wf", plain), None, "a plain task is not kept");
+        assert_eq!(count("aedb_queue.completed_task"), 1);
+        // The default retention is 7 days.
+        completed_ago(wf, "6 days");
+        exec("SELECT * FROM aedb_queue.queue_reap()");
+        assert_eq!(steps_of("wf", wf), steps);
+        completed_ago(wf, "8 days");
+        exec("SELECT * FROM aedb_queue.queue_reap()");
+        assert_eq!(state_of("wf", wf), None, "expired");
+        assert_eq!(count(&format!("aedb_queue.task_step WHERE task_id = {wf}")), 0, "and its steps");
+    }
+
+    #[pg_test]
+    fn a_finished_dag_stays_readable_and_the_longer_retention_wins() {
+        let parent = enqueue("dag", "");
+        let child: i64 = one(&format!(
+            "SELECT task_id FROM aedb_queue.queue_enqueue('dag', wait_for => ARRAY[{parent}])"
+        ));
+        for id in [parent, child] {
+            let (claimed, token) = claim_one("dag");
+            assert_eq!(claimed, id);
+            assert_eq!(complete("dag", id, token, ", result => '1'"), "applied");
+        }
+        exec("SELECT * FROM aedb_queue.queue_reap()");
+        assert_eq!(archived("dag", parent).as_deref(), Some("completed 1 true"));
+        assert_eq!(archived("dag", child).as_deref(), Some("completed 1 true"), "the leaf too");
+        let children = ints(&format!("SELECT task_id FROM aedb_queue.queue_children('dag', {parent})"));
+        assert_eq!(children, vec![child], "the graph is still there");
+        // A queue that keeps completed tasks longer keeps them longer.
+        exec("SELECT aedb_queue.queue_configure('dag', keep_completed => '30 days')");
+        completed_ago(parent, "8 days");
+        completed_ago(child, "8 days");
+        exec("SELECT * FROM aedb_queue.queue_reap()");
+        assert_eq!(count("aedb_queue.completed_task WHERE queue = 'dag'"), 2);
+        // 0: as before, gone once nothing waits for them.
+        exec("SELECT aedb_queue.queue_configure('dag', keep_completed => NULL, reset => true)");
+        exec("SET aedb_queue.keep_workflows = 0");
+        exec("SELECT * FROM aedb_queue.queue_reap()");
+        assert_eq!(count("aedb_queue.completed_task WHERE queue = 'dag'"), 0);
+        assert_eq!(count("aedb_queue.task_dependency"), 0, "their links go with them");
     }
 
     #[pg_test]

@@ -27,11 +27,12 @@ fn reap_queue(queue: &str, promote: i32, reclaim: i32) -> Result<Reaped> {
         return Ok(reaped);
     }
     let limit = promote.max(reclaim).max(1);
-    // A queue that stopped keeping completed tasks drops what it kept.
+    // A queue that stopped keeping completed tasks drops what it kept;
+    // the tasks of workflows and DAGs stay for keep_workflows at least.
     let keep = settings
         .keep_completed
         .unwrap_or(crate::duration::interval(0));
-    let mut expired = store::expire_completed(queue, keep, limit)?;
+    let mut expired = store::expire_completed(queue, keep, crate::guc::keep_workflows(), limit)?;
     if let Some(keep) = settings.keep_idempotency_keys {
         expired = expired.max(store::expire_keys(queue, keep, limit)?);
     }

@@ -271,33 +271,81 @@ static PURGE_COMPLETED: Statement = Statement {
     clock: false,
 };
 
-/// Archived tasks completed longer than $2 ago, up to $3; rows someone
-/// holds locked are left for the next run rather than waited for. A
-/// parent stays while a child of it is left (its children read its
-/// result); its links go with it.
-static EXPIRE_COMPLETED: Versioned = Versioned {
-    current: Statement {
-        sql: "WITH expired AS (
-              DELETE FROM aedb_queue.completed_task
-              WHERE task_id = ANY(ARRAY(
-                  SELECT c.task_id FROM aedb_queue.completed_task c
-                  WHERE c.queue = $1 AND c.completed_at < $4 - $2
+/// The archived tasks of queue $1 completed before `$before`, of one kind
+/// (`$flow`: in_workflow or not), oldest first, up to $3, locked: an
+/// ordered range of completed_task_age_idx (the others: a workflow's task
+/// younger than keep_workflows is stepped over, in a queue that keeps
+/// completed tasks for less) or of completed_task_workflow_idx (in_workflow).
+/// A parent stays while a child of it is left (its children read its
+/// result).
+macro_rules! expirable {
+    ($flow:literal, $before:literal) => {
+        concat!(
+            "ARRAY(SELECT c.task_id FROM aedb_queue.completed_task c
+                  WHERE c.queue = $1 AND c.in_workflow = ",
+            $flow,
+            " AND c.completed_at < ",
+            $before,
+            "
                     AND NOT EXISTS (SELECT 1 FROM aedb_queue.task_dependency d
                                     JOIN aedb_queue.task t ON t.task_id = d.child_id
                                     WHERE d.parent_id = c.task_id)
-                  ORDER BY c.completed_at LIMIT $3 FOR UPDATE OF c SKIP LOCKED))
+                  ORDER BY c.completed_at LIMIT $3 FOR UPDATE OF c SKIP LOCKED)"
+        )
+    };
+}
+
+/// Archived tasks completed longer than $2 ago (those of a workflow or a
+/// DAG: longer than the greater of $2 and $4), up to $3 of each kind;
+/// rows someone holds locked are left for the next run rather than waited
+/// for. A parent stays while a child of it is left (its children read its
+/// result); its links go with it. The steps and waits of the tasks that
+/// went are swept by `queue_reap()` of every queue (SWEEP_STEPS).
+pub(super) static EXPIRE_COMPLETED: Versioned = Versioned {
+    current: Statement {
+        sql: concat!(
+            "WITH expired AS (
+              DELETE FROM aedb_queue.completed_task
+              WHERE task_id = ANY(",
+            expirable!("false", "$5 - $2"),
+            " || ",
+            expirable!("true", "$5 - greatest($2, $4)"),
+            ")
               RETURNING task_id),
           unlinked AS (
               DELETE FROM aedb_queue.task_dependency
               WHERE parent_id IN (SELECT task_id FROM expired))
-          SELECT count(*) FROM expired",
-        args: &[TEXT, INTERVAL, INT4],
+          SELECT count(*) FROM expired"
+        ),
+        args: &[TEXT, INTERVAL, INT4, INTERVAL],
         clock: true,
     },
-    older: &[(
-        SchemaLevel::V050,
-        Statement {
-            sql: "WITH expired AS (
+    older: &[
+        (
+            SchemaLevel::V090,
+            Statement {
+                sql: "WITH expired AS (
+                  DELETE FROM aedb_queue.completed_task
+                  WHERE task_id = ANY(ARRAY(
+                      SELECT c.task_id FROM aedb_queue.completed_task c
+                      WHERE c.queue = $1 AND c.completed_at < $4 - $2
+                        AND NOT EXISTS (SELECT 1 FROM aedb_queue.task_dependency d
+                                        JOIN aedb_queue.task t ON t.task_id = d.child_id
+                                        WHERE d.parent_id = c.task_id)
+                      ORDER BY c.completed_at LIMIT $3 FOR UPDATE OF c SKIP LOCKED))
+                  RETURNING task_id),
+              unlinked AS (
+                  DELETE FROM aedb_queue.task_dependency
+                  WHERE parent_id IN (SELECT task_id FROM expired))
+              SELECT count(*) FROM expired",
+                args: &[TEXT, INTERVAL, INT4],
+                clock: true,
+            },
+        ),
+        (
+            SchemaLevel::V050,
+            Statement {
+                sql: "WITH expired AS (
               DELETE FROM aedb_queue.completed_task
               WHERE task_id = ANY(ARRAY(
                   SELECT task_id FROM aedb_queue.completed_task
@@ -305,10 +353,11 @@ static EXPIRE_COMPLETED: Versioned = Versioned {
                   ORDER BY completed_at LIMIT $3 FOR UPDATE SKIP LOCKED))
               RETURNING 1)
           SELECT count(*) FROM expired",
-            args: &[TEXT, INTERVAL, INT4],
-            clock: true,
-        },
-    )],
+                args: &[TEXT, INTERVAL, INT4],
+                clock: true,
+            },
+        ),
+    ],
 };
 
 /// Idempotency keys taken longer than $2 ago whose task is gone, up to $3
@@ -804,14 +853,29 @@ pub fn purge(queue: &str, state: &str) -> Result<(i64, Vec<String>)> {
     })
 }
 
-/// Deletes up to `max` archived tasks completed longer than `keep` ago.
-pub fn expire_completed(queue: &str, keep: Interval, max: i32) -> Result<i64> {
+/// Deletes up to `max` archived tasks completed longer than `keep` ago
+/// (of a workflow or a DAG: longer than `keep` and `keep_workflows`; up to
+/// `max` more of those).
+pub fn expire_completed(
+    queue: &str,
+    keep: Interval,
+    keep_workflows: Interval,
+    max: i32,
+) -> Result<i64> {
     with_client(|client| {
-        let table = execute(
-            client,
-            EXPIRE_COMPLETED.get(),
-            &[queue.into(), keep.into(), max.into()],
-        )?;
+        let table = if super::schema_level() >= SchemaLevel::V090 {
+            execute(
+                client,
+                EXPIRE_COMPLETED.get(),
+                &[queue.into(), keep.into(), max.into(), keep_workflows.into()],
+            )?
+        } else {
+            execute(
+                client,
+                EXPIRE_COMPLETED.get(),
+                &[queue.into(), keep.into(), max.into()],
+            )?
+        };
         Ok(first_i64(table)?.unwrap_or(0))
     })
 }

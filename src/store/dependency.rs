@@ -66,29 +66,58 @@ static PARENT_QUEUES: Statement = Statement {
     clock: false,
 };
 
-/// One row per (parent, child).
-static INSERT_LINKS: Statement = Statement {
-    sql: "INSERT INTO aedb_queue.task_dependency (parent_id, child_id, run_on_failure)
-          SELECT p, c, $3 FROM unnest($1::bigint[]) p, unnest($2::bigint[]) c",
-    args: &[INT8_ARRAY, INT8_ARRAY, BOOL],
-    clock: false,
+/// One row per (parent, child). From 0.9.0 the children are marked too
+/// (has_dependents), so that their completion archives them with their
+/// results and the DAG stays readable after it finished (only enqueues
+/// with wait_for run this; a plain enqueue writes nothing more).
+macro_rules! insert_links {
+    ($mark:literal) => {
+        concat!(
+            $mark,
+            "INSERT INTO aedb_queue.task_dependency (parent_id, child_id, run_on_failure)
+          SELECT p, c, $3 FROM unnest($1::bigint[]) p, unnest($2::bigint[]) c"
+        )
+    };
+}
+
+pub(super) static INSERT_LINKS: Versioned = Versioned {
+    current: Statement {
+        sql: insert_links!(
+            "WITH marked AS (
+              UPDATE aedb_queue.task t SET has_dependents = true
+              WHERE t.task_id = ANY($2) AND t.has_dependents IS NOT TRUE)
+          "
+        ),
+        args: &[INT8_ARRAY, INT8_ARRAY, BOOL],
+        clock: false,
+    },
+    older: &[(
+        SchemaLevel::V090,
+        Statement {
+            sql: insert_links!(""),
+            args: &[INT8_ARRAY, INT8_ARRAY, BOOL],
+            clock: false,
+        },
+    )],
 };
 
-/// Completes a parent under the fence and keeps it with `$4` as its
-/// result (its children may read it, whatever the queue's retention).
+/// Completes a parent (any task marked has_dependents: one that took part
+/// in a DAG or a workflow) under the fence and keeps it with `$4` as its
+/// result (its children may read it, whatever the queue's retention; from
+/// 0.9.0 marked in_workflow, kept for aedb_queue.keep_workflows).
 /// Its children are released by RELEASE_CHILDREN, a statement of its own:
 /// a child linked by a transaction this one waited for is seen only by a
 /// snapshot taken after the wait. Returns the parent's concurrency key
 /// (`$key`, NULL on schemas before 0.6.0), whose slot it frees.
 macro_rules! complete_parent {
-    ($key:literal) => {
+    ($key:literal $(, $flag:ident)?) => {
         concat!(
             "WITH done AS (
               DELETE FROM aedb_queue.task
               WHERE task_id = $1 AND queue = $2 AND state = 'in_flight' AND fencing_token = $3
                 AND has_dependents
               RETURNING *), ",
-            archive_done!("$4", "$5"),
+            archive_done!("$4", "$5" $(, $flag)?),
             "
           SELECT task_id, ",
             $key,
@@ -99,18 +128,28 @@ macro_rules! complete_parent {
 
 pub(super) static COMPLETE_PARENT: Versioned = Versioned {
     current: Statement {
-        sql: complete_parent!("concurrency_key, ordering_key"),
+        sql: complete_parent!("concurrency_key, ordering_key", in_workflow),
         args: &[INT8, TEXT, INT8, JSONB],
         clock: true,
     },
-    older: &[(
-        SchemaLevel::V060,
-        Statement {
-            sql: complete_parent!("NULL::text, NULL::text"),
-            args: &[INT8, TEXT, INT8, JSONB],
-            clock: true,
-        },
-    )],
+    older: &[
+        (
+            SchemaLevel::V090,
+            Statement {
+                sql: complete_parent!("concurrency_key, ordering_key"),
+                args: &[INT8, TEXT, INT8, JSONB],
+                clock: true,
+            },
+        ),
+        (
+            SchemaLevel::V060,
+            Statement {
+                sql: complete_parent!("NULL::text, NULL::text"),
+                args: &[INT8, TEXT, INT8, JSONB],
+                clock: true,
+            },
+        ),
+    ],
 };
 
 /// COMPLETE_PARENT for the pairs of a batch settle that the plain batch
@@ -118,14 +157,14 @@ pub(super) static COMPLETE_PARENT: Versioned = Versioned {
 /// COMPLETE_MANY does), with no result; returns the pairs that applied
 /// and their concurrency keys.
 macro_rules! complete_parents {
-    ($key:literal) => {
+    ($key:literal $(, $flag:ident)?) => {
         concat!(
             "WITH done AS (
               DELETE FROM aedb_queue.task t
               WHERE t.task_id = ANY($2) AND t.queue = $1 AND t.state = 'in_flight'
                 AND t.has_dependents AND aedb_queue_internal.fence_holds(t.task_id, t.fencing_token)
               RETURNING *), ",
-            archive_done!("NULL", "$3"),
+            archive_done!("NULL", "$3" $(, $flag)?),
             "
           SELECT task_id, fencing_token, ", $key, " FROM done"
         )
@@ -134,18 +173,28 @@ macro_rules! complete_parents {
 
 pub(super) static COMPLETE_PARENTS: Versioned = Versioned {
     current: Statement {
-        sql: complete_parents!("concurrency_key, ordering_key"),
+        sql: complete_parents!("concurrency_key, ordering_key", in_workflow),
         args: &[TEXT, INT8_ARRAY],
         clock: true,
     },
-    older: &[(
-        SchemaLevel::V060,
-        Statement {
-            sql: complete_parents!("NULL::text, NULL::text"),
-            args: &[TEXT, INT8_ARRAY],
-            clock: true,
-        },
-    )],
+    older: &[
+        (
+            SchemaLevel::V090,
+            Statement {
+                sql: complete_parents!("concurrency_key, ordering_key"),
+                args: &[TEXT, INT8_ARRAY],
+                clock: true,
+            },
+        ),
+        (
+            SchemaLevel::V060,
+            Statement {
+                sql: complete_parents!("NULL::text, NULL::text"),
+                args: &[TEXT, INT8_ARRAY],
+                clock: true,
+            },
+        ),
+    ],
 };
 
 /// The children waiting for the completed parents `$1`: each count goes
@@ -388,7 +437,7 @@ pub fn insert_links(parents: &[i64], children: &[i64], run_on_failure: bool) -> 
     with_client(|client| {
         execute(
             client,
-            &INSERT_LINKS,
+            INSERT_LINKS.get(),
             &[
                 parents.to_vec().into(),
                 children.to_vec().into(),

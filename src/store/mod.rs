@@ -15,8 +15,25 @@
 
 /// The `kept` clause of a completion that keeps its task: the rows of the
 /// CTE `done` (the deleted tasks) into the archive with `$result` as their
-/// result and `$at` as the completion time.
+/// result and `$at` as the completion time; with `in_workflow` (schemas
+/// from 0.9.0), marked as kept for their workflow or DAG.
 macro_rules! archive_done {
+    ($result:literal, $at:literal, in_workflow) => {
+        concat!(
+            "kept AS (
+              INSERT INTO aedb_queue.completed_task
+                  (task_id, queue, priority, attempts, max_attempts, fencing_token, owner_id,
+                   payload, progress, result, idempotency_key, created_at, completed_at,
+                   in_workflow)
+              SELECT task_id, queue, priority, attempts, max_attempts, fencing_token, owner_id,
+                     payload, progress, ",
+            $result,
+            ", idempotency_key, created_at, ",
+            $at,
+            ", true
+              FROM done)"
+        )
+    };
     ($result:literal, $at:literal) => {
         concat!(
             "kept AS (

@@ -29,9 +29,15 @@ static LOCK_HELD: Statement = Statement {
 /// recorded it. Its result is the first of: a sleep's wake time $7
 /// (`{"until"}`), an event wait's end, its payload as JSON text $8 and
 /// whether it timed out $9 (`{"payload", "timed_out"}`), the result $6 as
-/// given (see [`StepResult`]).
+/// given (see [`StepResult`]). The task's first step marks it
+/// (has_dependents): its completion then archives it with its result, and
+/// its steps stay with it (kept for aedb_queue.keep_workflows). The task
+/// is locked already (LOCK_HELD); a plain task's completion is unchanged.
 static RECORD_STEP: Statement = Statement {
-    sql: "INSERT INTO aedb_queue.task_step
+    sql: "WITH marked AS (
+              UPDATE aedb_queue.task SET has_dependents = true
+              WHERE task_id = $1 AND has_dependents IS NOT TRUE)
+          INSERT INTO aedb_queue.task_step
               (task_id, step, queue, result, attempt, fencing_token, recorded_at)
           VALUES ($1, $2, $3,
                   CASE WHEN $7 IS NOT NULL THEN jsonb_build_object('until', $7)
@@ -222,10 +228,11 @@ static TASK_OUTCOMES: Statement = Statement {
 
 /// Parks the held workflow waiting for `$4` tasks, the attempt not
 /// counted (as RELEASE); due at once when they end. A task with an
-/// ordering key is left alone (a waiting task cannot hold its line).
+/// ordering key is left alone (a waiting task cannot hold its line). It
+/// is marked as taking part in a DAG (archived on completion).
 static PARK_WAITING: Statement = Statement {
     sql: "UPDATE aedb_queue.task
-          SET state = 'waiting', waiting_on = $4, not_before = $5,
+          SET state = 'waiting', waiting_on = $4, not_before = $5, has_dependents = true,
               attempts = greatest(attempts - 1, 0),
               owner_id = NULL, lease_deadline = NULL, updated_at = $5
           WHERE task_id = $1 AND queue = $2 AND state = 'in_flight' AND fencing_token = $3

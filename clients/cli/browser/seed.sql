@@ -168,6 +168,15 @@ SELECT task_id AS w_run FROM aedb_queue.queue_enqueue('workflows', '{"order": 46
 SELECT fencing_token AS tok FROM aedb_queue.queue_claim('workflows', 'worker-w', lease => '1 hour') \gset
 SELECT aedb_queue.queue_step_record('workflows', :w_run, :tok, 'charge', '{"receipt": "r-46"}') \g /dev/null
 \c - dash_admin
+-- w_done: a finished workflow in a queue that keeps no completed task: kept
+-- with its steps for aedb_queue.keep_workflows.
+SELECT task_id AS w_done FROM aedb_queue.queue_enqueue('workflows', '{"order": 47}') \gset
+\c - dash_reader
+SELECT fencing_token AS tok FROM aedb_queue.queue_claim('workflows', 'worker-w') \gset
+SELECT aedb_queue.queue_step_record('workflows', :w_done, :tok, 'charge', '{"receipt": "r-47"}') \g /dev/null
+SELECT aedb_queue.queue_step_record('workflows', :w_done, :tok, 'ship', '{"parcel": "p-47"}') \g /dev/null
+SELECT aedb_queue.queue_complete('workflows', :w_done, :tok, result => '{"shipped": true}') \g /dev/null
+\c - dash_admin
 
 -- tenants: the confined role administers tenant_a.* and never sees tenant_b.*.
 SELECT task_id AS ta_ready FROM aedb_queue.queue_enqueue('tenant_a.jobs', '{"tenant": "a"}') \gset
@@ -201,14 +210,19 @@ SELECT aedb_queue.queue_fail('dag', :d_f, :tok, 'f failed') \g /dev/null
 SELECT fencing_token AS tok FROM aedb_queue.queue_claim('dag', 'worker-d') \gset
 SELECT aedb_queue.queue_complete('dag', :d_b, :tok, result => '{"b": 2}') \g /dev/null
 \c - dash_admin
--- dag_gone: g -> h in a queue that keeps no completed task; both done, h is gone.
+-- dag_gone: g -> h in a queue that keeps no completed task; both done, and
+-- kept as a finished DAG (aedb_queue.keep_workflows); a plain task beside
+-- them, done, is gone.
 SELECT task_id AS g_g FROM aedb_queue.queue_enqueue('dag_gone', '{"step": "g"}') \gset
 SELECT task_id AS g_h FROM aedb_queue.queue_enqueue('dag_gone', '{"step": "h"}', wait_for => ARRAY[:g_g]::bigint[]) \gset
+SELECT task_id AS g_plain FROM aedb_queue.queue_enqueue('dag_gone', '{"step": "plain"}') \gset
 \c - dash_reader
 SELECT fencing_token AS tok FROM aedb_queue.queue_claim('dag_gone', 'worker-g') \gset
 SELECT aedb_queue.queue_complete('dag_gone', :g_g, :tok) \g /dev/null
 SELECT fencing_token AS tok FROM aedb_queue.queue_claim('dag_gone', 'worker-g') \gset
 SELECT aedb_queue.queue_complete('dag_gone', :g_h, :tok) \g /dev/null
+SELECT fencing_token AS tok FROM aedb_queue.queue_claim('dag_gone', 'worker-g') \gset
+SELECT aedb_queue.queue_complete('dag_gone', :g_plain, :tok) \g /dev/null
 \c - dash_admin
 
 -- listing: the queue page's filtered, paged list and its bulk actions: six
@@ -236,6 +250,6 @@ SELECT json_build_object(
     'p_parent', :p_parent, 'p_child', :p_child, 'p_grandchild', :p_grandchild,
     'h_ready', :h_ready, 'h_dead', :h_dead, 'h_run', :h_run, 'h_name', :h_name,
     'ta_ready', :ta_ready, 'ta_dead', :ta_dead, 'tb_ready', :tb_ready, 'bulk_n', :bulk_n,
-    'w_sleep', :w_sleep, 'w_event', :w_event, 'w_retry', :w_retry, 'w_hostile', :w_hostile, 'w_run', :w_run,
-    'd_a', :d_a, 'd_b', :d_b, 'd_c', :d_c, 'd_d', :d_d, 'd_e', :d_e, 'd_f', :d_f, 'g_g', :g_g, 'g_h', :g_h,
+    'w_sleep', :w_sleep, 'w_event', :w_event, 'w_retry', :w_retry, 'w_hostile', :w_hostile, 'w_run', :w_run, 'w_done', :w_done,
+    'd_a', :d_a, 'd_b', :d_b, 'd_c', :d_c, 'd_d', :d_d, 'd_e', :d_e, 'd_f', :d_f, 'g_g', :g_g, 'g_h', :g_h, 'g_plain', :g_plain,
     'l_dead', :'l_dead'::bigint[], 'l_ready', :'l_ready'::bigint[]);

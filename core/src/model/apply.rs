@@ -194,6 +194,14 @@ impl Model {
         } else {
             self.child_start(wait_for, run_on_parent_failure)?
         };
+        // Linked to a parent live or completed (0.9.0): its completion
+        // keeps it, so the finished DAG stays readable.
+        let linked = wait_for.iter().flatten().any(|&p| {
+            matches!(
+                self.parent_stands(p),
+                rules::Stands::Live | rules::Stands::Completed
+            )
+        });
         let h = self.tasks.len();
         self.tasks.push(Task {
             state: State::Ready,
@@ -214,7 +222,7 @@ impl Model {
             waiting_on: 0,
             run_on_parent_failure,
             due_later: delay == Delay::Far,
-            has_dependents: false,
+            has_dependents: linked,
             children: Vec::new(),
             steps: Vec::new(),
             waits: Vec::new(),
@@ -351,7 +359,7 @@ impl Model {
     }
 
     /// A held task completes: kept (its queue keeps completed tasks, or it
-    /// has dependents) or gone; its waiting children have one parent fewer.
+    /// took part in a DAG or a workflow: has_dependents) or gone; its waiting children have one parent fewer.
     fn completed(&mut self, h: Handle, result: Option<u8>) {
         let keep = self.config.keep_completed || self.tasks[h].has_dependents;
         let t = &mut self.tasks[h];

@@ -34,7 +34,7 @@ impl Model {
         Ok((start, live))
     }
 
-    fn parent_stands(&self, h: Handle) -> Stands {
+    pub(super) fn parent_stands(&self, h: Handle) -> Stands {
         match self.tasks[h].state {
             State::Dead => Stands::Dead,
             State::Completed => Stands::Completed,

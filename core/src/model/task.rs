@@ -75,7 +75,8 @@ pub struct Task {
     pub run_on_parent_failure: bool,
     /// Its `not_before` lies beyond the case (a `Far` delay).
     pub due_later: bool,
-    /// A child was ever linked to it while live: kept after completion.
+    /// Kept after completion: a child was ever linked to it while live, it
+    /// was linked to a parent live or completed, or it recorded a step.
     pub has_dependents: bool,
     /// Children linked to it, until it fails (then the links go).
     pub children: Vec<Handle>,

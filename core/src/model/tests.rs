@@ -928,3 +928,43 @@ fn a_follow_up_does_not_exist_yet_when_its_completion_frees_a_slot() {
     assert_eq!(m.task(1).state, State::Ready, "the blocked task takes the slot");
     assert_eq!(m.task(2).state, State::Blocked, "the follow-up waits, whatever its priority");
 }
+
+// --- Finished workflows and DAGs stay readable (0.9.0) ---
+
+#[test]
+fn a_task_that_recorded_a_step_is_kept_with_its_steps() {
+    let mut m = Model::new(config());
+    enqueue(&mut m, args());
+    enqueue(&mut m, args());
+    claim(&mut m, 2);
+    assert_eq!(
+        record(&mut m, TokenRef::Current, 1, false),
+        Reply::Outcome(Outcome::Applied)
+    );
+    complete(&mut m, 0, TokenRef::Current, false);
+    complete(&mut m, 1, TokenRef::Current, false);
+    assert_eq!(
+        m.task(0).state,
+        State::Completed,
+        "a workflow's task is kept"
+    );
+    assert_eq!(m.task(0).steps.len(), 1);
+    assert_eq!(m.task(1).state, State::Gone, "a plain task is not");
+}
+
+#[test]
+fn a_child_linked_to_its_parent_is_kept_after_completing() {
+    let mut m = Model::new(config());
+    enqueue(&mut m, args());
+    let child = EnqueueArgs {
+        wait_for: vec![TaskRef::Known(0)],
+        ..args()
+    };
+    enqueue(&mut m, child);
+    claim(&mut m, 1);
+    complete(&mut m, 0, TokenRef::Current, false);
+    claim(&mut m, 1);
+    complete(&mut m, 1, TokenRef::Current, false);
+    assert_eq!(m.task(0).state, State::Completed);
+    assert_eq!(m.task(1).state, State::Completed, "the leaf of the DAG too");
+}

@@ -38,9 +38,12 @@ impl Model {
         self.tasks[h].steps.iter().find(|s| s.name == step)
     }
 
-    /// A step recorded for the held task, with its claim's attempt and token.
+    /// A step recorded for the held task, with its claim's attempt and
+    /// token; its first marks the task as a workflow's (kept when it
+    /// completes, with its steps).
     fn record(&mut self, h: Handle, name: u8, kind: StepKind) {
         let t = &mut self.tasks[h];
+        t.has_dependents = true;
         let (attempt, fencing_token) = (t.attempts, t.fencing_token);
         t.steps.push(Step {
             name,

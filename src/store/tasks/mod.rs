@@ -58,6 +58,11 @@ pub(crate) static LIFECYCLE_STATEMENTS: &[(&str, &Statement)] = &[
         "PARENTS_FAILED",
         &crate::store::dependency::PARENTS_FAILED.current,
     ),
+    ("INSERT_LINKS", &crate::store::dependency::INSERT_LINKS.current),
+    (
+        "EXPIRE_COMPLETED",
+        &crate::store::admin::EXPIRE_COMPLETED.current,
+    ),
     ("PARENTS_OF", &crate::store::dependency::PARENTS_OF),
     ("CHILDREN_OF", &crate::store::dependency::CHILDREN_OF),
     ("ERRORS_OF", &crate::store::overview::ERRORS_OF.current),

@@ -62,11 +62,17 @@ SELECT aedb_queue.queue_complete('dag.transform', :right_t, :tok, result => '{"r
 SELECT * FROM pg_temp.dag();
 SELECT pg_temp.step(task_id), state, result FROM aedb_queue.queue_parents('dag.load', :load);
 
--- Once load has run, the reaper lets the kept parents go.
+-- Once load has run, the whole finished DAG (load too) stays readable
+-- for aedb_queue.keep_workflows (7 days by default), although its queues
+-- keep no completed tasks; with 0 the reaper lets it go at once.
 SELECT fencing_token AS tok FROM aedb_queue.queue_claim('dag.load', 'w') \gset
 SELECT aedb_queue.queue_complete('dag.load', :load, :tok);
 SELECT count(*) AS kept_before FROM aedb_queue.completed_task WHERE queue LIKE 'dag.%';
 SELECT count(*) FROM aedb_queue.queue_reap();
+SELECT pg_temp.step(task_id), state, result FROM aedb_queue.queue_parents('dag.load', :load);
+SET aedb_queue.keep_workflows = 0;
+SELECT count(*) FROM aedb_queue.queue_reap();
+RESET aedb_queue.keep_workflows;
 SELECT count(*) AS kept_after FROM aedb_queue.completed_task WHERE queue LIKE 'dag.%';
 SELECT count(*) AS links_after FROM aedb_queue.task_dependency;
 

@@ -111,6 +111,17 @@ test('retry from a step: that step and the later ones are dropped, the task is r
   assert.equal(await page.locator('section#steps p#parked').count(), 0, 'no longer parked');
 });
 
+test('a finished workflow of a queue that keeps nothing: its page, result and steps stay, no retry offered', async () => {
+  const db = dbSteps(ids.w_done);
+  assert.deepEqual(db.map((r) => r[0]), ['charge', 'ship'], 'kept with its steps');
+  await visit(page, `${ADMIN()}/tasks/${ids.w_done}`);
+  assert.equal(await field('state'), 'completed');
+  assert.match(await text(page.locator('pre#result')), /"shipped": true/);
+  assert.equal(await rows().count(), 2, 'a row per step');
+  for (const [i, [step]] of db.entries()) assert.equal(await rows().nth(i).getAttribute('data-step'), step);
+  assert.equal(await retryForms().count(), 0, 'a completed task is not run again from a step');
+});
+
 test('a task in flight: steps shown, no retry offered, and a post is refused (409, 55000)', async () => {
   await visit(page, `${ADMIN()}/tasks/${ids.w_run}`);
   assert.equal(await field('state'), 'in_flight');

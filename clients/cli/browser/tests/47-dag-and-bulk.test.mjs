@@ -81,9 +81,21 @@ test('hostile queue names in the graph are text; nothing runs', async () => {
   assert.deepEqual(browser.events.pageErrors, []);
 });
 
-test('a finished task of a queue that keeps nothing answers 404 saying how to keep it', async () => {
-  await visit(page, `${ADMIN()}/tasks/${ids.g_h}`, 404);
+test('a finished DAG of a queue that keeps nothing still draws, every task completed', async () => {
+  await visit(page, `${ADMIN()}/tasks/${ids.g_h}`);
+  assert.match(await text(page.locator('dd[data-field="state"]')), /completed/);
+  const nodes = await page.locator('section#graph svg#dag a[data-task-id]').evaluateAll((as) =>
+    Object.fromEntries(as.map((a) => [a.dataset.taskId, a.dataset.state])));
+  assert.deepEqual(nodes, { [ids.g_g]: 'completed', [ids.g_h]: 'completed' }, 'the whole finished DAG');
+  assert.match(await text(page.locator('#graph-kept')), /keep_workflows/);
+  await visit(page, `${ADMIN()}/tasks/${ids.g_g}`);
+  assert.equal(await page.locator('svg#dag a[data-task-id]').count(), 2, 'from its root too');
+});
+
+test('a finished plain task of a queue that keeps nothing answers 404 saying how to keep it', async () => {
+  await visit(page, `${ADMIN()}/tasks/${ids.g_plain}`, 404);
   assert.match(await text(page.locator('p.error[role="alert"]')), /keep_completed/);
+  assert.match(await text(page.locator('p.error[role="alert"]')), /keep_workflows/);
 });
 
 test('a workflow task shows its steps in order on a timeline', async () => {

@@ -194,16 +194,15 @@ fn graph_section(g: &Graph, current: &Task) -> Markup {
     }
 }
 
-/// Why a finished graph may be drawn in part, or its pages answer 404.
+/// How long a finished graph stays drawn, and why its pages may answer 404.
 fn kept_note() -> Markup {
     html! {
         p.muted #graph-kept {
-            "A completed task is drawn while it is kept: a parent until its children have run, "
-            "and any task whose queue keeps completed tasks ("
-            code { "queue_configure(queue, keep_completed => '7 days')" } "). "
-            "Tasks of queues that keep none are deleted once done, and with them their part of the "
-            "graph: the database does not say which were, so they are simply not drawn. "
-            "To keep a finished DAG viewable, have its queues keep completed tasks."
+            "A finished DAG or workflow stays drawn, each task with its result and steps, for "
+            code { "aedb_queue.keep_workflows" } " (7 days by default) after it completed, or its "
+            "queue's " code { "keep_completed" } " if longer; then its tasks are deleted, and with "
+            "them their part of the graph: the database does not say which were, so they are "
+            "simply not drawn."
         }
     }
 }
@@ -376,10 +375,10 @@ pub async fn page(
     let c = app.view(&op)?.db.conn().await?;
     let t = queries::find_by_id(&c, id).await?.ok_or_else(|| {
         PageError::not_found(format!(
-            "No task {id} in a queue this role may read. A completed task is kept only while \
-             tasks that depend on it have not run, or when its queue keeps completed tasks \
-             (queue_configure(queue, keep_completed => '7 days')); otherwise it is deleted \
-             once done, and its page with it."
+            "No task {id} in a queue this role may read. A completed task is kept when it took \
+             part in a workflow or a DAG (for aedb_queue.keep_workflows, 7 days by default) or \
+             when its queue keeps completed tasks (queue_configure(queue, keep_completed => \
+             '7 days')); otherwise it is deleted once done, and its page with it."
         ))
     })?;
     let (graph, parents, children, errors, administer, steps, waits) = futures_util::join!(
@@ -442,4 +441,36 @@ pub async fn page(
         &flash,
         layout(&format!("task {id}"), Some(&op), flash.0.as_deref(), body),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn done(id: i64) -> Task {
+        Task {
+            task_id: id,
+            queue: "dag".into(),
+            state: "completed".into(),
+            ..Task::default()
+        }
+    }
+
+    #[test]
+    fn a_finished_dag_draws_every_task_completed_and_says_how_long_it_stays() {
+        let g = Graph {
+            nodes: vec![done(1), done(2), done(3)],
+            edges: vec![(1, 2), (1, 3)],
+            truncated: false,
+        };
+        let html = graph_section(&g, &g.nodes[1]).into_string();
+        assert!(html.contains("svg"), "{html}");
+        assert_eq!(
+            html.matches("data-state=\"completed\"").count(),
+            3,
+            "every finished task drawn: {html}"
+        );
+        assert!(html.contains("aedb_queue.keep_workflows"), "{html}");
+        assert!(!html.contains("graph-alone"), "{html}");
+    }
 }
