@@ -690,6 +690,7 @@ def test_a_worker_killed_around_a_spawn_spawns_each_child_exactly_once(cluster, 
                 if w is not None:
                     w.close()
     for point, r in runs.items():
+        assert r["rescuer"] is not None, f"{point}: the victim finished its workflow, never killed there"
         kids = r["queue"] + "_kids"
         done = completed(su, r["task_id"])
         ids = done["result"]["ids"]

@@ -1,45 +1,49 @@
-//! The README's example runs as written, against a real cluster.
+//! The README's examples run as written, against a real cluster.
 
 use std::process::Command;
 
 use aedb_queue_itests::{Cluster, SERVICE};
 
-#[test]
-fn the_quickstart_example_sends_its_three_emails() {
-    let cluster = Cluster::shared();
+/// Runs `cargo run --example name` against the shared cluster; its stdout,
+/// after checking that it succeeded.
+fn run_example(cluster: &Cluster, name: &str) -> String {
     let out = Command::new(env!("CARGO"))
-        .args([
-            "run",
-            "-q",
-            "-p",
-            "aedb_queue_client",
-            "--example",
-            "quickstart",
-        ])
+        .args(["run", "-q", "-p", "aedb_queue_client", "--example", name])
         .env("AEDB_QUEUE_DSN", cluster.dsn(SERVICE))
         .output()
-        .expect("cargo run --example quickstart");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+        .unwrap_or_else(|e| panic!("cargo run --example {name}: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    stdout
+}
+
+/// Tasks still in the live table of these queues.
+fn tasks_left(cluster: &Cluster, queues: &[&str]) -> i64 {
+    cluster
+        .connect()
+        .query_one(
+            "SELECT count(*) FROM aedb_queue.task WHERE queue = ANY($1)",
+            &[&queues],
+        )
+        .unwrap()
+        .get(0)
+}
+
+#[test]
+fn the_quickstart_example_sends_its_three_emails() {
+    let cluster = Cluster::shared();
+    let stdout = run_example(&cluster, "quickstart");
     assert_eq!(
         stdout.matches("sending \"Welcome\" to ").count(),
         3,
         "{stdout}"
     );
     assert!(stdout.ends_with("sent 3\n"), "{stdout}");
-    let left: i64 = cluster
-        .connect()
-        .query_one(
-            "SELECT count(*) FROM aedb_queue.task WHERE queue = 'emails'",
-            &[],
-        )
-        .unwrap()
-        .get(0);
-    assert_eq!(left, 0);
+    assert_eq!(tasks_left(&cluster, &["emails"]), 0);
 }
 
 /// The README's durable workflow runs as written: charged, parked in its
@@ -47,24 +51,7 @@ fn the_quickstart_example_sends_its_three_emails() {
 #[test]
 fn the_workflow_example_ships_its_order_once() {
     let cluster = Cluster::shared();
-    let out = Command::new(env!("CARGO"))
-        .args([
-            "run",
-            "-q",
-            "-p",
-            "aedb_queue_client",
-            "--example",
-            "workflow",
-        ])
-        .env("AEDB_QUEUE_DSN", cluster.dsn(SERVICE))
-        .output()
-        .expect("cargo run --example workflow");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = run_example(&cluster, "workflow");
     let shipped: Vec<&str> = stdout
         .lines()
         .filter(|l| l.starts_with("shipping"))
@@ -75,15 +62,7 @@ fn the_workflow_example_ships_its_order_once() {
         "{stdout}"
     );
     assert!(stdout.ends_with("completed 1\n"), "{stdout}");
-    let left: i64 = cluster
-        .connect()
-        .query_one(
-            "SELECT count(*) FROM aedb_queue.task WHERE queue = 'orders'",
-            &[],
-        )
-        .unwrap()
-        .get(0);
-    assert_eq!(left, 0);
+    assert_eq!(tasks_left(&cluster, &["orders"]), 0);
 }
 
 /// The children example runs as written: three pages counted by child
@@ -91,32 +70,7 @@ fn the_workflow_example_ships_its_order_once() {
 #[test]
 fn the_fan_out_example_sums_its_children() {
     let cluster = Cluster::shared();
-    let out = Command::new(env!("CARGO"))
-        .args([
-            "run",
-            "-q",
-            "-p",
-            "aedb_queue_client",
-            "--example",
-            "fan_out",
-        ])
-        .env("AEDB_QUEUE_DSN", cluster.dsn(SERVICE))
-        .output()
-        .expect("cargo run --example fan_out");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = run_example(&cluster, "fan_out");
     assert_eq!(stdout, "3 pages, 6 words\ncompleted 4\n");
-    let left: i64 = cluster
-        .connect()
-        .query_one(
-            "SELECT count(*) FROM aedb_queue.task WHERE queue IN ('reports', 'pages')",
-            &[],
-        )
-        .unwrap()
-        .get(0);
-    assert_eq!(left, 0);
+    assert_eq!(tasks_left(&cluster, &["reports", "pages"]), 0);
 }

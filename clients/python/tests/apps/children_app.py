@@ -15,29 +15,16 @@ of its completion, so the ledger has a row per child completed.
 """
 
 import os
-import signal
 import time
 
 from pydantic import BaseModel, model_serializer
 
-from aedb_queue import App, Child, WorkflowExit
+from aedb_queue import Child, WorkflowExit
 
-DSN = os.environ["AEDB_TEST_DSN"]
-QUEUE = os.environ["AEDB_TEST_QUEUE"]
+from .crash import LEASE, LEDGER, QUEUE, app, kill_at
+
 KIDS = QUEUE + "_kids"
-KILL = os.environ.get("AEDB_TEST_KILL", "")
-LEASE = float(os.environ.get("AEDB_TEST_LEASE", "5"))
 N = int(os.environ.get("AEDB_TEST_CHILDREN", "4"))
-
-app = App(DSN, owner_id=f"{KILL or 'rescuer'}-{os.getpid()}")
-
-LEDGER = "INSERT INTO ledger (queue, task_id, worker, attempt) VALUES (%s, %s, %s, %s)"
-
-
-def kill_at(point: str) -> None:
-    if KILL == point:
-        print(f"killed at {point}", flush=True)
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class Last(BaseModel):

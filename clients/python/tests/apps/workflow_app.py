@@ -12,25 +12,9 @@ ledger has a row per step if and only if the step's record committed.
 - ``after-event``: right after the event arrived.
 """
 
-import os
-import signal
+from aedb_queue import WorkflowExit
 
-from aedb_queue import App, WorkflowExit
-
-DSN = os.environ["AEDB_TEST_DSN"]
-QUEUE = os.environ["AEDB_TEST_QUEUE"]
-KILL = os.environ.get("AEDB_TEST_KILL", "")
-LEASE = float(os.environ.get("AEDB_TEST_LEASE", "5"))
-
-app = App(DSN, owner_id=f"{KILL or 'rescuer'}-{os.getpid()}")
-
-LEDGER = "INSERT INTO ledger (queue, task_id, worker, attempt) VALUES (%s, %s, %s, %s)"
-
-
-def kill_at(point: str) -> None:
-    if KILL == point:
-        print(f"killed at {point}", flush=True)
-        os.kill(os.getpid(), signal.SIGKILL)
+from .crash import LEASE, LEDGER, QUEUE, app, kill_at
 
 
 @app.task(QUEUE, concurrency=1, lease=LEASE, poll_interval=0.2)
