@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::db::{Cluster, Result};
-use crate::scenarios::{Cost, Measured};
+use crate::scenarios::{Burst, Cost, Measured, Timeline};
 use crate::systems::System;
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -20,6 +20,9 @@ pub struct Request {
     pub batch: usize,
     pub rate: u64,
     pub seconds: u64,
+    /// steady: per-second buckets in the reply, and an optional burst.
+    pub timeline: bool,
+    pub burst: Option<Burst>,
 }
 
 #[derive(Deserialize)]
@@ -35,6 +38,7 @@ struct Reply {
     latency_us: Option<Latency>,
     backlog_end: Option<i64>,
     cost: Option<ReplyCost>,
+    timeline: Option<Timeline>,
 }
 
 /// The window's commits and WAL as the driver measured them (see driver.mjs).
@@ -54,11 +58,14 @@ pub async fn run(
 ) -> Result<Measured> {
     let db = system.db_name();
     cluster.recreate(&db).await?;
+    let burst = req.burst.unwrap_or_default();
     let request = json!({
         "system": system.name(), "db": cluster.url(&db), "scenario": scenario,
         "jobs": req.jobs, "workers": req.workers, "batch": req.batch,
         "rate": req.rate, "seconds": req.seconds, "payload_bytes": 100,
         "admin_db": cluster.url("postgres"),
+        "timeline": req.timeline, "burst_rate": burst.rate,
+        "burst_at": burst.at, "burst_seconds": burst.seconds,
     });
     let (program, script): (String, Option<String>) = match system.python_driver() {
         // awa's Rust runtime: the driver binary bench/run.sh builds from
@@ -139,5 +146,6 @@ pub async fn run(
             jobs: c.jobs,
             autovacuum: c.autovacuum,
         }),
+        timeline: reply.timeline,
     })
 }

@@ -82,6 +82,12 @@ function parseArgs() {
     seconds: num('seconds', 0),
     payload_bytes: Math.floor(num('payload_bytes', 100)),
     admin_db: typeof a.admin_db === 'string' ? a.admin_db : null, // another database, for the counters
+    // Optional (steady only): per-second buckets in the result, and a burst,
+    // the producer at burst_rate from burst_at for burst_seconds.
+    timeline: a.timeline === true,
+    burst_rate: num('burst_rate', 0),
+    burst_at: num('burst_at', 0),
+    burst_seconds: num('burst_seconds', 0),
   };
   if (!['pg-boss', 'graphile-worker'].includes(cfg.system)) die(`"system" must be "pg-boss" or "graphile-worker" (got ${JSON.stringify(cfg.system)})`, 2);
   if (typeof cfg.db !== 'string' || !cfg.db) die('"db" must be a postgres:// connection string', 2);
@@ -408,15 +414,52 @@ function percentile(sorted, p) {
   return Math.round(sorted[idx]);
 }
 
+// The harness's snapshot holder (held-snapshot scenario): not a client of ours.
+const HOLDER_APP = 'aedb-bench-hold';
+
+// Jobs the steady producer owes after `elapsedMs`: `rate`, and `burst_rate`
+// instead from `burst_at` for `burst_seconds`.
+function dueBy(cfg, elapsedMs) {
+  const e = elapsedMs / 1000;
+  let extra = 0;
+  if (cfg.burst_seconds > 0 && cfg.burst_rate > 0) {
+    extra = (cfg.burst_rate - cfg.rate) * Math.min(Math.max(0, e - cfg.burst_at), cfg.burst_seconds);
+  }
+  return cfg.rate * e + extra;
+}
+
+// Per second of the window: jobs enqueued, jobs handled, their pickup latencies.
+function makeTimeline(t0Wall) {
+  const enq = [], done = [], lat = [];
+  const grow = i => { while (done.length <= i) { enq.push(0); done.push(0); lat.push([]); } };
+  const at = wall => Math.max(0, Math.floor((wall - t0Wall) / 1000));
+  return {
+    enq(wall, n) { const i = at(wall); grow(i); enq[i] += n; },
+    handled(wall, us) { const i = at(wall); grow(i); done[i] += 1; lat[i].push(us); },
+    toJSON() {
+      const sorted = lat.map(x => Float64Array.from(x).sort());
+      return {
+        t0_ms: t0Wall, enqueued: enq, done,
+        p50_us: sorted.map(x => percentile(x, 0.5)), p99_us: sorted.map(x => percentile(x, 0.99)),
+      };
+    },
+  };
+}
+
 async function scenarioSteady(cfg, sys, monitor) {
   const latencies = [];
   let recording = true;
+  let timeline = null;
   await sys.startWorkers((t, payloads) => {
     if (!recording) return;
-    for (const p of payloads) latencies.push((t - p.t) * 1000);
+    for (const p of payloads) {
+      const us = (t - p.t) * 1000;
+      latencies.push(us);
+      if (timeline) timeline.handled(t, us);
+    }
   });
 
-  const target = Math.round(cfg.rate * cfg.seconds);
+  const target = Math.round(dueBy(cfg, cfg.seconds * 1000));
   const durMs = cfg.seconds * 1000;
   let sent = 0;       // jobs handed to an enqueue call
   let acked = 0;      // jobs whose enqueue call returned
@@ -424,14 +467,16 @@ async function scenarioSteady(cfg, sys, monitor) {
   let failure = null;
   const pending = new Set();
   const t0 = mono();
+  if (cfg.timeline) timeline = makeTimeline(nowMs());
   for (let tick = 1; ; tick++) {
     if (failure) throw failure;
     const elapsed = mono() - t0;
-    const due = Math.min(target, Math.floor((elapsed / 1000) * cfg.rate));
+    const due = Math.min(target, Math.floor(dueBy(cfg, elapsed)));
     if (due > sent && inflight < MAX_INFLIGHT_INSERTS) {
       const n = due - sent;
       const payloads = new Array(n);
       const t = nowMs();
+      if (timeline) timeline.enq(t, n);
       for (let k = 0; k < n; k++) payloads[k] = makePayload(cfg.payload_bytes, sent + k, t);
       sent += n;
       inflight++;
@@ -461,6 +506,7 @@ async function scenarioSteady(cfg, sys, monitor) {
       enqueued: acked,
       picked_up: sorted.length,
       latency_max_us: sorted.length ? Math.round(sorted[sorted.length - 1]) : null,
+      ...(timeline ? { timeline: timeline.toJSON() } : {}),
     },
   };
 }
@@ -482,13 +528,13 @@ async function readCounters(cfg) {
     let grace = mono() + 5000;
     for (;;) {
       const { rows } = await admin.query(
-        "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1 AND backend_type = 'client backend'", [dbName(cfg.db)]);
+        "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1 AND backend_type = 'client backend' AND application_name <> $2", [dbName(cfg.db), HOLDER_APP]);
       if (rows[0].n === 0) break;
       if (mono() > deadline) throw new Error(`${rows[0].n} client backend(s) still connected to ${dbName(cfg.db)}`);
       if (mono() > grace) {
         // A closed client's connection that lingers: ended, it flushes its statistics as it exits.
         await admin.query(
-          "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND backend_type = 'client backend'", [dbName(cfg.db)]);
+          "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND backend_type = 'client backend' AND application_name <> $2", [dbName(cfg.db), HOLDER_APP]);
         process.stderr.write('driver.mjs: ended lingering connection(s) of a closed client\n');
         grace = Infinity;
       }

@@ -101,6 +101,12 @@ def parse_request(argv: list[str], system: str) -> dict:
         "rate": float(num("rate", 0)),
         "seconds": float(num("seconds", 0)),
         "payload_bytes": int(num("payload_bytes", 100)),
+        # Optional (steady only): per-second buckets in the result, and a
+        # burst, the producer at burst_rate from burst_at for burst_seconds.
+        "timeline": bool(a.get("timeline", False)),
+        "burst_rate": float(num("burst_rate", 0)),
+        "burst_at": float(num("burst_at", 0)),
+        "burst_seconds": float(num("burst_seconds", 0)),
     }
     if cfg["system"] != system:
         raise NotDrivable(f'this driver runs "{system}" (asked for {cfg["system"]!r})')
@@ -184,6 +190,56 @@ async def preload(cfg: dict, sys_, monitor: Monitor) -> None:
         log(f"CHECKPOINT skipped: {e}")
 
 
+HOLDER_APP = "aedb-bench-hold"  # the harness's snapshot holder: not a client of ours
+
+
+def due_by(cfg: dict, elapsed: float) -> float:
+    """Jobs the steady producer owes after `elapsed` seconds: `rate`, and
+    `burst_rate` instead from `burst_at` for `burst_seconds`."""
+    extra = 0.0
+    if cfg["burst_seconds"] > 0 and cfg["burst_rate"] > 0:
+        extra = (cfg["burst_rate"] - cfg["rate"]) * min(max(0.0, elapsed - cfg["burst_at"]), cfg["burst_seconds"])
+    return cfg["rate"] * elapsed + extra
+
+
+class Timeline:
+    """Per second of the window: jobs enqueued, jobs handled and their
+    pickup latencies (reported as p50/p99)."""
+
+    def __init__(self, t0_wall_ms: float):
+        self.t0 = t0_wall_ms
+        self.enqueued: list[int] = []
+        self.done: list[int] = []
+        self.lat: list[list[float]] = []
+
+    def _grow(self, i: int) -> None:
+        while len(self.done) <= i:
+            self.enqueued.append(0)
+            self.done.append(0)
+            self.lat.append([])
+
+    def enq(self, wall_ms: float, n: int) -> None:
+        i = max(0, int((wall_ms - self.t0) / 1000))
+        self._grow(i)
+        self.enqueued[i] += n
+
+    def handled(self, wall_ms: float, lat_us: float) -> None:
+        i = max(0, int((wall_ms - self.t0) / 1000))
+        self._grow(i)
+        self.done[i] += 1
+        self.lat[i].append(lat_us)
+
+    def to_json(self) -> dict:
+        ls = [sorted(x) for x in self.lat]
+        return {
+            "t0_ms": self.t0,
+            "enqueued": self.enqueued,
+            "done": self.done,
+            "p50_us": [percentile(x, 0.5) for x in ls],
+            "p99_us": [percentile(x, 0.99) for x in ls],
+        }
+
+
 class Handled:
     """What the handlers saw: thread-safe, and an event set at the first call."""
 
@@ -195,6 +251,7 @@ class Handled:
         self.started = asyncio.Event()
         self.recording = record_latency
         self.latencies_us: list[float] = []
+        self.timeline: Timeline | None = None
 
     def __call__(self, wall_ms: float, payloads: list) -> None:
         with self.lock:
@@ -204,7 +261,10 @@ class Handled:
             self.count += len(payloads)
             if self.recording:
                 for p in payloads:
-                    self.latencies_us.append((wall_ms - float(p["t"])) * 1000.0)
+                    lat = (wall_ms - float(p["t"])) * 1000.0
+                    self.latencies_us.append(lat)
+                    if self.timeline is not None:
+                        self.timeline.handled(wall_ms, lat)
 
 
 async def scenario_drain(cfg: dict, sys_, monitor: Monitor) -> dict:
@@ -240,7 +300,7 @@ async def scenario_steady(cfg: dict, sys_, monitor: Monitor) -> dict:
     handled = Handled(asyncio.get_running_loop(), True)
     await sys_.start_workers(handled)
     rate, secs, pb = cfg["rate"], cfg["seconds"], cfg["payload_bytes"]
-    target = round(rate * secs)
+    target = round(due_by(cfg, secs))
     sent = acked = 0
     inflight: set[asyncio.Task] = set()
     failure: list[BaseException] = []
@@ -254,16 +314,22 @@ async def scenario_steady(cfg: dict, sys_, monitor: Monitor) -> dict:
             failure.append(e)
 
     t0 = time.monotonic()
+    timeline = Timeline(now_ms()) if cfg["timeline"] else None
+    with handled.lock:
+        handled.timeline = timeline
     tick = 0
     while True:
         tick += 1
         if failure:
             raise failure[0]
         elapsed = time.monotonic() - t0
-        due = min(target, int(elapsed * rate))
+        due = min(target, int(due_by(cfg, elapsed)))
         if due > sent and len(inflight) < MAX_INFLIGHT:
             n = due - sent
             t = now_ms()
+            if timeline is not None:
+                with handled.lock:
+                    timeline.enq(t, n)
             batch = [payload(pb, sent + k, t) for k in range(n)]
             sent += n
             task = asyncio.create_task(send(batch, n))
@@ -288,7 +354,12 @@ async def scenario_steady(cfg: dict, sys_, monitor: Monitor) -> dict:
         "seconds": producer_secs,
         "latency_us": {"p50": percentile(lat, 0.5), "p99": percentile(lat, 0.99)} if lat else None,
         "backlog_end": acked - completed,
-        "extra": {"enqueued": acked, "picked_up": len(lat), "latency_max_us": round(lat[-1]) if lat else None},
+        "extra": {
+            "enqueued": acked,
+            "picked_up": len(lat),
+            "latency_max_us": round(lat[-1]) if lat else None,
+            **({"timeline": timeline.to_json()} if timeline is not None else {}),
+        },
     }
 
 
@@ -309,8 +380,8 @@ async def read_counters(cfg: dict) -> tuple[int, int]:
         grace = time.monotonic() + 5
         while True:
             cur = await admin.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND backend_type = 'client backend'",
-                (name,),
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND backend_type = 'client backend' AND application_name <> %s",
+                (name, HOLDER_APP),
             )
             (n,) = await cur.fetchone()
             if n == 0:
@@ -321,8 +392,8 @@ async def read_counters(cfg: dict) -> tuple[int, int]:
                 # A closed client's connection that lingers: ended, it
                 # flushes its statistics as it exits.
                 await admin.execute(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND backend_type = 'client backend'",
-                    (name,),
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND backend_type = 'client backend' AND application_name <> %s",
+                    (name, HOLDER_APP),
                 )
                 log(f"ended {n} lingering connection(s) of a closed client")
                 grace = float("inf")

@@ -122,6 +122,25 @@ struct Cfg {
     rate: f64,
     seconds: f64,
     payload_bytes: usize,
+    /// Optional (steady only): per-second buckets in the result, and a
+    /// burst, the producer at `burst_rate` from `burst_at` for `burst_seconds`.
+    timeline: bool,
+    burst_rate: f64,
+    burst_at: f64,
+    burst_seconds: f64,
+}
+
+/// The harness's snapshot holder (held-snapshot scenario): not a client of ours.
+const HOLDER_APP: &str = "aedb-bench-hold";
+
+/// Jobs the steady producer owes after `elapsed` seconds.
+fn due_by(cfg: &Cfg, elapsed: f64) -> f64 {
+    let mut extra = 0.0;
+    if cfg.burst_seconds > 0.0 && cfg.burst_rate > 0.0 {
+        extra =
+            (cfg.burst_rate - cfg.rate) * (elapsed - cfg.burst_at).max(0.0).min(cfg.burst_seconds);
+    }
+    cfg.rate * elapsed + extra
 }
 
 fn parse_args() -> Cfg {
@@ -155,6 +174,10 @@ fn parse_args() -> Cfg {
         rate: num("rate", 0.0),
         seconds: num("seconds", 0.0),
         payload_bytes: num("payload_bytes", 100.0) as usize,
+        timeline: a["timeline"].as_bool().unwrap_or(false),
+        burst_rate: num("burst_rate", 0.0),
+        burst_at: num("burst_at", 0.0),
+        burst_seconds: num("burst_seconds", 0.0),
     };
     if a["system"].as_str() != Some("awa") {
         die(
@@ -249,6 +272,8 @@ struct Seen {
     handled: AtomicU64,
     recording: AtomicBool,
     latencies_us: Mutex<Vec<f64>>,
+    /// (handler wall ms, pickup latency µs) of each job, for the timeline.
+    events: Mutex<Vec<(f64, f64)>>,
 }
 
 /// The runtime: [portable] `build_client` (queue storage with its rotate
@@ -275,6 +300,7 @@ fn build_client(pool: PgPool, cfg: &Cfg, seen: Arc<Seen>) -> Result<Client> {
                         .lock()
                         .unwrap()
                         .push((t - args.t) * 1000.0);
+                    seen.events.lock().unwrap().push((t, (t - args.t) * 1000.0));
                 }
                 Ok(JobResult::Completed)
             }
@@ -374,9 +400,10 @@ async fn read_counters(cfg: &Cfg) -> Result<(i64, i64)> {
     let mut terminated = false;
     loop {
         let n: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND backend_type = 'client backend'",
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND backend_type = 'client backend' AND application_name <> $2",
         )
         .bind(&name)
+        .bind(HOLDER_APP)
         .fetch_one(&admin)
         .await?;
         if n == 0 {
@@ -387,9 +414,10 @@ async fn read_counters(cfg: &Cfg) -> Result<(i64, i64)> {
         }
         if !terminated && start.elapsed() > Duration::from_secs(5) {
             sqlx::query(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND backend_type = 'client backend'",
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND backend_type = 'client backend' AND application_name <> $2",
             )
             .bind(&name)
+            .bind(HOLDER_APP)
             .execute(&admin)
             .await?;
             log(&format!(
@@ -591,22 +619,29 @@ async fn scenario_steady(
     seen.recording.store(true, Ordering::Relaxed);
     client.start().await?;
     let store = Arc::new(QueueStorage::new(storage_config())?);
-    let target = (cfg.rate * cfg.seconds).round() as u64;
+    let target = due_by(cfg, cfg.seconds).round() as u64;
     let dur = Duration::from_secs_f64(cfg.seconds);
     let acked = Arc::new(AtomicU64::new(0));
     let inflight = Arc::new(AtomicU64::new(0));
     let mut pending = tokio::task::JoinSet::new();
     let mut sent = 0u64;
     let t0 = Instant::now();
+    let t0_ms = now_ms();
+    let mut enq_per_s: Vec<u64> = Vec::new();
     let mut tick = 1u32;
     loop {
         while let Some(r) = pending.try_join_next() {
             r??;
         }
         let elapsed = t0.elapsed();
-        let due = target.min((elapsed.as_secs_f64() * cfg.rate).floor() as u64);
+        let due = target.min(due_by(cfg, elapsed.as_secs_f64()).floor() as u64);
         if due > sent && (inflight.load(Ordering::Relaxed) as usize) < MAX_INFLIGHT_INSERTS {
             let n = (due - sent) as usize;
+            let i = ((now_ms() - t0_ms) / 1000.0).max(0.0) as usize;
+            if enq_per_s.len() <= i {
+                enq_per_s.resize(i + 1, 0);
+            }
+            enq_per_s[i] += n as u64;
             let batch = params(sent, n, cfg.payload_bytes)?;
             sent += n as u64;
             inflight.fetch_add(1, Ordering::Relaxed);
@@ -637,6 +672,29 @@ async fn scenario_steady(
     client.shutdown(Duration::from_secs(5)).await;
     let mut lat = std::mem::take(&mut *seen.latencies_us.lock().unwrap());
     lat.sort_by(f64::total_cmp);
+    let events = std::mem::take(&mut *seen.events.lock().unwrap());
+    let timeline = cfg.timeline.then(|| {
+        let mut per_s: Vec<Vec<f64>> = vec![Vec::new(); enq_per_s.len()];
+        for (t, us) in events {
+            let i = ((t - t0_ms) / 1000.0).max(0.0) as usize;
+            if per_s.len() <= i {
+                per_s.resize(i + 1, Vec::new());
+            }
+            per_s[i].push(us);
+        }
+        enq_per_s.resize(per_s.len(), 0);
+        for v in &mut per_s {
+            v.sort_by(f64::total_cmp);
+        }
+        let pct = |v: &Vec<f64>, p: f64| (!v.is_empty()).then(|| percentile(v, p));
+        json!({
+            "t0_ms": t0_ms,
+            "enqueued": enq_per_s,
+            "done": per_s.iter().map(Vec::len).collect::<Vec<_>>(),
+            "p50_us": per_s.iter().map(|v| pct(v, 0.5)).collect::<Vec<_>>(),
+            "p99_us": per_s.iter().map(|v| pct(v, 0.99)).collect::<Vec<_>>(),
+        })
+    });
     Ok(Outcome {
         jobs: completed as u64,
         seconds: producer_secs,
@@ -648,6 +706,7 @@ async fn scenario_steady(
             "enqueued": acked,
             "picked_up": lat.len(),
             "latency_max_us": lat.last().map(|v| v.round()),
+            "timeline": timeline,
         }),
     })
 }
