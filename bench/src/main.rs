@@ -269,6 +269,7 @@ impl Plan {
             burst_after: Duration::from_secs(12),
             faults: stress::Faults {
                 jobs: 20_000,
+                peer_jobs: 5_000,
                 workers: 4,
                 kills_at: vec![1.0, 2.0],
                 restart_at: Some(3.0),
@@ -328,6 +329,7 @@ impl Plan {
             burst_after: Duration::from_secs(90),
             faults: stress::Faults {
                 jobs: 100_000,
+                peer_jobs: 20_000,
                 workers: 4,
                 kills_at: vec![2.0, 4.0],
                 restart_at: Some(6.0),
@@ -1053,7 +1055,16 @@ impl Bench {
             if system.is_loop() {
                 continue;
             }
-            if !stress::faults_supported(system) {
+            let run = if stress::faults_supported(system) {
+                stress::faults(&self.cluster, system, &f).await
+            } else if stress::ledger_driver(system) {
+                let jobs = if system.slow_drain() {
+                    f.peer_jobs.min(self.plan.slow_drain_jobs)
+                } else {
+                    f.peer_jobs
+                };
+                stress::faults_driver(&self.cluster, system, &f, jobs).await
+            } else {
                 self.results.notes.push(format!(
                     "faults / {name}: not run: {}",
                     if system.is_node() {
@@ -1063,8 +1074,8 @@ impl Bench {
                     }
                 ));
                 continue;
-            }
-            match stress::faults(&self.cluster, system, &f).await {
+            };
+            match run {
                 Ok(r) => {
                     for (col, v) in [
                         (FAULT_MISSING, r.missing as f64),
@@ -1079,6 +1090,9 @@ impl Bench {
                         self.results
                             .notes
                             .push(format!("faults / {name}: the cluster was not restarted"));
+                    }
+                    if let Some(e) = &r.driver_error {
+                        self.results.notes.push(format!("faults / {name}: the driver failed under the faults (its ledger is compared all the same): {e}"));
                     }
                     println!(
                         "  faults {name}: {} enqueued, {} in the ledger ({} rows): {} missing, {} twice; {} backends killed, restarted {}, {} worker errors, {} done at the first fault, {:.1} s",
@@ -1786,7 +1800,7 @@ fn stress_section(bench: &Bench) -> String {
     let fault_names: Vec<&str> = bench
         .systems
         .iter()
-        .filter(|s| stress::faults_supported(**s))
+        .filter(|s| stress::faults_supported(**s) || stress::ledger_driver(**s))
         .map(|s| s.name())
         .collect();
     let _ = writeln!(

@@ -23,6 +23,9 @@ pub struct Request {
     /// steady: per-second buckets in the reply, and an optional burst.
     pub timeline: bool,
     pub burst: Option<Burst>,
+    /// drain: each handler records its job's payload "i" in bench_ledger
+    /// (the faults scenario); no commits and WAL are measured then.
+    pub ledger: bool,
 }
 
 #[derive(Deserialize)]
@@ -59,7 +62,7 @@ pub async fn run(
     let db = system.db_name();
     cluster.recreate(&db).await?;
     let burst = req.burst.unwrap_or_default();
-    let request = json!({
+    let mut request = json!({
         "system": system.name(), "db": cluster.url(&db), "scenario": scenario,
         "jobs": req.jobs, "workers": req.workers, "batch": req.batch,
         "rate": req.rate, "seconds": req.seconds, "payload_bytes": 100,
@@ -67,6 +70,11 @@ pub async fn run(
         "timeline": req.timeline, "burst_rate": burst.rate,
         "burst_at": burst.at, "burst_seconds": burst.seconds,
     });
+    if req.ledger {
+        request["ledger"] = json!(true);
+        // The faults end the drivers' connections: no cost window.
+        request.as_object_mut().map(|o| o.remove("admin_db"));
+    }
     let (program, script): (String, Option<String>) = match system.python_driver() {
         // awa's Rust runtime: the driver binary bench/run.sh builds from
         // bench/peers/awa (a workspace of its own) into target/awa-peer.

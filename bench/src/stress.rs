@@ -251,6 +251,9 @@ pub async fn burst(
 #[derive(Clone, Debug)]
 pub struct Faults {
     pub jobs: usize,
+    /// Jobs of a peer's faulted drain (its driver preloads them; the slow
+    /// peers' smaller preload, `Plan::slow_drain_jobs`, caps it).
+    pub peer_jobs: usize,
     pub workers: usize,
     /// Seconds into the drain of each round of pg_terminate_backend of
     /// the workers' backends.
@@ -278,12 +281,14 @@ pub struct FaultResult {
     pub worker_errors: u64,
     /// Ids in the ledger at the first fault (the drain must not be over by then).
     pub at_first_fault: u64,
+    /// The driver's failure, if it failed (the ledger is compared all the same).
+    pub driver_error: Option<String>,
 }
 
 /// The systems whose fault drain the harness runs in-process: the worker
 /// writes its jobs' ids to the ledger in the transaction that completes
 /// them. PgQ's batches and pgmq's pop settle in the claim; the peers with
-/// drivers need the `ledger` flag of the driver protocol (not implemented).
+/// drivers run through `faults_driver` when their driver has the ledger flag.
 pub fn faults_supported(system: System) -> bool {
     matches!(system, System::Aedb | System::Baseline | System::Pgmq)
 }
@@ -383,8 +388,18 @@ pub async fn faults(cluster: &Cluster, system: System, f: &Faults) -> Result<Fau
     let mut conn = ctx.fresh().await?;
     conn.batch(LEDGER_SQL).await?;
     scenarios::preload(&ctx, &mut conn, crate::systems::QUEUE, f.jobs).await?;
+    // The system's own ids, the ones the workers record.
+    let ids_sql = match system {
+        System::Aedb => "SELECT task_id FROM aedb_queue.task",
+        System::Baseline => "SELECT id FROM jobs",
+        _ => "SELECT msg_id FROM pgmq.q_q",
+    };
+    conn.batch(&format!(
+        "CREATE TABLE bench_enqueued AS {ids_sql}; ALTER TABLE bench_enqueued RENAME COLUMN {} TO job_id",
+        ids_sql.split_whitespace().nth(1).unwrap_or("id")
+    ))
+    .await?;
     drop(conn);
-    let enqueued = f.jobs as u64;
     let stop = Arc::new(AtomicBool::new(false));
     let errors = Arc::new(AtomicU64::new(0));
     let handles: Vec<_> = (0..f.workers)
@@ -398,8 +413,53 @@ pub async fn faults(cluster: &Cluster, system: System, f: &Faults) -> Result<Fau
             ))
         })
         .collect();
+    let s = schedule(cluster, &system.db_name(), f, f.jobs as u64, || false).await?;
+    stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        let _ = h.await;
+    }
+    let mut r = compare(cluster, &system.db_name(), s).await?;
+    r.worker_errors = errors.load(Ordering::Relaxed);
+    Ok(r)
+}
+
+/// What the schedule saw.
+struct Scheduled {
+    seconds: f64,
+    kills: u64,
+    restarted: bool,
+    at_first_fault: u64,
+}
+
+/// Waits for the drain to begin (a first ledger row), then ends the
+/// workers' backends and restarts the cluster on schedule, until every job
+/// is in the ledger (once the faults are past), `finished` says so, or the
+/// deadline.
+async fn schedule(
+    cluster: &Cluster,
+    db: &str,
+    f: &Faults,
+    enqueued: u64,
+    finished: impl Fn() -> bool,
+) -> Result<Scheduled> {
+    let count = || async {
+        let c = cluster.connect(db).await?;
+        c.batch(&format!("SET application_name = '{FAULT_APP}'"))
+            .await?;
+        c.scalar_i64("SELECT count(DISTINCT job_id)::bigint FROM bench_ledger")
+            .await
+    };
+    let wait = Instant::now();
+    loop {
+        if count().await.is_ok_and(|n| n > 0) {
+            break;
+        }
+        if finished() || wait.elapsed() > Duration::from_secs(300) {
+            return Err("the drain never started (no ledger row)".into());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let start = Instant::now();
-    let db = system.db_name();
     let mut kills_left: Vec<f64> = f.kills_at.clone();
     kills_left.sort_by(f64::total_cmp);
     kills_left.reverse();
@@ -407,14 +467,14 @@ pub async fn faults(cluster: &Cluster, system: System, f: &Faults) -> Result<Fau
     let (mut kills, mut restarted) = (0u64, false);
     let mut distinct = 0u64;
     let mut at_first_fault = None;
-    while start.elapsed() < f.deadline {
+    while start.elapsed() < f.deadline && !finished() {
         tokio::time::sleep(Duration::from_millis(250)).await;
         let t = start.elapsed().as_secs_f64();
         if kills_left.last().is_some_and(|&k| t >= k) {
             kills_left.pop();
             at_first_fault.get_or_insert(distinct);
             if let Ok(admin) = cluster.connect("postgres").await {
-                let sql = format!("SELECT count(pg_terminate_backend(pid))::bigint FROM pg_stat_activity WHERE datname = '{db}' AND backend_type = 'client backend' AND application_name NOT IN ('{FAULT_APP}', '{HOLDER_APP}')");
+                let sql = format!("SELECT count(pg_terminate_backend(pid))::bigint FROM pg_stat_activity WHERE datname = '{db}' AND backend_type = 'client backend' AND application_name NOT IN ('{FAULT_APP}', '{HOLDER_APP}', 'bench-monitor', 'bench-ledger')");
                 if let Ok(n) = admin.scalar_i64(&sql).await {
                     kills += n as u64;
                 }
@@ -426,47 +486,102 @@ pub async fn faults(cluster: &Cluster, system: System, f: &Faults) -> Result<Fau
             restart_cluster(f).await?;
             restarted = true;
         }
-        let counted = async {
-            let c = cluster.connect(&db).await?;
-            c.batch(&format!("SET application_name = '{FAULT_APP}'"))
-                .await?;
-            c.scalar_i64("SELECT count(DISTINCT job_id)::bigint FROM bench_ledger")
-                .await
-        }
-        .await;
-        if let Ok(n) = counted {
+        if let Ok(n) = count().await {
             distinct = n as u64;
         }
         if distinct >= enqueued && kills_left.is_empty() && restart.is_none() {
             break;
         }
     }
-    let seconds = start.elapsed().as_secs_f64();
-    stop.store(true, Ordering::Relaxed);
-    for h in handles {
-        let _ = h.await;
-    }
-    let c = cluster.connect(&db).await?;
+    Ok(Scheduled {
+        seconds: start.elapsed().as_secs_f64(),
+        kills,
+        restarted,
+        at_first_fault: at_first_fault.unwrap_or(distinct),
+    })
+}
+
+/// The ledger against the ids enqueued (`bench_enqueued`).
+async fn compare(cluster: &Cluster, db: &str, s: Scheduled) -> Result<FaultResult> {
+    let c = cluster.connect(db).await?;
     let row = c
         .client
         .query_one(
-            "SELECT count(DISTINCT job_id)::bigint, count(*)::bigint FROM bench_ledger",
+            "SELECT (SELECT count(*) FROM bench_enqueued)::bigint, \
+                    (SELECT count(DISTINCT job_id) FROM bench_ledger WHERE job_id IN (SELECT job_id FROM bench_enqueued))::bigint, \
+                    (SELECT count(*) FROM bench_ledger)::bigint, \
+                    (SELECT count(DISTINCT job_id) FROM bench_ledger)::bigint",
             &[],
         )
         .await?;
-    let (distinct, rows): (i64, i64) = (row.get(0), row.get(1));
+    let (enqueued, recorded, rows, distinct): (i64, i64, i64, i64) =
+        (row.get(0), row.get(1), row.get(2), row.get(3));
     Ok(FaultResult {
-        enqueued,
+        enqueued: enqueued as u64,
         distinct: distinct as u64,
         rows: rows as u64,
-        missing: enqueued.saturating_sub(distinct as u64),
-        duplicates: (rows - distinct) as u64,
-        seconds,
-        kills,
-        restarted,
-        worker_errors: errors.load(Ordering::Relaxed),
-        at_first_fault: at_first_fault.unwrap_or(distinct as u64),
+        missing: (enqueued - recorded).max(0) as u64,
+        duplicates: (rows - distinct).max(0) as u64,
+        seconds: s.seconds,
+        kills: s.kills,
+        restarted: s.restarted,
+        worker_errors: 0,
+        at_first_fault: s.at_first_fault,
+        driver_error: None,
     })
+}
+
+/// The same faults for a peer with a driver that has the ledger flag: its
+/// drain of `jobs` preloaded jobs (payload "i" 0..jobs), each handler
+/// recording "i" in the ledger.
+pub async fn faults_driver(
+    cluster: &Cluster,
+    system: System,
+    f: &Faults,
+    jobs: usize,
+) -> Result<FaultResult> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let finished = Arc::new(AtomicBool::new(false));
+    let driver = {
+        let (cluster, finished) = (cluster.clone(), finished.clone());
+        let req = node::Request {
+            jobs,
+            workers: f.workers,
+            batch: 1,
+            seconds: f.deadline.as_secs(),
+            ledger: true,
+            ..Default::default()
+        };
+        tokio::spawn(async move {
+            let r = node::run(&cluster, system, "drain", req).await;
+            finished.store(true, Ordering::Relaxed);
+            r.map_err(|e| e.to_string())
+        })
+    };
+    let db = system.db_name();
+    // node::run recreates the database: wait for the driver's ledger table.
+    let s = schedule(cluster, &db, f, jobs as u64, || {
+        finished.load(Ordering::Relaxed)
+    })
+    .await;
+    let outcome = driver.await?;
+    let s = s?;
+    let c = cluster.connect(&db).await?;
+    c.batch(&format!(
+        "CREATE TABLE bench_enqueued AS SELECT generate_series(0, {}::bigint) AS job_id",
+        jobs as i64 - 1
+    ))
+    .await?;
+    drop(c);
+    let mut r = compare(cluster, &db, s).await?;
+    r.driver_error = outcome.err();
+    Ok(r)
+}
+
+/// The peers whose driver implements the ledger flag.
+pub fn ledger_driver(system: System) -> bool {
+    system.is_node() && !matches!(system, System::Awa | System::AwaPython)
 }
 
 #[cfg(test)]

@@ -88,6 +88,9 @@ function parseArgs() {
     burst_rate: num('burst_rate', 0),
     burst_at: num('burst_at', 0),
     burst_seconds: num('burst_seconds', 0),
+    // Optional (drain, faults scenario): each handler records its job's
+    // payload "i" in bench_ledger (see makeLedger).
+    ledger: a.ledger === true,
   };
   if (!['pg-boss', 'graphile-worker'].includes(cfg.system)) die(`"system" must be "pg-boss" or "graphile-worker" (got ${JSON.stringify(cfg.system)})`, 2);
   if (typeof cfg.db !== 'string' || !cfg.db) die('"db" must be a postgres:// connection string', 2);
@@ -202,7 +205,7 @@ function pgBossAdapter(cfg) {
     },
     async startWorkers(onJobs) {
       workId = await boss.work(QUEUE, work, async jobs => {
-        onJobs(nowMs(), jobs.map(j => j.data));
+        await onJobs(nowMs(), jobs.map(j => j.data));
       });
     },
     countSql: `SELECT count(*)::bigint AS n FROM pgboss.job WHERE name = '${QUEUE}' AND state = 'completed'`,
@@ -290,7 +293,7 @@ function graphileAdapter(cfg) {
       runner = await run({
         preset: { worker },
         noHandleSignals: true,
-        taskList: { [TASK]: async payload => { onJobs(nowMs(), [payload]); } },
+        taskList: { [TASK]: async payload => { await onJobs(nowMs(), [payload]); } },
       });
     },
     countSql: 'SELECT count(*)::bigint AS n FROM graphile_worker._private_jobs',
@@ -371,8 +374,46 @@ async function preEnqueue(cfg, sys, monitor) {
 }
 
 async function countCompleted(sys, monitor, enqueued) {
-  const { rows } = await monitor.query(sys.countSql);
-  return sys.completedFrom(Number(rows[0].n), enqueued);
+  // Retried for up to a minute: the faults scenario ends backends and
+  // restarts the cluster under the drain.
+  const deadline = mono() + 60_000;
+  for (;;) {
+    try {
+      const { rows } = await monitor.query(sys.countSql);
+      return sys.completedFrom(Number(rows[0].n), enqueued);
+    } catch (e) {
+      if (mono() > deadline) throw e;
+      await sleep(200);
+    }
+  }
+}
+
+const LEDGER_APP = 'bench-ledger'; // the handlers' ledger connections (not ended by the faults)
+const LEDGER_SQL = 'CREATE TABLE IF NOT EXISTS bench_ledger (job_id bigint NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())';
+
+// The faults scenario's ledger: each handler call inserts its jobs' payload
+// "i" into bench_ledger in its own transaction (neither pg-boss's nor
+// graphile-worker's handler is given the transaction that completes its
+// job), retried for up to a minute; a failure rejects in the handler, so the
+// peer sees the job fail.
+function makeLedger(cfg) {
+  const pool = new pg.Pool({ connectionString: cfg.db, max: 4, application_name: LEDGER_APP });
+  pool.on('error', e => process.stderr.write(`ledger pool error: ${e.message}\n`));
+  return {
+    async record(ids) {
+      const deadline = mono() + 60_000;
+      for (;;) {
+        try {
+          await pool.query('INSERT INTO bench_ledger (job_id) SELECT unnest($1::bigint[])', [ids]);
+          return;
+        } catch (e) {
+          if (mono() > deadline) throw e;
+          await sleep(200);
+        }
+      }
+    },
+    end() { return pool.end(); },
+  };
 }
 
 async function scenarioDrain(cfg, sys, monitor) {
@@ -381,7 +422,9 @@ async function scenarioDrain(cfg, sys, monitor) {
   let resolveFirst;
   const first = new Promise(r => { resolveFirst = r; });
   let handled = 0;
-  await sys.startWorkers((t, payloads) => {
+  const ledger = cfg.ledger ? makeLedger(cfg) : null;
+  await sys.startWorkers(async (t, payloads) => {
+    if (ledger) await ledger.record(payloads.map(p => p.i));
     if (firstCall === null) { firstCall = mono(); resolveFirst(); }
     handled += payloads.length;
   });
@@ -399,6 +442,7 @@ async function scenarioDrain(cfg, sys, monitor) {
     if (end - start >= capMs) break;
   }
   await sys.stopWorkers();
+  if (ledger) await ledger.end().catch(() => {});
   return {
     jobs: completed,
     seconds: (end - start) / 1000,
@@ -587,6 +631,7 @@ async function main() {
   let monitor = makeMonitor(cfg);
   try {
     await sys.setup();
+    if (cfg.ledger) await monitor.query(LEDGER_SQL);
     if (cfg.scenario === 'drain') {
       await preEnqueue(cfg, sys, monitor);
       const pre = await countCompleted(sys, monitor, cfg.jobs);

@@ -107,6 +107,9 @@ def parse_request(argv: list[str], system: str) -> dict:
         "burst_rate": float(num("burst_rate", 0)),
         "burst_at": float(num("burst_at", 0)),
         "burst_seconds": float(num("burst_seconds", 0)),
+        # Optional (drain, faults scenario): each handler records its job's
+        # payload "i" in bench_ledger (see Ledger).
+        "ledger": bool(a.get("ledger", False)),
     }
     if cfg["system"] != system:
         raise NotDrivable(f'this driver runs "{system}" (asked for {cfg["system"]!r})')
@@ -133,13 +136,28 @@ class Monitor:
         self.statements = 0
 
     async def execute(self, sql: str) -> list:
-        if self.conn is None:
-            self.conn = await psycopg.AsyncConnection.connect(
-                self.db, autocommit=True, application_name="bench-monitor"
-            )
-        self.statements += 1
-        cur = await self.conn.execute(sql)
-        return await cur.fetchall() if cur.description else []
+        # Reconnects and retries for up to a minute: the faults scenario
+        # ends backends and restarts the cluster under the drain.
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if self.conn is None:
+                    self.conn = await psycopg.AsyncConnection.connect(
+                        self.db, autocommit=True, application_name="bench-monitor"
+                    )
+                self.statements += 1
+                cur = await self.conn.execute(sql)
+                return await cur.fetchall() if cur.description else []
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                try:
+                    if self.conn is not None:
+                        await self.conn.close()
+                except psycopg.Error:
+                    pass
+                self.conn = None
+                await asyncio.sleep(0.2)
 
     async def close(self) -> None:
         if self.conn is not None:
@@ -191,6 +209,38 @@ async def preload(cfg: dict, sys_, monitor: Monitor) -> None:
 
 
 HOLDER_APP = "aedb-bench-hold"  # the harness's snapshot holder: not a client of ours
+LEDGER_APP = "bench-ledger"  # the handlers' ledger connections (not ended by the faults)
+LEDGER_SQL = "CREATE TABLE IF NOT EXISTS bench_ledger (job_id bigint NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())"
+
+
+class Ledger:
+    """The faults scenario's ledger: each handler call inserts its jobs'
+    payload "i" into bench_ledger, in its own autocommit transaction (no
+    Python peer lends the handler the job's transaction), on a thread-local
+    synchronous connection (handlers may run on other threads; the insert
+    blocks the loop for a round trip, which the faults scenario does not
+    time). Reconnects and retries for up to a minute; a failure raises in
+    the handler, so the peer sees the job fail."""
+
+    def __init__(self, db: str):
+        self.db = db
+        self.local = threading.local()
+
+    def record(self, ids: list[int]) -> None:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                conn = getattr(self.local, "conn", None)
+                if conn is None or conn.closed:
+                    conn = psycopg.connect(self.db, autocommit=True, application_name=LEDGER_APP)
+                    self.local.conn = conn
+                conn.execute("INSERT INTO bench_ledger (job_id) SELECT unnest(%s::bigint[])", (ids,))
+                return
+            except psycopg.OperationalError:
+                self.local.conn = None
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
 
 
 def due_by(cfg: dict, elapsed: float) -> float:
@@ -252,8 +302,11 @@ class Handled:
         self.recording = record_latency
         self.latencies_us: list[float] = []
         self.timeline: Timeline | None = None
+        self.ledger: Ledger | None = None
 
     def __call__(self, wall_ms: float, payloads: list) -> None:
+        if self.ledger is not None:
+            self.ledger.record([int(p["i"]) for p in payloads])
         with self.lock:
             if self.first is None:
                 self.first = time.monotonic()
@@ -269,6 +322,8 @@ class Handled:
 
 async def scenario_drain(cfg: dict, sys_, monitor: Monitor) -> dict:
     handled = Handled(asyncio.get_running_loop(), False)
+    if cfg["ledger"]:
+        handled.ledger = Ledger(cfg["db"])
     await sys_.start_workers(handled)
     await handled.started.wait()
     start = handled.first
@@ -425,6 +480,8 @@ async def run(cfg: dict, make_adapter) -> dict:
     monitor = Monitor(cfg["db"])
     try:
         await sys_.setup()
+        if cfg["ledger"]:
+            await monitor.execute(LEDGER_SQL)
         log("set up")
         if cfg["scenario"] == "drain":
             await sys_.open()
