@@ -581,7 +581,7 @@ pub async fn faults_driver(
 
 /// The peers whose driver implements the ledger flag.
 pub fn ledger_driver(system: System) -> bool {
-    system.is_node() && !matches!(system, System::Awa | System::AwaPython)
+    system.is_node() && system != System::AwaPython
 }
 
 #[cfg(test)]

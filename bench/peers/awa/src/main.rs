@@ -128,10 +128,34 @@ struct Cfg {
     burst_rate: f64,
     burst_at: f64,
     burst_seconds: f64,
+    /// Optional (drain, the faults scenario): each handler records its
+    /// job's `i` in bench_ledger.
+    ledger: bool,
 }
 
 /// The harness's snapshot holder (held-snapshot scenario): not a client of ours.
 const HOLDER_APP: &str = "aedb-bench-hold";
+/// The handlers' ledger connections (the faults scenario spares them).
+const LEDGER_APP: &str = "bench-ledger";
+const LEDGER_SQL: &str = "CREATE TABLE IF NOT EXISTS bench_ledger (job_id bigint NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())";
+
+/// Records a job's `i` in the ledger in its own transaction (awa's handler
+/// is not given the transaction that completes its job), retried for up to
+/// a minute; then the handler fails retryably, so awa sees the job fail.
+async fn ledger_record(pool: &PgPool, i: u64) -> std::result::Result<(), awa::JobError> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match sqlx::query("INSERT INTO bench_ledger (job_id) VALUES ($1)")
+            .bind(i as i64)
+            .execute(pool)
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(e) if Instant::now() > deadline => return Err(awa::JobError::retryable(e)),
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
 
 /// Jobs the steady producer owes after `elapsed` seconds.
 fn due_by(cfg: &Cfg, elapsed: f64) -> f64 {
@@ -178,6 +202,7 @@ fn parse_args() -> Cfg {
         burst_rate: num("burst_rate", 0.0),
         burst_at: num("burst_at", 0.0),
         burst_seconds: num("burst_seconds", 0.0),
+        ledger: a["ledger"].as_bool().unwrap_or(false),
     };
     if a["system"].as_str() != Some("awa") {
         die(
@@ -281,6 +306,16 @@ struct Seen {
 /// target) and a no-op handler registered the way awa's README does it
 /// (`register::<Args, _, _>`).
 fn build_client(pool: PgPool, cfg: &Cfg, seen: Arc<Seen>) -> Result<Client> {
+    let ledger = if cfg.ledger {
+        let opts: sqlx::postgres::PgConnectOptions = cfg.db.parse()?;
+        Some(
+            PgPoolOptions::new()
+                .max_connections(4)
+                .connect_lazy_with(opts.application_name(LEDGER_APP)),
+        )
+    } else {
+        None
+    };
     let client = Client::builder(pool)
         .queue(QUEUE, queue_config(cfg))
         .queue_storage(
@@ -291,7 +326,11 @@ fn build_client(pool: PgPool, cfg: &Cfg, seen: Arc<Seen>) -> Result<Client> {
         .transition_role(TransitionWorkerRole::QueueStorageTarget)
         .register::<BenchJob, _, _>(move |args, _ctx| {
             let seen = seen.clone();
+            let ledger = ledger.clone();
             async move {
+                if let Some(l) = &ledger {
+                    ledger_record(l, args.i).await?;
+                }
                 let t = now_ms();
                 let _ = seen.first.set(Instant::now());
                 seen.handled.fetch_add(1, Ordering::Relaxed);
@@ -342,8 +381,17 @@ impl Monitor {
     }
 
     async fn completed(&mut self) -> Result<i64> {
-        self.calls += 1;
-        Ok(self.store.queue_counts(&self.pool, QUEUE).await?.terminal)
+        // Retried for up to a minute: the faults scenario ends backends and
+        // restarts the cluster under the drain (the pool reconnects).
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            self.calls += 1;
+            match self.store.queue_counts(&self.pool, QUEUE).await {
+                Ok(c) => return Ok(c.terminal),
+                Err(e) if Instant::now() > deadline => return Err(e.into()),
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
     }
 
     async fn close(self) {
@@ -466,6 +514,9 @@ async fn setup(cfg: &Cfg) -> Result<()> {
     let store = QueueStorage::new(storage_config())?;
     store.install(&p).await?;
     log("migrated, queue storage installed");
+    if cfg.ledger {
+        sqlx::query(LEDGER_SQL).execute(&p).await?;
+    }
     if cfg.scenario == "drain" {
         let mut done = 0;
         while done < cfg.jobs {
