@@ -180,6 +180,13 @@ pub async fn held_snapshot(
     let (open_s, close_s) = (at(opened_ms), at(closed_ms));
     // Whole seconds inside each phase; the first second (start-up) is left out.
     let end = seconds as usize;
+    if open_s < 2.0 {
+        return Err(format!(
+            "the window began {:.1} s after the snapshot was taken, leaving no clean phase (a longer start-up allowance is needed)",
+            -((opened_ms - t.t0_ms) / 1000.0)
+        )
+        .into());
+    }
     Ok(Held {
         clean: phase(&t, 1, open_s.floor() as usize),
         held: phase(&t, open_s.ceil() as usize, close_s.floor() as usize),
@@ -361,8 +368,14 @@ async fn restart_cluster(f: &Faults) -> Result<()> {
     } else {
         tokio::process::Command::new(&f.pg_ctl)
     };
+    // The new postmaster logs to a file: it would otherwise hold our
+    // pipe open, and the wait for pg_ctl's output would never end.
+    let log = format!("{}/restart.log", f.pg_data);
     let out = cmd
-        .args(["restart", "-m", "immediate", "-w", "-D", &f.pg_data])
+        .args(["restart", "-m", "immediate", "-w", "-D", &f.pg_data, "-l", &log])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
         .output()
         .await?;
     if !out.status.success() {
