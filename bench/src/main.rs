@@ -1808,14 +1808,15 @@ fn stress_section(bench: &Bench) -> String {
         .collect();
     let _ = writeln!(
         md,
-        "## Faults ({} jobs preloaded, {} workers that reconnect on any error; pg_terminate_backend of every worker backend at {:?} s, `pg_ctl restart -m immediate` at {:?} s; drained until every job is in the ledger or {} s)\n",
+        "## Faults ({} jobs preloaded, {} workers that reconnect on any error; pg_terminate_backend of every worker backend at {:?} s, `pg_ctl restart -m immediate` at {} s; drained until every job is in the ledger or {} s)\n",
         f.jobs,
         f.workers,
         f.kills_at,
-        f.restart_at,
+        f.restart_at
+            .map_or("no restart".to_string(), |r| r.to_string()),
         f.deadline.as_secs()
     );
-    let _ = writeln!(md, "Each worker writes its job's id to a ledger table in the transaction that completes the job (the same database); afterwards every enqueued id must be in the ledger once. Missing ids are lost or still stuck (claimed by a killed worker and never released) at the deadline; ids in it twice ran twice. The peers with drivers are not run here yet (see the notes).\n\n{}", r.table("faults", &fault_names, &[FAULT_MISSING, FAULT_DUPLICATES, FAULT_AT_FIRST, FAULT_KILLED, FAULT_SECONDS], Unit::Count, None));
+    let _ = writeln!(md, "Each worker writes its job's id to a ledger table in the transaction that completes the job (the same database); afterwards every enqueued id must be in the ledger once. Missing ids are lost or still stuck (claimed by a killed worker and never released) at the deadline; ids in it twice ran twice. The peers run through their drivers (`\"ledger\": true`), whose handlers record the job in their own transaction (none lends the handler the completing one); awa-python, PgQ and pgmq's pop are not run (see the notes).\n\n{}", r.table("faults", &fault_names, &[FAULT_MISSING, FAULT_DUPLICATES, FAULT_AT_FIRST, FAULT_KILLED, FAULT_SECONDS], Unit::Count, None));
     md
 }
 

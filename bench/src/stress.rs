@@ -372,7 +372,16 @@ async fn restart_cluster(f: &Faults) -> Result<()> {
     // pipe open, and the wait for pg_ctl's output would never end.
     let log = format!("{}/restart.log", f.pg_data);
     let out = cmd
-        .args(["restart", "-m", "immediate", "-w", "-D", &f.pg_data, "-l", &log])
+        .args([
+            "restart",
+            "-m",
+            "immediate",
+            "-w",
+            "-D",
+            &f.pg_data,
+            "-l",
+            &log,
+        ])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
