@@ -15,6 +15,7 @@ mod router;
 mod scenarios;
 mod soak;
 mod stress;
+mod summary;
 mod systems;
 
 use std::fmt::Write as _;
@@ -1437,7 +1438,13 @@ async fn main() -> Result<()> {
     let elapsed = started.elapsed();
     std::fs::create_dir_all(&args.out)?;
     let md = render(&bench, elapsed).await?;
-    std::fs::write(args.out.join("latest.md"), md)?;
+    std::fs::write(args.out.join("latest.md"), &md)?;
+    if !args.quick {
+        let runs = args.out.join("runs.md");
+        let entry = run_entry(&md);
+        let existing = std::fs::read_to_string(&runs).ok();
+        std::fs::write(&runs, summary::with_run(existing.as_deref(), &entry))?;
+    }
     let names: Vec<&str> = bench.systems.iter().map(|s| s.name()).collect();
     let mut chart_workers = workers.clone();
     chart_workers.extend(batched_workers.iter().copied());
@@ -1517,6 +1524,7 @@ async fn render(bench: &Bench, elapsed: Duration) -> Result<String> {
     let _ = writeln!(md, "Code: commit `{commit}`. Run finished {}.  ", now_utc());
     let _ = writeln!(md, "Machine: {cpus} CPUs, load average at the end `{}`. PostgreSQL {version} on 127.0.0.1, `{}`.  ", load.trim(), settings.join(" "));
     let _ = writeln!(md, "Clients run on the same machine over TCP. Ratios in **bold** are against the hand-written baseline in the same run: the ratio of the medians, then (*paired*) the median of each repetition's own ratio. Within a repetition every system runs one cell after the other (the same column, adjacent in time; the order reversed in every second repetition), so a paired ratio compares measurements taken under the same machine conditions, which the machine's drift over a run does not.\n");
+    let _ = writeln!(md, "## Summary\n\nEach scenario's best peer (the baselines and the floor are not peers) against aedb_queue, from the tables below: medians of this run; \"ahead\" means aedb_queue is better by that factor, higher jobs/s or lower latency, time and counts.\n\n{}", summary::table(r, &names, &summary_lines(p)));
     let _ = writeln!(md, "![throughput](throughput.png)\n");
     let _ = writeln!(md, "{}", systems_section(&names));
     let _ = writeln!(md, "{COST_NOTE}\n");
@@ -1750,6 +1758,49 @@ const COST_NOTE: &str = "Commits per job and WAL bytes per job (the tables after
 
 /// The concurrency-key cells: their workload, table, costs and targets.
 /// The held-snapshot and burst tables (every system with a steady run).
+/// A run's entry in runs.md: its time and commit, and latest.md's header
+/// lines and summary table.
+fn run_entry(latest: &str) -> String {
+    let header: Vec<&str> = latest
+        .lines()
+        .filter(|l| l.starts_with("Command:") || l.starts_with("Code:") || l.starts_with("Machine:"))
+        .collect();
+    let summary = latest
+        .split("## Summary\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .unwrap_or("")
+        .split("![throughput]")
+        .next()
+        .unwrap_or("");
+    format!("## Run finished {}\n\n{}\n{}", now_utc(), header.join("\n"), summary.trim_end())
+}
+
+/// The summary's lines: the headline cell of each scenario, at its largest
+/// worker count or rate.
+fn summary_lines(p: &Plan) -> Vec<summary::Line> {
+    use summary::{Better::*, Line};
+    let most = |v: &[usize]| v.iter().max().map_or(String::new(), |w| w.to_string());
+    let (w, bw) = (most(&p.workers), most(&p.batched_workers));
+    let rate = p.steady_rates.iter().max().map_or(String::new(), |r| format!("{r}/s"));
+    let wal = format!("{PER_JOB}_wal");
+    vec![
+        Line::new("enqueue, one per call, 1 producer (jobs/s)", "enqueue", "single, 1 producer", Higher, Unit::PerSecond),
+        Line::new("enqueue, one per call, 8 producers (jobs/s)", "enqueue", "single, 8 producers", Higher, Unit::PerSecond),
+        Line::new("enqueue, batches of 1000 (jobs/s)", "enqueue", "batch 1000", Higher, Unit::PerSecond),
+        Line::new(&format!("drain, one job per claim, {w} workers (jobs/s)"), PER_JOB, &w, Higher, Unit::PerSecond),
+        Line::new(&format!("drain, one job per claim, {w} workers, one commit per job (jobs/s)"), PER_JOB, &w, Higher, Unit::PerSecond).for_row("aedb-loop"),
+        Line::new("WAL per job, that drain (bytes)", &wal, &w, Lower, Unit::Count),
+        Line::new(&format!("drain, claims of 100, {bw} workers (jobs/s)"), &batched_table(100), &bw, Higher, Unit::PerSecond),
+        Line::new(&format!("steady {rate}: pickup p99"), "steady_p99", &rate, Lower, Unit::Micros),
+        Line::new("held snapshot: pickup p99 while held", "held_p99", HELD_HELD, Lower, Unit::Micros),
+        Line::new("held snapshot: dead tuples at its release", "held_dead", DEAD_BEFORE_RELEASE, Lower, Unit::Count),
+        Line::new("burst: time to drain after it", "burst", BURST_DRAIN, Lower, Unit::Seconds),
+        Line::new("faults: jobs lost or stuck", "faults", FAULT_MISSING, Lower, Unit::Count),
+        Line::new("faults: jobs run twice", "faults", FAULT_DUPLICATES, Lower, Unit::Count),
+    ]
+}
+
 fn stress_section(bench: &Bench) -> String {
     let (r, p) = (&bench.results, &bench.plan);
     let names: Vec<&str> = bench.steady_systems().iter().map(|s| s.name()).collect();
