@@ -119,9 +119,38 @@ async fn dead_tuples(cluster: &Cluster, db: &str) -> Result<i64> {
     conn.scalar_i64(DEAD_SQL).await
 }
 
+/// Waits until the steady run's producer is at work in `db` (a second with
+/// at least half of `rate` rows inserted, from the database's statistics,
+/// read from another database), or at most `slack`. Drivers start up for
+/// very different times (a migration, a runtime's maintenance), so a fixed
+/// delay opened some snapshots before a slow driver's window.
+async fn window_opened(cluster: &Cluster, db: &str, rate: u64, slack: Duration) -> Result<()> {
+    let admin = cluster.connect("postgres").await?;
+    let sql = format!("SELECT tup_inserted FROM pg_stat_database WHERE datname = '{db}'");
+    let deadline = Instant::now() + slack;
+    let mut last: Option<(Instant, i64)> = None;
+    while Instant::now() < deadline {
+        admin.batch("SELECT pg_stat_clear_snapshot()").await?;
+        let now = (Instant::now(), admin.scalar_i64(&sql).await?);
+        if let Some((at, n)) = last {
+            if producing(now.1 - n, now.0.duration_since(at), rate) {
+                return Ok(());
+            }
+        }
+        last = Some(now);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    Ok(())
+}
+
+/// Whether `inserted` rows in `over` mean a producer at `rate` is running.
+fn producing(inserted: i64, over: Duration, rate: u64) -> bool {
+    over.as_secs_f64() > 0.0 && inserted as f64 / over.as_secs_f64() >= rate as f64 / 2.0
+}
+
 /// A steady run of `clean + hold + after` seconds (plus `slack`, the
-/// driver's start-up) at `rate`, with a snapshot held from `slack + clean`
-/// after the start for `hold`.
+/// driver's start-up allowance) at `rate`, with a snapshot held for `hold`
+/// from `clean` after the producer is seen at work.
 pub async fn held_snapshot(
     cluster: &Cluster,
     system: System,
@@ -136,7 +165,8 @@ pub async fn held_snapshot(
         let cluster = cluster.clone();
         let db = db.clone();
         tokio::spawn(async move {
-            tokio::time::sleep(slack + clean).await;
+            window_opened(&cluster, &db, rate, slack).await?;
+            tokio::time::sleep(clean).await;
             let conn = cluster.connect(&db).await?;
             conn.batch(&format!("SET application_name = '{HOLDER_APP}'"))
                 .await?;
@@ -634,6 +664,14 @@ mod tests {
         assert_eq!(b.due(100, 3.0), 300.0 + 900.0);
         assert_eq!(b.due(100, 10.0), 1_000.0 + 2_700.0);
         assert_eq!(Burst::default().due(100, 4.0), 400.0);
+    }
+
+    #[test]
+    fn a_producer_is_seen_at_half_its_rate_or_more() {
+        let s = Duration::from_millis(500);
+        assert!(producing(250, s, 1_000));
+        assert!(!producing(240, s, 1_000), "a migration's few rows are not the producer");
+        assert!(!producing(5, Duration::ZERO, 1));
     }
 
     #[test]
