@@ -141,10 +141,11 @@ const RUNS_HEADER: &str = "# Full benchmark runs, newest first\n\nEvery full `ba
 /// `runs.md` with `entry` (one run's heading and summary) put first, after
 /// the file's header; earlier entries are kept as they were.
 pub fn with_run(existing: Option<&str>, entry: &str) -> String {
+    // Earlier entries start at the first heading of a run; whatever stands
+    // before it (the header, a note that no run was kept yet) is rewritten.
     let earlier = existing
-        .and_then(|s| s.strip_prefix(RUNS_HEADER))
-        .unwrap_or("")
-        .trim_start_matches('\n');
+        .and_then(|s| s.find("\n## ").map(|at| &s[at + 1..]))
+        .unwrap_or("");
     let mut out = format!("{RUNS_HEADER}\n{}\n", entry.trim_end());
     if !earlier.is_empty() {
         out.push('\n');
@@ -229,6 +230,9 @@ mod tests {
         let (r2, r1) = (second.find("## run 2").unwrap(), second.find("## run 1").unwrap());
         assert!(r2 < r1, "{second}");
         assert!(second.ends_with("| a |\n"), "{second:?}");
+        let placeholder = format!("{RUNS_HEADER}\nNo full run kept yet.\n");
+        let kept = with_run(Some(&placeholder), "## run 3\n");
+        assert!(!kept.contains("No full run"), "{kept}");
     }
 
     #[test]
