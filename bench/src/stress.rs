@@ -119,15 +119,19 @@ async fn dead_tuples(cluster: &Cluster, db: &str) -> Result<i64> {
     conn.scalar_i64(DEAD_SQL).await
 }
 
-/// Waits until the steady run's producer is at work in `db` (a second with
-/// at least half of `rate` rows inserted, from the database's statistics,
-/// read from another database), or at most `slack`. Drivers start up for
+/// The longest wait for a driver's producer to start: awa's runtime took
+/// 35 s in a trial, well past the start-up allowance of the run's length.
+const PRODUCER_WAIT: Duration = Duration::from_secs(120);
+
+/// Waits until the steady run's producer is at work in `db` (half a second
+/// with at least half of `rate` rows a second inserted, from the database's
+/// statistics, read from another database), or at most `wait`. Drivers start up for
 /// very different times (a migration, a runtime's maintenance), so a fixed
 /// delay opened some snapshots before a slow driver's window.
-async fn window_opened(cluster: &Cluster, db: &str, rate: u64, slack: Duration) -> Result<()> {
+async fn window_opened(cluster: &Cluster, db: &str, rate: u64, wait: Duration) -> Result<()> {
     let admin = cluster.connect("postgres").await?;
     let sql = format!("SELECT tup_inserted FROM pg_stat_database WHERE datname = '{db}'");
-    let deadline = Instant::now() + slack;
+    let deadline = Instant::now() + wait;
     let mut last: Option<(Instant, i64)> = None;
     while Instant::now() < deadline {
         admin.batch("SELECT pg_stat_clear_snapshot()").await?;
@@ -165,7 +169,7 @@ pub async fn held_snapshot(
         let cluster = cluster.clone();
         let db = db.clone();
         tokio::spawn(async move {
-            window_opened(&cluster, &db, rate, slack).await?;
+            window_opened(&cluster, &db, rate, PRODUCER_WAIT).await?;
             tokio::time::sleep(clean).await;
             let conn = cluster.connect(&db).await?;
             conn.batch(&format!("SET application_name = '{HOLDER_APP}'"))
