@@ -26,6 +26,9 @@ pub struct Request {
     /// drain: each handler records its job's payload "i" in bench_ledger
     /// (the faults scenario); no commits and WAL are measured then.
     pub ledger: bool,
+    /// SQL the driver runs after installing the peer's schema and before the
+    /// scenario, untimed: the backlog scenario's fill (`crate::backlog`).
+    pub backlog_sql: Option<&'static str>,
 }
 
 #[derive(Deserialize)]
@@ -70,6 +73,9 @@ pub async fn run(
         "timeline": req.timeline, "burst_rate": burst.rate,
         "burst_at": burst.at, "burst_seconds": burst.seconds,
     });
+    if let Some(sql) = req.backlog_sql {
+        request["backlog_sql"] = json!(sql);
+    }
     if req.ledger {
         request["ledger"] = json!(true);
         // The faults end the drivers' connections: no cost window.
