@@ -38,8 +38,6 @@ use crate::systems::{self, System, QUEUE};
 
 /// The queue (or task kind) the ready part of the backlog sits on.
 pub const OTHER_QUEUE: &str = "backlog_other";
-/// The queue the Node and Python drivers' workers consume.
-const PEER_QUEUE: &str = "bench";
 /// Results table names.
 pub const TABLE: &str = "backlog";
 
@@ -250,19 +248,41 @@ async fn single_enqueues(ctx: &Ctx, jobs: usize) -> Result<f64> {
     Ok(jobs as f64 / start.elapsed().as_secs_f64())
 }
 
+/// How a peer's driver gets its backlog.
+#[derive(Debug, PartialEq)]
+enum PeerFill {
+    /// Statements run by the driver after its schema install.
+    Sql(Vec<String>),
+    /// The peer's own bulk API, in the driver (`fillBacklog` in driver.mjs).
+    Api(Mix),
+}
+
+fn peer_fill(system: System, n: usize) -> Result<PeerFill> {
+    match system {
+        System::PgBoss | System::Graphile => Ok(PeerFill::Api(Mix::of(n))),
+        _ => fill_sql(system, n).map(PeerFill::Sql),
+    }
+}
+
 /// The peers in drivers of their own: each run (enqueue, then drain) fills
-/// its own fresh database through `backlog_sql`, so the fill runs twice.
+/// its own fresh database, so the fill runs twice.
 async fn peer_cell(cluster: &Cluster, system: System, n: usize, o: &Options) -> Result<Cell> {
-    let sql: &'static str = Box::leak(fill_sql(system, n)?.join(";\n").into_boxed_str());
+    let (backlog_sql, backlog) = match peer_fill(system, n)? {
+        PeerFill::Sql(s) => (Some(&*Box::leak(s.join(";\n").into_boxed_str())), None),
+        PeerFill::Api(m) => (None, Some((m.ready, m.scheduled, m.dead))),
+    };
     let t = Instant::now();
     let enq_req = node::Request {
         jobs: o.enqueue_jobs,
         workers: 1,
         batch: 1,
-        backlog_sql: Some(sql),
+        backlog_sql,
+        backlog,
         ..Default::default()
     };
     let enq = node::run(cluster, system, "enqueue", enq_req).await;
+    // The driver's whole run but the timed enqueues: its install, the fill,
+    // the client's start-up and shutdown.
     let fill_seconds = t.elapsed().as_secs_f64() - enq.as_ref().map_or(0.0, |m| m.seconds);
     // The sizes after the enqueue run: the backlog and its enqueue_jobs
     // (the growth per task takes the difference of the two sizes).
@@ -280,7 +300,8 @@ async fn peer_cell(cluster: &Cluster, system: System, n: usize, o: &Options) -> 
         workers,
         batch,
         seconds: o.window.as_secs(),
-        backlog_sql: Some(sql),
+        backlog_sql,
+        backlog,
         ..Default::default()
     };
     let drain = node::run(cluster, system, "drain", drain_req).await;
@@ -402,6 +423,8 @@ pub fn fill_method(system: System) -> &'static str {
         System::Baseline => "`INSERT ... SELECT generate_series` into its `jobs` table (scheduled: `run_at` a year ahead; dead: `state = 'dead'`).",
         System::Pgmq => "`pgmq.send_batch` from `generate_series`: ready ones into a queue of their own (its own table), scheduled ones with a delay of a year; dead ones sent and then `pgmq.archive`d (pgmq's only terminal state).",
         System::Pgq => "`pgq.insert_event` from `generate_series` into a second queue: PgQ has no scheduled or dead events, so the whole backlog is another queue's events.",
+        System::PgBoss => "its own API in the driver, 1,000 jobs a call (no set-based fill: pg-boss 12.38.1's `insert` computes a dozen columns from the queue's settings, `plans.js` `insertJobs`): `insert()` into a second queue; `insert()` with `startAfter` a year ahead; `insert()` with `retryLimit: 0`, `fetch()` and `fail()` for state `failed` (its dead state when the queue names no dead-letter queue). The fill runs in each of the two driver runs (enqueue, drain); its time includes the driver's install and start-up.",
+        System::Graphile => "its own API in the driver, 1,000 jobs a call: `addJobs()` of a task identifier the workers do not have; `addJobs()` with `runAt` a year ahead; `addJobs()` then `permanentlyFailJobs()` (attempts = max_attempts, graphile-worker's dead jobs). The fill runs in each of the two driver runs; its time includes the driver's install and start-up.",
         _ => "not filled yet.",
     }
 }
