@@ -259,7 +259,11 @@ enum PeerFill {
 
 fn peer_fill(system: System, n: usize) -> Result<PeerFill> {
     match system {
-        System::PgBoss | System::Graphile => Ok(PeerFill::Api(Mix::of(n))),
+        System::PgBoss
+        | System::Graphile
+        | System::Procrastinate
+        | System::PgQueuer
+        | System::ObanPy => Ok(PeerFill::Api(Mix::of(n))),
         _ => fill_sql(system, n).map(PeerFill::Sql),
     }
 }
@@ -409,11 +413,7 @@ pub fn fill_sql(system: System, n: usize) -> Result<Vec<String>> {
 /// The peers driven by drivers of their own: the rows their APIs write,
 /// from their installed schemas (see `fill_method`).
 fn peer_fill_sql(system: System, _mix: Mix, _s: &mut Vec<String>) -> Result<()> {
-    Err(format!(
-        "{}: no set-based fill written yet (the backlog's rows must be the ones its own API writes)",
-        system.name()
-    )
-    .into())
+    Err(format!("{}: {}", system.name(), fill_method(system)).into())
 }
 
 /// How each system was filled, for the report.
@@ -425,6 +425,11 @@ pub fn fill_method(system: System) -> &'static str {
         System::Pgq => "`pgq.insert_event` from `generate_series` into a second queue: PgQ has no scheduled or dead events, so the whole backlog is another queue's events.",
         System::PgBoss => "its own API in the driver, 1,000 jobs a call (no set-based fill: pg-boss 12.38.1's `insert` computes a dozen columns from the queue's settings, `plans.js` `insertJobs`): `insert()` into a second queue; `insert()` with `startAfter` a year ahead; `insert()` with `retryLimit: 0`, `fetch()` and `fail()` for state `failed` (its dead state when the queue names no dead-letter queue). The fill runs in each of the two driver runs (enqueue, drain); its time includes the driver's install and start-up.",
         System::Graphile => "its own API in the driver, 1,000 jobs a call: `addJobs()` of a task identifier the workers do not have; `addJobs()` with `runAt` a year ahead; `addJobs()` then `permanentlyFailJobs()` (attempts = max_attempts, graphile-worker's dead jobs). The fill runs in each of the two driver runs; its time includes the driver's install and start-up.",
+        System::Procrastinate => "its own API in the driver, 1,000 jobs a call: `batch_defer_async` of `task.configure(queue='backlog_other')`; of `task.configure(schedule_in={'days': 365})`; deferred then finished as failed by `job_manager.finish_job_by_id_async(status=FAILED)` (procrastinate 3.10.0's `procrastinate_finish_job_v1`, from `todo`: attempts 0 where a worker's failure leaves 1).",
+        System::PgQueuer => "its own API in the driver, 1,000 jobs a call: `Queries.enqueue` with an entrypoint no worker registers; with `execute_after` a year; enqueued then `mark_job_as_cancelled` (PgQueuer 1.6.0 keeps no failed jobs in its queue table: they move to `pgqueuer_log`, which the size includes).",
+        System::ObanPy => "its own API in the driver, 1,000 jobs a call: `enqueue_many` with `queue='backlog_other'`; with `scheduled_in` a year; enqueued then `cancel_many_jobs` (state `cancelled`: oban 0.7.0 has no call that discards, and `discarded` is what exhausted attempts leave).",
+        System::Awa | System::AwaPython => "not filled: its drivers (bench/peers/awa, awa_driver.py) have no backlog fill yet.",
+        System::PgQue => "not filled: no backlog fill written for it (and its schema is in no registry).",
         _ => "not filled yet.",
     }
 }
