@@ -263,7 +263,8 @@ fn peer_fill(system: System, n: usize) -> Result<PeerFill> {
         | System::Graphile
         | System::Procrastinate
         | System::PgQueuer
-        | System::ObanPy => Ok(PeerFill::Api(Mix::of(n))),
+        | System::ObanPy
+        | System::Awa => Ok(PeerFill::Api(Mix::of(n))),
         _ => fill_sql(system, n).map(PeerFill::Sql),
     }
 }
@@ -428,7 +429,8 @@ pub fn fill_method(system: System) -> &'static str {
         System::Procrastinate => "its own API in the driver, 1,000 jobs a call: `batch_defer_async` of `task.configure(queue='backlog_other')`; of `task.configure(schedule_in={'days': 365})`; deferred then finished as failed by `job_manager.finish_job_by_id_async(status=FAILED)` (procrastinate 3.10.0's `procrastinate_finish_job_v1`, from `todo`: attempts 0 where a worker's failure leaves 1).",
         System::PgQueuer => "its own API in the driver, 1,000 jobs a call: `Queries.enqueue` with an entrypoint no worker registers; with `execute_after` a year; enqueued then `mark_job_as_cancelled` (PgQueuer 1.6.0 keeps no failed jobs in its queue table: they move to `pgqueuer_log`, which the size includes).",
         System::ObanPy => "its own API in the driver, 1,000 jobs a call: `enqueue_many` with `queue='backlog_other'`; with `scheduled_in` a year; enqueued then `cancel_many_jobs` (state `cancelled`: oban 0.7.0 has no call that discards, and `discarded` is what exhausted attempts leave).",
-        System::Awa | System::AwaPython => "not filled: its drivers (bench/peers/awa, awa_driver.py) have no backlog fill yet.",
+        System::Awa => "its own API in the Rust driver, 1,000 jobs a call: `QueueStorage::enqueue_params_copy` into another queue; with `InsertOpts::run_at` a year ahead; enqueued then `cancel_jobs_by_ids` (state cancelled: failing a job for good needs it running; ids from awa 0.6.9's `awa.jobs` view).",
+        System::AwaPython => "not filled: awa-python's driver (`awa_driver.py`, its own code rather than harness.py) has no backlog fill yet; awa's Rust row shows the same storage.",
         System::PgQue => "not filled: no backlog fill written for it (and its schema is in no registry).",
         _ => "not filled yet.",
     }
