@@ -123,9 +123,17 @@ pub fn systems(all: &[System]) -> Vec<System> {
     all.iter().copied().filter(|s| !s.is_loop()).collect()
 }
 
+/// The cells of one system in the order they run: the small backlog before
+/// and after the large one, so that the ratio compares the large cell with
+/// the mean of two small ones bracketing it in time (single enqueues on
+/// this shared machine vary by a factor of two or more from minute to minute).
+pub fn order(o: &Options) -> [usize; 3] {
+    [o.small, o.large, o.small]
+}
+
 /// Measures one system at both sizes, recording into `results`.
 pub async fn run(cluster: &Cluster, system: System, o: &Options, results: &mut Results) {
-    for n in [o.small, o.large] {
+    for n in order(o) {
         let started = Instant::now();
         let cell = if system.is_node() {
             peer_cell(cluster, system, n, o).await
@@ -466,6 +474,7 @@ pub fn section(r: &Results, systems: &[System], o: &Options) -> String {
          Each cell starts from a fresh database with a backlog of N tasks: 80 % ready on another queue (or task kind) the workers do not consume, 15 % on the measured queue scheduled a year ahead, 5 % dead on the measured queue (at N = {large}: {r} + {sc} + {d}); filled with set-based SQL, then VACUUM ANALYZE and CHECKPOINT, not timed. \
          The ready part is on another queue so that both sizes drain the same fresh tasks: on the measured queue a first-in-first-out claim would settle the backlog's oldest tasks instead. \
          *enqueue*: {enq} single enqueues from one connection, one transaction each. *drain*: {drain} fresh ready tasks (and the enqueued ones) drained by {w} workers, claim then complete per job ({secs} s cap; PgQ and PgQue: one consumer reading tick batches). \
+         Each system runs the small backlog, the large one, then the small one again: the small columns are the mean of the two (both in brackets), so the ratio compares cells that bracket the large one in time. \
          *size*: the system's tables with their indexes and TOAST after the fill (indexes alone in brackets); *B/task*: the growth from N = {small} to N = {large} over the {grow} extra tasks.\n\n",
         small = s,
         large = l,
@@ -483,7 +492,18 @@ pub fn section(r: &Results, systems: &[System], o: &Options) -> String {
         "| system | enqueue/s @{s} | enqueue/s @{l} | ratio | drain/s @{s} | drain/s @{l} | ratio | size @{l} | B/task | fill @{l} |"
     );
     let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|");
-    let rate = |v: Option<f64>| v.map_or("–".to_string(), |v| Unit::PerSecond.format(v));
+    // The median, with every value in brackets when there are several.
+    let rate = |name: &str, what: &str, n: usize| {
+        let values = r.values(TABLE, name, &col(what, n));
+        match crate::report::median(values) {
+            None => "–".to_string(),
+            Some(m) if values.len() > 1 => {
+                let raw: Vec<String> = values.iter().map(|v| Unit::PerSecond.format(*v)).collect();
+                format!("{} [{}]", Unit::PerSecond.format(m), raw.join(", "))
+            }
+            Some(m) => Unit::PerSecond.format(m),
+        }
+    };
     for name in &measured {
         let (es, el) = (get(name, ENQ, s), get(name, ENQ, l));
         let (ds, dl) = (get(name, DRAIN, s), get(name, DRAIN, l));
@@ -497,11 +517,11 @@ pub fn section(r: &Results, systems: &[System], o: &Options) -> String {
         let _ = writeln!(
             out,
             "| {name} | {} | {} | {} | {} | {} | {} | {size} | {per_task} | {fill} |",
-            rate(es),
-            rate(el),
+            rate(name, ENQ, s),
+            rate(name, ENQ, l),
             ratio(es, el),
-            rate(ds),
-            rate(dl),
+            rate(name, DRAIN, s),
+            rate(name, DRAIN, l),
             ratio(ds, dl),
         );
     }
@@ -537,6 +557,19 @@ mod tests {
             }
         );
         assert_eq!(Mix::of(10_000).all_ready().ready, 10_000);
+    }
+
+    #[test]
+    fn the_small_backlog_brackets_the_large_one() {
+        let o = Options {
+            small: 10,
+            large: 1_000,
+            enqueue_jobs: 1,
+            drain_jobs: 1,
+            workers: 1,
+            window: Duration::from_secs(1),
+        };
+        assert_eq!(order(&o), [10, 1_000, 10]);
     }
 
     #[test]
@@ -591,6 +624,8 @@ mod tests {
         let mut r = Results::default();
         r.add(TABLE, "aedb_queue", &col(ENQ, 100), 1000.0);
         r.add(TABLE, "aedb_queue", &col(ENQ, 1_100), 900.0);
+        // The small backlog's second cell, after the large one.
+        r.add(TABLE, "aedb_queue", &col(ENQ, 100), 1500.0);
         r.add(TABLE, "aedb_queue", &col(DRAIN, 100), 2000.0);
         r.add(TABLE, "aedb_queue", &col(DRAIN, 1_100), 500.0);
         r.add(TABLE, "aedb_queue", &col(SIZE, 100), 100_000.0);
@@ -605,7 +640,7 @@ mod tests {
             "{md}"
         );
         assert!(
-            md.contains("| aedb_queue | 1,000 | 900 | 0.90× | 2,000 | 500 | 0.25× | 0.4 MB (0.1 MB) | 300 | 12 s |"),
+            md.contains("| aedb_queue | 1,250 [1,000, 1,500] | 900 | 0.72× | 2,000 | 500 | 0.25× | 0.4 MB (0.1 MB) | 300 | 12 s |"),
             "{md}"
         );
         // No measurements: no row.
