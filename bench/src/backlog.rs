@@ -475,7 +475,7 @@ pub fn section(r: &Results, systems: &[System], o: &Options) -> String {
          The ready part is on another queue so that both sizes drain the same fresh tasks: on the measured queue a first-in-first-out claim would settle the backlog's oldest tasks instead. \
          *enqueue*: {enq} single enqueues from one connection, one transaction each. *drain*: {drain} fresh ready tasks (and the enqueued ones) drained by {w} workers, claim then complete per job ({secs} s cap; PgQ and PgQue: one consumer reading tick batches). \
          Each system runs the small backlog, the large one, then the small one again: the small columns are the mean of the two (both in brackets), so the ratio compares cells that bracket the large one in time. \
-         *size*: the system's tables with their indexes and TOAST after the fill (indexes alone in brackets); *B/task*: the growth from N = {small} to N = {large} over the {grow} extra tasks.\n\n",
+         *size*: the system's tables with their indexes and TOAST after the fill (indexes alone in brackets); *B/task*: the growth of tables and indexes (indexes alone in brackets) from N = {small} to N = {large}, over the {grow} extra tasks.\n\n",
         small = s,
         large = l,
         r = large_mix.ready,
@@ -511,8 +511,14 @@ pub fn section(r: &Results, systems: &[System], o: &Options) -> String {
             (Some(t), Some(i)) => format!("{} ({})", Unit::Bytes.format(t), Unit::Bytes.format(i)),
             _ => "–".into(),
         };
-        let per_task = bytes_per_task((s, get(name, SIZE, s)), (l, get(name, SIZE, l)))
-            .map_or("–".to_string(), |b| format!("{b:.0}"));
+        let per_task = match (
+            bytes_per_task((s, get(name, SIZE, s)), (l, get(name, SIZE, l))),
+            bytes_per_task((s, get(name, INDEXES, s)), (l, get(name, INDEXES, l))),
+        ) {
+            (Some(t), Some(i)) => format!("{t:.0} ({i:.0})"),
+            (Some(t), None) => format!("{t:.0}"),
+            _ => "–".to_string(),
+        };
         let fill = get(name, FILL, l).map_or("–".to_string(), |f| format!("{f:.0} s"));
         let _ = writeln!(
             out,
@@ -631,6 +637,7 @@ mod tests {
         r.add(TABLE, "aedb_queue", &col(SIZE, 100), 100_000.0);
         r.add(TABLE, "aedb_queue", &col(SIZE, 1_100), 400_000.0);
         r.add(TABLE, "aedb_queue", &col(INDEXES, 1_100), 100_000.0);
+        r.add(TABLE, "aedb_queue", &col(INDEXES, 100), 50_000.0);
         r.add(TABLE, "aedb_queue", &col(FILL, 1_100), 12.4);
         r.notes
             .push(format!("{TABLE} / pg-boss @1100: not measured: why"));
@@ -640,7 +647,7 @@ mod tests {
             "{md}"
         );
         assert!(
-            md.contains("| aedb_queue | 1,250 [1,000, 1,500] | 900 | 0.72× | 2,000 | 500 | 0.25× | 0.4 MB (0.1 MB) | 300 | 12 s |"),
+            md.contains("| aedb_queue | 1,250 [1,000, 1,500] | 900 | 0.72× | 2,000 | 500 | 0.25× | 0.4 MB (0.1 MB) | 300 (50) | 12 s |"),
             "{md}"
         );
         // No measurements: no row.
