@@ -272,7 +272,8 @@ fn peer_fill(system: System, n: usize) -> Result<PeerFill> {
         | System::Procrastinate
         | System::PgQueuer
         | System::ObanPy
-        | System::Awa => Ok(PeerFill::Api(Mix::of(n))),
+        | System::Awa
+        | System::AwaPython => Ok(PeerFill::Api(Mix::of(n))),
         _ => fill_sql(system, n).map(PeerFill::Sql),
     }
 }
@@ -438,7 +439,7 @@ pub fn fill_method(system: System) -> &'static str {
         System::PgQueuer => "its own API in the driver, 1,000 jobs a call: `Queries.enqueue` with an entrypoint no worker registers; with `execute_after` a year; enqueued then `mark_job_as_cancelled` (PgQueuer 1.6.0 keeps no failed jobs in its queue table: they move to `pgqueuer_log`, which the size includes).",
         System::ObanPy => "its own API in the driver, 1,000 jobs a call: `enqueue_many` with `queue='backlog_other'`; with `scheduled_in` a year; enqueued then `cancel_many_jobs` (state `cancelled`: oban 0.7.0 has no call that discards, and `discarded` is what exhausted attempts leave).",
         System::Awa => "its own API in the Rust driver, 1,000 jobs a call: `QueueStorage::enqueue_params_copy` into another queue; with `InsertOpts::run_at` a year ahead; enqueued then `cancel_jobs_by_ids` (state cancelled: failing a job for good needs it running; ids from awa 0.6.9's `awa.jobs` view).",
-        System::AwaPython => "not filled: awa-python's driver (`awa_driver.py`, its own code rather than harness.py) has no backlog fill yet; awa's Rust row shows the same storage.",
+        System::AwaPython => "its own Python SDK in `awa_driver.py` (awa-pg 0.6.9), 1,000 jobs a call: `enqueue_many_copy(queue='backlog_other')`; with `run_at` a year ahead; enqueued then `cancel()` one job at a time (state cancelled), ids from the `awa.jobs` view.",
         System::PgQue => "not filled: no backlog fill written for it (and its schema is in no registry).",
         _ => "not filled yet.",
     }
