@@ -273,7 +273,8 @@ fn peer_fill(system: System, n: usize) -> Result<PeerFill> {
         | System::PgQueuer
         | System::ObanPy
         | System::Awa
-        | System::AwaPython => Ok(PeerFill::Api(Mix::of(n))),
+        | System::AwaPython
+        | System::PgQue => Ok(PeerFill::Api(Mix::of(n))),
         _ => fill_sql(system, n).map(PeerFill::Sql),
     }
 }
@@ -440,7 +441,7 @@ pub fn fill_method(system: System) -> &'static str {
         System::ObanPy => "its own API in the driver, 1,000 jobs a call: `enqueue_many` with `queue='backlog_other'`; with `scheduled_in` a year; enqueued then `cancel_many_jobs` (state `cancelled`: oban 0.7.0 has no call that discards, and `discarded` is what exhausted attempts leave).",
         System::Awa => "its own API in the Rust driver, 1,000 jobs a call: `QueueStorage::enqueue_params_copy` into another queue; with `InsertOpts::run_at` a year ahead; enqueued then `cancel_jobs_by_ids` (state cancelled: failing a job for good needs it running; ids from awa 0.6.9's `awa.jobs` view).",
         System::AwaPython => "its own Python SDK in `awa_driver.py` (awa-pg 0.6.9), 1,000 jobs a call: `enqueue_many_copy(queue='backlog_other')`; with `run_at` a year ahead; enqueued then `cancel()` one job at a time (state cancelled), ids from the `awa.jobs` view.",
-        System::PgQue => "not filled: no backlog fill written for it (and its schema is in no registry).",
+        System::PgQue => "its Python client in `pgque_driver.py`: `send_batch` into a second queue with a subscriber, 1,000 events a call; PgQ's model has no scheduled or dead events, so the whole backlog is another queue's (not tried here: its schema is in no registry, see the peers' README).",
         _ => "not filled yet.",
     }
 }
