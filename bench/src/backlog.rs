@@ -446,6 +446,10 @@ pub fn fill_method(system: System) -> &'static str {
     }
 }
 
+fn count(n: usize) -> String {
+    Unit::Count.format(n as f64)
+}
+
 /// The report's section.
 pub fn section(r: &Results, systems: &[System], o: &Options) -> String {
     let names: Vec<&str> = systems.iter().map(|s| s.name()).collect();
@@ -473,25 +477,26 @@ pub fn section(r: &Results, systems: &[System], o: &Options) -> String {
     let large_mix = Mix::of(l);
     let mut out = format!(
         "## Scale of the backlog ({small} against {large} tasks waiting)\n\n\
-         Each cell starts from a fresh database with a backlog of N tasks: 80 % ready on another queue (or task kind) the workers do not consume, 15 % on the measured queue scheduled a year ahead, 5 % dead on the measured queue (at N = {large}: {r} + {sc} + {d}); filled with set-based SQL, then VACUUM ANALYZE and CHECKPOINT, not timed. \
+         Each cell starts from a fresh database with a backlog of N tasks: 80 % ready on another queue (or task kind) the workers do not consume, 15 % on the measured queue scheduled a year ahead, 5 % dead on the measured queue (at N = {large}: {r} + {sc} + {d}); filled with set-based SQL (the systems the harness drives) or through the peer's own bulk API in its driver, 1,000 jobs a call (the peers in drivers of their own; how, below), then VACUUM ANALYZE and CHECKPOINT, not timed. \
          The ready part is on another queue so that both sizes drain the same fresh tasks: on the measured queue a first-in-first-out claim would settle the backlog's oldest tasks instead. \
          *enqueue*: {enq} single enqueues from one connection, one transaction each. *drain*: {drain} fresh ready tasks (and the enqueued ones) drained by {w} workers, claim then complete per job ({secs} s cap; PgQ and PgQue: one consumer reading tick batches). \
          Each system runs the small backlog, the large one, then the small one again: the small columns are the mean of the two (both in brackets), so the ratio compares cells that bracket the large one in time. \
          *size*: the system's tables with their indexes and TOAST after the fill (indexes alone in brackets); *B/task*: the growth of tables and indexes (indexes alone in brackets) from N = {small} to N = {large}, over the {grow} extra tasks.\n\n",
-        small = s,
-        large = l,
-        r = large_mix.ready,
-        sc = large_mix.scheduled,
-        d = large_mix.dead,
-        enq = o.enqueue_jobs,
-        drain = o.drain_jobs,
+        small = count(s),
+        large = count(l),
+        r = count(large_mix.ready),
+        sc = count(large_mix.scheduled),
+        d = count(large_mix.dead),
+        enq = count(o.enqueue_jobs),
+        drain = count(o.drain_jobs),
         w = o.workers,
         secs = o.window.as_secs(),
-        grow = l.saturating_sub(s),
+        grow = count(l.saturating_sub(s)),
     );
+    let (s_txt, l_txt) = (count(s), count(l));
     let _ = writeln!(
         out,
-        "| system | enqueue/s @{s} | enqueue/s @{l} | ratio | drain/s @{s} | drain/s @{l} | ratio | size @{l} | B/task | fill @{l} |"
+        "| system | enqueue/s @{s_txt} | enqueue/s @{l_txt} | ratio | drain/s @{s_txt} | drain/s @{l_txt} | ratio | size @{l_txt} | B/task | fill @{l_txt} |"
     );
     let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|");
     // The median, with every value in brackets when there are several.
@@ -645,7 +650,11 @@ mod tests {
             .push(format!("{TABLE} / pg-boss @1100: not measured: why"));
         let md = section(&r, &[System::Aedb, System::Baseline, System::PgBoss], &o);
         assert!(
-            md.starts_with("## Scale of the backlog (100 against 1100 tasks waiting)"),
+            md.starts_with("## Scale of the backlog (100 against 1,100 tasks waiting)"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| system | enqueue/s @100 | enqueue/s @1,100 | ratio |"),
             "{md}"
         );
         assert!(
