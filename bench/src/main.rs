@@ -1461,24 +1461,47 @@ async fn main() -> Result<()> {
         bench.churn().await;
     }
     // The backlog runs only when named: a full run's 10,000,000-task fills take hours.
-    if args.only.as_ref().is_some_and(|o| o.iter().any(|s| s == "backlog")) {
+    if args
+        .only
+        .as_ref()
+        .is_some_and(|o| o.iter().any(|s| s == "backlog"))
+    {
         println!("== backlog");
         for system in backlog::systems(&bench.systems) {
-            backlog::run(&bench.cluster, system, &bench.plan.backlog, &mut bench.results).await;
+            backlog::run(
+                &bench.cluster,
+                system,
+                &bench.plan.backlog,
+                &mut bench.results,
+            )
+            .await;
         }
     }
     let elapsed = started.elapsed();
-    std::fs::create_dir_all(&args.out)?;
+    // The backlog alone writes results/backlog/ (unless --out says otherwise),
+    // so that it never replaces a full run's latest.md; it has no chart.
+    let backlog_only = args
+        .only
+        .as_ref()
+        .is_some_and(|o| o.iter().all(|s| s == "backlog"));
+    let out = if backlog_only && !std::env::args().any(|a| a.starts_with("--out")) {
+        args.out.join("backlog")
+    } else {
+        args.out.clone()
+    };
+    std::fs::create_dir_all(&out)?;
     let md = render(&bench, elapsed).await?;
-    std::fs::write(args.out.join("latest.md"), md)?;
+    std::fs::write(out.join("latest.md"), md)?;
     let names: Vec<&str> = bench.systems.iter().map(|s| s.name()).collect();
     let mut chart_workers = workers.clone();
     chart_workers.extend(batched_workers.iter().copied());
     chart_workers.sort_unstable();
     chart_workers.dedup();
-    if let Err(e) = report::chart(
+    if backlog_only {
+        // No chart: the backlog measures no drain curves.
+    } else if let Err(e) = report::chart(
         &bench.results,
-        &args.out.join("throughput.png"),
+        &out.join("throughput.png"),
         &names,
         &chart_workers,
         if workers.contains(&8) {
@@ -1496,7 +1519,7 @@ async fn main() -> Result<()> {
     }
     println!(
         "wrote {} in {:.0} s",
-        args.out.join("latest.md").display(),
+        out.join("latest.md").display(),
         elapsed.as_secs_f64()
     );
     Ok(())
