@@ -446,6 +446,18 @@ pub fn fill_method(system: System) -> &'static str {
     }
 }
 
+/// A fill's time; one over `FILL_LIMIT` is marked: such a system cannot be
+/// filled to this size within a sane time here (the issue's "every peer that
+/// can hold that many").
+pub fn fill_cell(seconds: f64) -> String {
+    if seconds > FILL_LIMIT {
+        format!("{seconds:.0} s (**over {} min**)", FILL_LIMIT as u64 / 60)
+    } else {
+        format!("{seconds:.0} s")
+    }
+}
+const FILL_LIMIT: f64 = 1_200.0;
+
 fn count(n: usize) -> String {
     Unit::Count.format(n as f64)
 }
@@ -526,7 +538,7 @@ pub fn section(r: &Results, systems: &[System], o: &Options) -> String {
             (Some(t), None) => format!("{t:.0}"),
             _ => "–".to_string(),
         };
-        let fill = get(name, FILL, l).map_or("–".to_string(), |f| format!("{f:.0} s"));
+        let fill = get(name, FILL, l).map_or("–".to_string(), fill_cell);
         let _ = writeln!(
             out,
             "| {name} | {} | {} | {} | {} | {} | {} | {size} | {per_task} | {fill} |",
@@ -583,6 +595,12 @@ mod tests {
             window: Duration::from_secs(1),
         };
         assert_eq!(order(&o), [10, 1_000, 10]);
+    }
+
+    #[test]
+    fn a_fill_over_twenty_minutes_is_marked() {
+        assert_eq!(fill_cell(1_200.0), "1200 s");
+        assert_eq!(fill_cell(1_500.4), "1500 s (**over 20 min**)");
     }
 
     #[test]
