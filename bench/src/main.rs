@@ -6,6 +6,7 @@
 //! Ratios are against the hand-written baseline measured in the same run:
 //! these machines are shared and noisy, so absolute numbers drift.
 
+mod backlog;
 mod dashboard;
 mod db;
 mod floor;
@@ -106,8 +107,8 @@ struct Args {
     #[arg(long)]
     pg_data: Option<String>,
     /// Run only these scenarios (floor, enqueue, drain, keys, fair, runtimes, steady,
-    /// clutter, long_tx, held, burst, faults, churn, dashboard, soak, router), for investigating one; the default
-    /// runs them all but dashboard, soak and router, which run only when named, alone.
+    /// clutter, long_tx, held, burst, faults, churn, backlog, dashboard, soak, router), for investigating one; the default
+    /// runs them all but backlog, dashboard, soak and router, which run only when named (the last three alone).
     #[arg(long, value_delimiter = ',')]
     only: Option<Vec<String>>,
     /// The dashboard scenario's `aedb-queue` binary (default: the
@@ -158,6 +159,10 @@ struct Args {
     /// Router: repetitions of each drain.
     #[arg(long, default_value_t = 3)]
     router_reps: usize,
+    /// Backlog (`--only backlog`, not in the default set): the large
+    /// backlog's tasks (default 10,000,000; 200,000 with --quick); the small one is 10,000.
+    #[arg(long)]
+    backlog_tasks: Option<usize>,
     /// Where latest.md and throughput.png go.
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/results"))]
     out: PathBuf,
@@ -220,6 +225,8 @@ struct Plan {
     churn: Option<(u64, u64)>,
     churn_rounds: u64,
     floor_seconds: Duration,
+    /// Scale of the backlog (`--only backlog`): sizes and measurements.
+    backlog: backlog::Options,
 }
 
 impl Plan {
@@ -281,6 +288,14 @@ impl Plan {
             churn: None,
             churn_rounds: 2,
             floor_seconds: Duration::from_secs(3),
+            backlog: backlog::Options {
+                small: 10_000,
+                large: 200_000,
+                enqueue_jobs: 2_000,
+                drain_jobs: 5_000,
+                workers: 4,
+                window: Duration::from_secs(30),
+            },
         }
     }
 
@@ -341,6 +356,14 @@ impl Plan {
             churn: Some((1_000_000, 10_000)),
             churn_rounds: 2,
             floor_seconds: Duration::from_secs(5),
+            backlog: backlog::Options {
+                small: 10_000,
+                large: 10_000_000,
+                enqueue_jobs: 5_000,
+                drain_jobs: 20_000,
+                workers: 4,
+                window: Duration::from_secs(60),
+            },
         }
     }
 }
@@ -1250,6 +1273,9 @@ async fn main() -> Result<()> {
     if let Some(n) = args.fault_jobs {
         plan.faults.jobs = n;
     }
+    if let Some(n) = args.backlog_tasks {
+        plan.backlog.large = n;
+    }
     if let Some(s) = args.fault_wait {
         plan.faults.deadline = Duration::from_secs(s);
     }
@@ -1435,12 +1461,41 @@ async fn main() -> Result<()> {
     if runs("churn") {
         bench.churn().await;
     }
+    // The backlog runs only when named: a full run's 10,000,000-task fills take hours.
+    if args
+        .only
+        .as_ref()
+        .is_some_and(|o| o.iter().any(|s| s == "backlog"))
+    {
+        println!("== backlog");
+        for system in backlog::systems(&bench.systems) {
+            backlog::run(
+                &bench.cluster,
+                system,
+                &bench.plan.backlog,
+                &mut bench.results,
+            )
+            .await;
+        }
+    }
     let elapsed = started.elapsed();
-    std::fs::create_dir_all(&args.out)?;
+    // The backlog alone writes results/backlog/ (unless --out says otherwise),
+    // so that it never replaces a full run's latest.md; it has no chart.
+    let backlog_only = args
+        .only
+        .as_ref()
+        .is_some_and(|o| o.iter().all(|s| s == "backlog"));
+    let out = if backlog_only && !std::env::args().any(|a| a.starts_with("--out")) {
+        args.out.join("backlog")
+    } else {
+        args.out.clone()
+    };
+    std::fs::create_dir_all(&out)?;
     let md = render(&bench, elapsed).await?;
-    std::fs::write(args.out.join("latest.md"), &md)?;
-    if !args.quick {
-        let runs = args.out.join("runs.md");
+    std::fs::write(out.join("latest.md"), &md)?;
+    // A full run (every scenario, full sizes) is also kept in runs.md.
+    if !args.quick && args.only.is_none() {
+        let runs = out.join("runs.md");
         let entry = run_entry(&md);
         let existing = std::fs::read_to_string(&runs).ok();
         std::fs::write(&runs, summary::with_run(existing.as_deref(), &entry))?;
@@ -1450,9 +1505,11 @@ async fn main() -> Result<()> {
     chart_workers.extend(batched_workers.iter().copied());
     chart_workers.sort_unstable();
     chart_workers.dedup();
-    if let Err(e) = report::chart(
+    if backlog_only {
+        // No chart: the backlog measures no drain curves.
+    } else if let Err(e) = report::chart(
         &bench.results,
-        &args.out.join("throughput.png"),
+        &out.join("throughput.png"),
         &names,
         &chart_workers,
         if workers.contains(&8) {
@@ -1470,7 +1527,7 @@ async fn main() -> Result<()> {
     }
     println!(
         "wrote {} in {:.0} s",
-        args.out.join("latest.md").display(),
+        out.join("latest.md").display(),
         elapsed.as_secs_f64()
     );
     Ok(())
@@ -1694,6 +1751,7 @@ async fn render(bench: &Bench, elapsed: Duration) -> Result<String> {
     );
 
     let _ = writeln!(md, "{}", stress_section(bench));
+    let _ = writeln!(md, "{}", backlog::section(r, &bench.systems, &p.backlog));
 
     let _ = writeln!(md, "## Table + index size\n");
     let _ = writeln!(

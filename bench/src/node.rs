@@ -26,6 +26,12 @@ pub struct Request {
     /// drain: each handler records its job's payload "i" in bench_ledger
     /// (the faults scenario); no commits and WAL are measured then.
     pub ledger: bool,
+    /// SQL the driver runs after installing the peer's schema and before the
+    /// scenario, untimed: the backlog scenario's fill (`crate::backlog`).
+    pub backlog_sql: Option<&'static str>,
+    /// The backlog written by the peer's own bulk API in the driver,
+    /// untimed: (ready elsewhere, scheduled, dead).
+    pub backlog: Option<(usize, usize, usize)>,
 }
 
 #[derive(Deserialize)]
@@ -70,6 +76,12 @@ pub async fn run(
         "timeline": req.timeline, "burst_rate": burst.rate,
         "burst_at": burst.at, "burst_seconds": burst.seconds,
     });
+    if let Some((ready, scheduled, dead)) = req.backlog {
+        request["backlog"] = json!({"ready": ready, "scheduled": scheduled, "dead": dead});
+    }
+    if let Some(sql) = req.backlog_sql {
+        request["backlog_sql"] = json!(sql);
+    }
     if req.ledger {
         request["ledger"] = json!(true);
         // The faults end the drivers' connections: no cost window.

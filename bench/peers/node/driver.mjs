@@ -25,6 +25,8 @@ console.warn = console.error;
 const QUEUE = 'bench';          // pg-boss queue name
 const TASK = 'noop';            // graphile-worker task identifier
 const PREENQUEUE_CHUNK = 1000;  // batch size used to pre-enqueue for drain (untimed)
+const OTHER = 'backlog_other';  // the backlog's ready tasks: a queue (pg-boss) or task (graphile-worker) no worker consumes
+const YEAR_MS = 365 * 86400 * 1000;
 const POLL_MS = 50;             // completion polling period
 const TICK_MS = 10;             // steady producer pacing period
 const MAX_INFLIGHT_INSERTS = 4; // steady: concurrent producer calls at most
@@ -91,6 +93,13 @@ function parseArgs() {
     // Optional (drain, faults scenario): each handler records its job's
     // payload "i" in bench_ledger (see makeLedger).
     ledger: a.ledger === true,
+    // Optional (the harness's backlog scenario): tasks already waiting when the
+    // scenario starts, written untimed after the schema by the peer's own bulk
+    // API (see fillBacklog): ready ones of another queue or task the workers
+    // do not consume, scheduled ones a year ahead and dead ones of the measured one.
+    backlog: a.backlog && typeof a.backlog === 'object'
+      ? { ready: Math.floor(a.backlog.ready ?? 0), scheduled: Math.floor(a.backlog.scheduled ?? 0), dead: Math.floor(a.backlog.dead ?? 0) }
+      : null,
   };
   if (!['pg-boss', 'graphile-worker'].includes(cfg.system)) die(`"system" must be "pg-boss" or "graphile-worker" (got ${JSON.stringify(cfg.system)})`, 2);
   if (typeof cfg.db !== 'string' || !cfg.db) die('"db" must be a postgres:// connection string', 2);
@@ -189,6 +198,19 @@ function pgBossAdapter(cfg) {
       // The monitor pass that counts the queue's backlog (see burstWhenReadyExceeds above).
       await boss.supervise(QUEUE);
     },
+    // The backlog: insert() into a second queue; insert() with startAfter a year
+    // ahead; insert() with retryLimit 0, fetch() and fail(): state 'failed', pg-boss's
+    // dead letter state (a queue without deadLetter keeps them there).
+    async fillBacklog(m, chunk) {
+      await boss.createQueue(OTHER);
+      await chunk(m.dead, async ps => {
+        await boss.insert(QUEUE, ps.map(data => ({ data, retryLimit: 0 })));
+        const jobs = await boss.fetch(QUEUE, { batchSize: ps.length });
+        await boss.fail(QUEUE, jobs.map(j => j.id), { reason: 'backlog' });
+      });
+      await chunk(m.scheduled, ps => boss.insert(QUEUE, ps.map(data => ({ data, startAfter: new Date(Date.now() + YEAR_MS).toISOString() }))));
+      await chunk(m.ready, ps => boss.insert(OTHER, ps.map(data => ({ data }))));
+    },
     async open() {
       boss = new PgBoss({ connectionString: cfg.db, max: poolMax, useListenNotify: notify });
       boss.on('error', err => process.stderr.write(`pg-boss error: ${err?.message ?? err}\n`));
@@ -280,6 +302,16 @@ function graphileAdapter(cfg) {
       await this.open();
     },
     async afterPreload() {},
+    // The backlog: addJobs() of a task the workers do not have; addJobs() with runAt
+    // a year ahead; addJobs() then permanentlyFailJobs() (attempts = max_attempts).
+    async fillBacklog(m, chunk) {
+      await chunk(m.dead, async ps => {
+        const jobs = await utils.addJobs(ps.map(payload => ({ identifier: TASK, payload })));
+        await utils.permanentlyFailJobs(jobs.map(j => j.id), 'backlog');
+      });
+      await chunk(m.scheduled, ps => utils.addJobs(ps.map(payload => ({ identifier: TASK, payload, runAt: new Date(Date.now() + YEAR_MS) }))));
+      await chunk(m.ready, ps => utils.addJobs(ps.map(payload => ({ identifier: OTHER, payload }))));
+    },
     async open() {
       utils = await makeWorkerUtils({ preset: { worker: { connectionString: cfg.db, logger, maxPoolSize: utilsPool } } });
     },
@@ -373,6 +405,30 @@ async function preEnqueue(cfg, sys, monitor) {
   }
 }
 
+// Completed jobs the backlog shows before the scenario (negative for a system
+// that counts remaining rows): subtracted from every count.
+let backlogBase = 0;
+
+async function fillBacklog(cfg, sys, monitor) {
+  const t0 = mono();
+  let i = 0;
+  const chunk = async (n, f) => {
+    for (let done = 0; done < n;) {
+      const k = Math.min(PREENQUEUE_CHUNK, n - done);
+      const ps = new Array(k);
+      for (let j = 0; j < k; j++) ps[j] = makePayload(cfg.payload_bytes, i++, nowMs());
+      await f(ps);
+      done += k;
+    }
+  };
+  await sys.fillBacklog(cfg.backlog, chunk);
+  await monitor.query('VACUUM ANALYZE');
+  await monitor.query('CHECKPOINT').catch(e => process.stderr.write(`driver.mjs: CHECKPOINT skipped: ${e.message}\n`));
+  backlogBase = await countCompleted(sys, monitor, 0);
+  process.stderr.write(`driver.mjs: backlog of ${i} filled in ${((mono() - t0) / 1000).toFixed(1)} s\n`);
+  return (mono() - t0) / 1000;
+}
+
 async function countCompleted(sys, monitor, enqueued) {
   // Retried for up to a minute: the faults scenario ends backends and
   // restarts the cluster under the drain.
@@ -380,7 +436,7 @@ async function countCompleted(sys, monitor, enqueued) {
   for (;;) {
     try {
       const { rows } = await monitor.query(sys.countSql);
-      return sys.completedFrom(Number(rows[0].n), enqueued);
+      return sys.completedFrom(Number(rows[0].n), enqueued) - backlogBase;
     } catch (e) {
       if (mono() > deadline) throw e;
       await sleep(200);
@@ -622,16 +678,19 @@ function makeMonitor(cfg) {
 
 async function main() {
   const cfg = parseArgs();
-  const guardSecs = cfg.seconds > 0 ? cfg.seconds + 120 : 300;
+  // A backlog's fill gets up to two hours more.
+  const guardSecs = (cfg.seconds > 0 ? cfg.seconds + 120 : 300) + (cfg.backlog ? 7200 : 0);
   const guard = setTimeout(() => die(`overall timeout: no result after ${guardSecs}s (${cfg.system} ${cfg.scenario})`, 3), guardSecs * 1000);
   const adapter = () => (cfg.system === 'pg-boss' ? pgBossAdapter(cfg) : graphileAdapter(cfg));
 
   // Untimed: the schema, and for drain the jobs; then every connection closes.
   let sys = adapter();
   let monitor = makeMonitor(cfg);
+  let backlogSeconds = null;
   try {
     await sys.setup();
     if (cfg.ledger) await monitor.query(LEDGER_SQL);
+    if (cfg.backlog) backlogSeconds = await fillBacklog(cfg, sys, monitor);
     if (cfg.scenario === 'drain') {
       await preEnqueue(cfg, sys, monitor);
       const pre = await countCompleted(sys, monitor, cfg.jobs);
@@ -679,6 +738,7 @@ async function main() {
     cost,
     settings: `${cfg.system} ${sys.version} on Node ${process.versions.node}; ${sys.settings(cfg.scenario)}; payload ~${cfg.payload_bytes}B JSON`,
     ...(res.extra ?? {}),
+    ...(cfg.backlog ? { backlog_fill_seconds: backlogSeconds } : {}),
   };
   clearTimeout(guard);
   process.stdout.write(JSON.stringify(out) + '\n', () => process.exit(0));

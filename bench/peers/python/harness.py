@@ -21,6 +21,12 @@ An adapter is an object with:
     count_sql                          one row, one bigint: see completed_from
     completed_from(n, enqueued)        jobs done, given count_sql's value
     analyze_tables                     tables to ANALYZE after the drain's preload
+    async fill_backlog(mix, chunk)     optional (the backlog scenario): with the client
+                                       open, write mix["ready"] jobs the workers do not
+                                       consume, mix["scheduled"] due in a year and
+                                       mix["dead"] failed ones, through the peer's own
+                                       API; chunk(n, f) calls await f(payloads) with
+                                       batches of PRELOAD_CHUNK adding up to n
     settings(scenario)                 how it was configured, for the result
 
 Handlers may run on other threads (pgque's consumer is synchronous): on_jobs
@@ -110,6 +116,10 @@ def parse_request(argv: list[str], system: str) -> dict:
         # Optional (drain, faults scenario): each handler records its job's
         # payload "i" in bench_ledger (see Ledger).
         "ledger": bool(a.get("ledger", False)),
+        # Optional (the harness's backlog scenario): jobs already waiting when
+        # the scenario starts, written untimed after the schema (see fill_backlog).
+        "backlog": a.get("backlog") if isinstance(a.get("backlog"), dict) else None,
+        "backlog_sql": a.get("backlog_sql") if isinstance(a.get("backlog_sql"), str) else None,
     }
     if cfg["system"] != system:
         raise NotDrivable(f'this driver runs "{system}" (asked for {cfg["system"]!r})')
@@ -165,9 +175,45 @@ class Monitor:
             self.conn = None
 
 
+# Jobs done that the backlog shows before the scenario (negative for a peer
+# that counts remaining rows): left out of every count.
+BACKLOG_BASE = [0]
+
+
 async def count_done(sys_, monitor: Monitor, enqueued: int) -> int:
     rows = await monitor.execute(sys_.count_sql)
-    return sys_.completed_from(int(rows[0][0]), enqueued)
+    return sys_.completed_from(int(rows[0][0]), enqueued) - BACKLOG_BASE[0]
+
+
+async def fill_backlog(cfg: dict, sys_, monitor: Monitor) -> float:
+    t0 = time.monotonic()
+    counter = [0]
+
+    async def chunk(n: int, f) -> None:
+        done = 0
+        while done < n:
+            k = min(PRELOAD_CHUNK, n - done)
+            t = now_ms()
+            await f([payload(cfg["payload_bytes"], counter[0] + j, t) for j in range(k)])
+            counter[0] += k
+            done += k
+
+    if cfg["backlog_sql"]:
+        await monitor.execute(cfg["backlog_sql"])
+    if cfg["backlog"]:
+        if not hasattr(sys_, "fill_backlog"):
+            raise NotDrivable(f"{cfg['system']}: this driver has no backlog fill")
+        mix = {k: int(cfg["backlog"].get(k, 0)) for k in ("ready", "scheduled", "dead")}
+        await sys_.fill_backlog(mix, chunk)
+    await monitor.execute("VACUUM ANALYZE")
+    try:
+        await monitor.execute("CHECKPOINT")
+    except psycopg.Error as e:
+        log(f"CHECKPOINT skipped: {e}")
+    BACKLOG_BASE[0] = await count_done(sys_, monitor, 0)
+    secs = time.monotonic() - t0
+    log(f"backlog of {counter[0]} filled in {secs:.1f} s")
+    return secs
 
 
 # ------------------------------------------------------------------ scenarios
@@ -483,8 +529,13 @@ async def run(cfg: dict, make_adapter) -> dict:
         if cfg["ledger"]:
             await monitor.execute(LEDGER_SQL)
         log("set up")
-        if cfg["scenario"] == "drain":
+        backlog_seconds = None
+        if cfg["backlog"] or cfg["backlog_sql"]:
             await sys_.open()
+            backlog_seconds = await fill_backlog(cfg, sys_, monitor)
+        if cfg["scenario"] == "drain":
+            if backlog_seconds is None:
+                await sys_.open()
             await preload(cfg, sys_, monitor)
             pre = await count_done(sys_, monitor, cfg["jobs"])
             if pre != 0:
@@ -536,6 +587,8 @@ async def run(cfg: dict, make_adapter) -> dict:
         "settings": f"{sys_.name} {sys_.version}; {sys_.settings(cfg['scenario'])}; payload ~{cfg['payload_bytes']}B JSON",
         **res.get("extra", {}),
     }
+    if backlog_seconds is not None:
+        out["backlog_fill_seconds"] = backlog_seconds
     return out
 
 
@@ -549,6 +602,8 @@ def main(system: str, make_adapter, runner=asyncio.run) -> None:
     except NotDrivable as e:
         die(str(e), 2)
     guard = cfg["seconds"] + 120 if cfg["seconds"] > 0 else 300
+    if cfg["backlog"] or cfg["backlog_sql"]:
+        guard += 7200  # a backlog's fill gets up to two hours more
     timer = threading.Timer(guard, lambda: die(f"overall timeout: no result after {guard:.0f} s ({system} {cfg['scenario']})", 3))
     timer.daemon = True
     timer.start()

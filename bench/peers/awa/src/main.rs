@@ -131,7 +131,15 @@ struct Cfg {
     /// Optional (drain, the faults scenario): each handler records its
     /// job's `i` in bench_ledger.
     ledger: bool,
+    /// Optional (the harness's backlog scenario): (ready on another queue,
+    /// scheduled a year ahead, dead) jobs waiting before the scenario,
+    /// written untimed after the schema (see `fill_backlog`).
+    backlog: Option<(usize, usize, usize)>,
 }
+
+/// Terminal jobs of the measured queue that the backlog put there (its dead
+/// ones): left out of every count of jobs done.
+static BACKLOG_BASE: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
 
 /// The harness's snapshot holder (held-snapshot scenario): not a client of ours.
 const HOLDER_APP: &str = "aedb-bench-hold";
@@ -203,6 +211,10 @@ fn parse_args() -> Cfg {
         burst_at: num("burst_at", 0.0),
         burst_seconds: num("burst_seconds", 0.0),
         ledger: a["ledger"].as_bool().unwrap_or(false),
+        backlog: a.get("backlog").filter(|b| b.is_object()).map(|b| {
+            let n = |k: &str| b[k].as_u64().unwrap_or(0) as usize;
+            (n("ready"), n("scheduled"), n("dead"))
+        }),
     };
     if a["system"].as_str() != Some("awa") {
         die(
@@ -387,7 +399,7 @@ impl Monitor {
         loop {
             self.calls += 1;
             match self.store.queue_counts(&self.pool, QUEUE).await {
-                Ok(c) => return Ok(c.terminal),
+                Ok(c) => return Ok(c.terminal - BACKLOG_BASE.load(Ordering::Relaxed)),
                 Err(e) if Instant::now() > deadline => return Err(e.into()),
                 Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
             }
@@ -517,6 +529,9 @@ async fn setup(cfg: &Cfg) -> Result<()> {
     if cfg.ledger {
         sqlx::query(LEDGER_SQL).execute(&p).await?;
     }
+    if let Some(mix) = cfg.backlog {
+        fill_backlog(cfg, &p, &store, mix).await?;
+    }
     if cfg.scenario == "drain" {
         let mut done = 0;
         while done < cfg.jobs {
@@ -531,7 +546,8 @@ async fn setup(cfg: &Cfg) -> Result<()> {
             log(&format!("CHECKPOINT skipped: {e}"));
         }
         let counts = store.queue_counts(&p, QUEUE).await?;
-        if counts.terminal != 0 || counts.available != cfg.jobs as i64 {
+        let base = BACKLOG_BASE.load(Ordering::Relaxed);
+        if counts.terminal != base || counts.available != cfg.jobs as i64 {
             return Err(format!(
                 "expected {} available and 0 done before the drain, found {counts:?}",
                 cfg.jobs
@@ -541,6 +557,78 @@ async fn setup(cfg: &Cfg) -> Result<()> {
         log(&format!("{} jobs enqueued", cfg.jobs));
     }
     p.close().await;
+    Ok(())
+}
+
+/// The backlog through awa's own API, 1,000 jobs a call: `enqueue_params_copy`
+/// into another queue (no worker runs it); with `run_at` a year ahead; and
+/// the dead part enqueued and then ended with `cancel_jobs_by_ids` (state
+/// cancelled: failing a job for good needs it running), its ids read from
+/// awa's `awa.jobs` view. Then VACUUM ANALYZE and CHECKPOINT.
+async fn fill_backlog(
+    cfg: &Cfg,
+    p: &PgPool,
+    store: &QueueStorage,
+    (ready, scheduled, dead): (usize, usize, usize),
+) -> Result<()> {
+    let t0 = Instant::now();
+    let mut i = 0u64;
+    let mut chunks = |n: usize| {
+        let mut out = Vec::new();
+        let mut done = 0;
+        while done < n {
+            let k = PREENQUEUE_CHUNK.min(n - done);
+            out.push((i, k));
+            i += k as u64;
+            done += k;
+        }
+        out
+    };
+    let year = sqlx::types::chrono::DateTime::from_timestamp(
+        (now_ms() / 1000.0) as i64 + 365 * 86_400,
+        0,
+    )
+    .ok_or("a year from now is out of range")?;
+    let batch = |first: u64, k: usize, o: InsertOpts| -> Result<Vec<InsertParams>> {
+        (first..first + k as u64)
+            .map(|i| params_with(&job(i, cfg.payload_bytes), o.clone()).map_err(Into::into))
+            .collect()
+    };
+    for (first, k) in chunks(dead) {
+        store.enqueue_params_copy(p, &batch(first, k, opts())?).await?;
+        let ids: Vec<i64> = sqlx::query_scalar(
+            "SELECT id FROM awa.jobs WHERE queue = $1 AND state = 'available'",
+        )
+        .bind(QUEUE)
+        .fetch_all(p)
+        .await?;
+        store.cancel_jobs_by_ids(p, &ids).await?;
+    }
+    for (first, k) in chunks(scheduled) {
+        let o = InsertOpts {
+            run_at: Some(year),
+            ..opts()
+        };
+        store.enqueue_params_copy(p, &batch(first, k, o)?).await?;
+    }
+    for (first, k) in chunks(ready) {
+        let o = InsertOpts {
+            queue: "backlog_other".into(),
+            ..opts()
+        };
+        store.enqueue_params_copy(p, &batch(first, k, o)?).await?;
+    }
+    sqlx::query("VACUUM ANALYZE").execute(p).await?;
+    if let Err(e) = sqlx::query("CHECKPOINT").execute(p).await {
+        log(&format!("CHECKPOINT skipped: {e}"));
+    }
+    let base = store.queue_counts(p, QUEUE).await?.terminal;
+    BACKLOG_BASE.store(base, Ordering::Relaxed);
+    log(&format!(
+        "backlog of {} filled in {:.1} s ({base} terminal)",
+        ready + scheduled + dead,
+        t0.elapsed().as_secs_f64()
+    ));
     Ok(())
 }
 
@@ -888,7 +976,7 @@ async fn main() {
         cfg.seconds + 120.0
     } else {
         300.0
-    };
+    } + if cfg.backlog.is_some() { 7200.0 } else { 0.0 };
     let scenario = cfg.scenario.clone();
     tokio::spawn(async move {
         tokio::time::sleep(Duration::from_secs_f64(guard)).await;
