@@ -92,9 +92,9 @@ pub struct Options {
 pub fn col(what: &str, n: usize) -> String {
     format!("{what} @{n}")
 }
-const ENQ: &str = "enqueue";
-const DRAIN: &str = "drain";
-const SIZE: &str = "size";
+pub const ENQ: &str = "enqueue";
+pub const DRAIN: &str = "drain";
+pub const SIZE: &str = "size";
 const INDEXES: &str = "indexes";
 const FILL: &str = "fill s";
 

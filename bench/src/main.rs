@@ -1856,6 +1856,9 @@ fn summary_lines(p: &Plan) -> Vec<summary::Line> {
         Line::new("burst: time to drain after it", "burst", BURST_DRAIN, Lower, Unit::Seconds),
         Line::new("faults: jobs lost or stuck", "faults", FAULT_MISSING, Lower, Unit::Count),
         Line::new("faults: jobs run twice", "faults", FAULT_DUPLICATES, Lower, Unit::Count),
+        Line::new(&format!("enqueue with {} tasks waiting (jobs/s)", p.backlog.large), backlog::TABLE, &backlog::col(backlog::ENQ, p.backlog.large), Higher, Unit::PerSecond),
+        Line::new(&format!("drain with {} tasks waiting (jobs/s)", p.backlog.large), backlog::TABLE, &backlog::col(backlog::DRAIN, p.backlog.large), Higher, Unit::PerSecond),
+        Line::new(&format!("tables and indexes with {} tasks waiting", p.backlog.large), backlog::TABLE, &backlog::col(backlog::SIZE, p.backlog.large), Lower, Unit::Bytes),
     ]
 }
 
