@@ -402,6 +402,17 @@ async fn restart_cluster(f: &Faults) -> Result<()> {
     } else {
         tokio::process::Command::new(&f.pg_ctl)
     };
+    // The new postmaster outlives this process: it must inherit none of
+    // our files, such as the lock a caller took with flock(1) around the
+    // run (a restarted cluster held the test lock after a run ended).
+    // CLOEXEC, not close: the spawn reports exec errors through a pipe.
+    // SAFETY: only an async-signal-safe system call runs in the child.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::close_range(3, libc::c_uint::MAX, libc::CLOSE_RANGE_CLOEXEC as libc::c_int);
+            Ok(())
+        });
+    }
     // The new postmaster logs to a file: it would otherwise hold our
     // pipe open, and the wait for pg_ctl's output would never end.
     let log = format!("{}/restart.log", f.pg_data);
