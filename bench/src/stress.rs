@@ -124,24 +124,48 @@ async fn dead_tuples(cluster: &Cluster, db: &str) -> Result<i64> {
 const PRODUCER_WAIT: Duration = Duration::from_secs(120);
 
 /// Waits until the steady run's producer is at work in `db` (half a second
-/// with at least half of `rate` rows a second inserted, from the database's
-/// statistics, read from another database), or at most `wait`. Drivers start up for
+/// with at least half of `rate` rows a second inserted into its tables,
+/// from their statistics), or at most `wait`. Drivers start up for
 /// very different times (a migration, a runtime's maintenance), so a fixed
 /// delay opened some snapshots before a slow driver's window.
 async fn window_opened(cluster: &Cluster, db: &str, rate: u64, wait: Duration) -> Result<()> {
-    let admin = cluster.connect("postgres").await?;
-    let sql = format!("SELECT tup_inserted FROM pg_stat_database WHERE datname = '{db}'");
+    // Rows of the database's own tables: tup_inserted of pg_stat_database
+    // also counts the catalog rows of a driver's migrations (awa's made it
+    // look at work 25 s before its producer started). The connection can
+    // be cut by the driver's fresh database (DROP ... WITH FORCE): then
+    // connect again and start counting anew.
+    let sql = "SELECT pg_stat_clear_snapshot(); SELECT coalesce(sum(n_tup_ins), 0)::bigint FROM pg_stat_user_tables";
     let deadline = Instant::now() + wait;
+    let mut conn = None;
     let mut last: Option<(Instant, i64)> = None;
     while Instant::now() < deadline {
-        admin.batch("SELECT pg_stat_clear_snapshot()").await?;
-        let now = (Instant::now(), admin.scalar_i64(&sql).await?);
-        if let Some((at, n)) = last {
-            if producing(now.1 - n, now.0.duration_since(at), rate) {
-                return Ok(());
+        if conn.is_none() {
+            conn = cluster.connect(db).await.ok();
+            if let Some(c) = &conn {
+                if c.batch(&format!("SET application_name = '{HOLDER_APP}'")).await.is_err() {
+                    conn = None;
+                }
+            }
+            last = None;
+        }
+        if let Some(c) = &conn {
+            match c.client.simple_query(sql).await {
+                Ok(rows) => {
+                    let n = rows.iter().find_map(|m| match m {
+                        tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).and_then(|v| v.parse::<i64>().ok()),
+                        _ => None,
+                    });
+                    let now = (Instant::now(), n.unwrap_or(0));
+                    if let Some((at, before)) = last {
+                        if producing(now.1 - before, now.0.duration_since(at), rate) {
+                            return Ok(());
+                        }
+                    }
+                    last = Some(now);
+                }
+                Err(_) => conn = None,
             }
         }
-        last = Some(now);
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     Ok(())
