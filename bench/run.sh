@@ -13,6 +13,11 @@
 #                                per-call overhead and drains of 1 and 3 shards,
 #                                results in bench/results/router/; the clusters are
 #                                stopped at the end
+#   bash bench/run.sh --only backlog [--quick] [--backlog-tasks N] [--systems ...]
+#                                scale of the backlog (issue 47): enqueue, drain
+#                                and table size with 10,000 and N tasks waiting
+#                                (N = 10,000,000; 200,000 with --quick), every
+#                                system but the worker loops; bench/src/backlog.rs
 # AEDB_BENCH_NO_INSTALL=1: the extension and the router are installed already
 # (scripts/install.sh), use them as they are.
 # Extra arguments go to the harness (e.g. --systems aedb_queue,pgq --reps 1).

@@ -48,7 +48,7 @@ start)
     fi
     if ! as_postgres "$PG_BIN/pg_ctl" -D "$DIR/data" status >/dev/null 2>&1; then
         stat -c %s "$DIR/server.log" >"$DIR/server.log.from" 2>/dev/null || echo 0 >"$DIR/server.log.from"
-        as_postgres "$PG_BIN/pg_ctl" -D "$DIR/data" -l "$DIR/server.log" -w start \
+        without_open_files as_postgres "$PG_BIN/pg_ctl" -D "$DIR/data" -l "$DIR/server.log" -w start \
             -o "-p $PORT -c listen_addresses=127.0.0.1 -c unix_socket_directories=$DIR $preload_opts" >/dev/null
     fi
     echo "cluster up: psql -h 127.0.0.1 -p $PORT -U postgres"

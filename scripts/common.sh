@@ -27,6 +27,20 @@ log() { printf '\n== %s\n' "$*"; }
 # the DETAIL of errors raised inside the extension (docs/chaos.md).
 as_postgres() { runuser -u postgres -- env -u RUST_BACKTRACE -u RUST_LIB_BACKTRACE "$@"; }
 
+# Runs "$@" (a command or function) with only stdin, stdout and stderr
+# open: a server it starts outlives it, and must not keep the caller's
+# files, such as a lock taken with flock(1) around a run (a bench cluster
+# left running held the test lock for good).
+without_open_files() {
+    (
+        for fd in /proc/$BASHPID/fd/*; do
+            fd=${fd##*/}
+            if ((fd > 2)); then eval "exec $fd>&-"; fi
+        done
+        "$@"
+    )
+}
+
 # Runs CMD (a string, evaluated then) when the script exits, and fails the
 # script when CMD fails: a test cluster's stop fails when its server log shows
 # a process that died (scripts/cluster.sh, scripts/check_server_log.sh).

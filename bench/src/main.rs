@@ -6,6 +6,7 @@
 //! Ratios are against the hand-written baseline measured in the same run:
 //! these machines are shared and noisy, so absolute numbers drift.
 
+mod backlog;
 mod dashboard;
 mod db;
 mod floor;
@@ -14,6 +15,8 @@ mod report;
 mod router;
 mod scenarios;
 mod soak;
+mod stress;
+mod summary;
 mod systems;
 
 use std::fmt::Write as _;
@@ -72,9 +75,40 @@ struct Args {
     host: String,
     #[arg(long, default_value_t = 54329)]
     port: u16,
+    /// Held snapshot, every system: jobs/s of the steady run it is held in
+    /// (default: the first steady rate).
+    #[arg(long)]
+    held_rate: Option<u64>,
+    /// Held snapshot: seconds the snapshot is held (default 120; 8 with --quick).
+    #[arg(long)]
+    held_seconds: Option<u64>,
+    /// Burst, every system: the base rate, jobs/s (default 200).
+    #[arg(long)]
+    burst_rate: Option<u64>,
+    /// Burst: the burst's rate as a multiple of the base rate (default 10).
+    #[arg(long)]
+    burst_factor: Option<u64>,
+    /// Burst: its length in seconds (default 30; 6 with --quick).
+    #[arg(long)]
+    burst_seconds: Option<u64>,
+    /// Burst: seconds of the base rate after it, the time the backlog has
+    /// to drain in (default 90; 12 with --quick).
+    #[arg(long)]
+    burst_after: Option<u64>,
+    /// Faults: jobs preloaded for the drain the faults hit (default 100,000; 20,000 with --quick).
+    #[arg(long)]
+    fault_jobs: Option<usize>,
+    /// Faults: how long the drain may take, seconds (default 90; 45 with
+    /// --quick; a killed worker's lease of 30 s must run out).
+    #[arg(long)]
+    fault_wait: Option<u64>,
+    /// Faults: the bench cluster's data directory, for `pg_ctl restart -m
+    /// immediate` (default $AEDB_BENCH_DIR/data, else /var/tmp/aedb_queue_bench/data).
+    #[arg(long)]
+    pg_data: Option<String>,
     /// Run only these scenarios (floor, enqueue, drain, keys, fair, runtimes, steady,
-    /// clutter, long_tx, churn, dashboard, soak, router), for investigating one; the default
-    /// runs them all but dashboard, soak and router, which run only when named, alone.
+    /// clutter, long_tx, held, burst, faults, churn, backlog, dashboard, soak, router), for investigating one; the default
+    /// runs them all but backlog, dashboard, soak and router, which run only when named (the last three alone).
     #[arg(long, value_delimiter = ',')]
     only: Option<Vec<String>>,
     /// The dashboard scenario's `aedb-queue` binary (default: the
@@ -125,6 +159,10 @@ struct Args {
     /// Router: repetitions of each drain.
     #[arg(long, default_value_t = 3)]
     router_reps: usize,
+    /// Backlog (`--only backlog`, not in the default set): the large
+    /// backlog's tasks (default 10,000,000; 200,000 with --quick); the small one is 10,000.
+    #[arg(long)]
+    backlog_tasks: Option<usize>,
     /// Where latest.md and throughput.png go.
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/results"))]
     out: PathBuf,
@@ -171,9 +209,24 @@ struct Plan {
     long_clean: Duration,
     long_hold: Duration,
     long_after: Duration,
+    /// Held snapshot (every system): the steady run's rate, the driver's
+    /// start-up allowance, and the phases.
+    held_rate: u64,
+    held_slack: Duration,
+    held_clean: Duration,
+    held_hold: Duration,
+    held_after: Duration,
+    /// Burst (every system): the base rate, the burst, the time after it.
+    burst_base: u64,
+    burst: scenarios::Burst,
+    burst_after: Duration,
+    /// Faults (aedb_queue, the baseline, pgmq): the drain the faults hit.
+    faults: stress::Faults,
     churn: Option<(u64, u64)>,
     churn_rounds: u64,
     floor_seconds: Duration,
+    /// Scale of the backlog (`--only backlog`): sizes and measurements.
+    backlog: backlog::Options,
 }
 
 impl Plan {
@@ -210,9 +263,39 @@ impl Plan {
             long_clean: Duration::from_secs(5),
             long_hold: Duration::from_secs(10),
             long_after: Duration::from_secs(10),
+            held_rate: 500,
+            held_slack: Duration::from_secs(5),
+            held_clean: Duration::from_secs(4),
+            held_hold: Duration::from_secs(8),
+            held_after: Duration::from_secs(6),
+            burst_base: 200,
+            burst: scenarios::Burst {
+                rate: 2_000,
+                at: 4,
+                seconds: 6,
+            },
+            burst_after: Duration::from_secs(12),
+            faults: stress::Faults {
+                jobs: 20_000,
+                peer_jobs: 5_000,
+                workers: 4,
+                kills_at: vec![1.0, 2.0],
+                restart_at: Some(3.0),
+                deadline: Duration::from_secs(45),
+                pg_data: String::new(),
+                pg_ctl: String::new(),
+            },
             churn: None,
             churn_rounds: 2,
             floor_seconds: Duration::from_secs(3),
+            backlog: backlog::Options {
+                small: 10_000,
+                large: 200_000,
+                enqueue_jobs: 2_000,
+                drain_jobs: 5_000,
+                workers: 4,
+                window: Duration::from_secs(30),
+            },
         }
     }
 
@@ -248,9 +331,39 @@ impl Plan {
             long_clean: Duration::from_secs(10),
             long_hold: Duration::from_secs(60),
             long_after: Duration::from_secs(30),
+            held_rate: 500,
+            held_slack: Duration::from_secs(10),
+            held_clean: Duration::from_secs(20),
+            held_hold: Duration::from_secs(120),
+            held_after: Duration::from_secs(30),
+            burst_base: 200,
+            burst: scenarios::Burst {
+                rate: 2_000,
+                at: 10,
+                seconds: 30,
+            },
+            burst_after: Duration::from_secs(90),
+            faults: stress::Faults {
+                jobs: 100_000,
+                peer_jobs: 20_000,
+                workers: 4,
+                kills_at: vec![2.0, 4.0],
+                restart_at: Some(6.0),
+                deadline: Duration::from_secs(90),
+                pg_data: String::new(),
+                pg_ctl: String::new(),
+            },
             churn: Some((1_000_000, 10_000)),
             churn_rounds: 2,
             floor_seconds: Duration::from_secs(5),
+            backlog: backlog::Options {
+                small: 10_000,
+                large: 10_000_000,
+                enqueue_jobs: 5_000,
+                drain_jobs: 20_000,
+                workers: 4,
+                window: Duration::from_secs(60),
+            },
         }
     }
 }
@@ -273,6 +386,24 @@ const WAKEUP_RATE: u64 = 200;
 const WAKEUP_SECONDS: u64 = 10;
 const FLOOR_ROW: &str = "insert + delete (pgbench)";
 const NOTIFY_COLUMN: &str = "single, 8 producers, NOTIFY on";
+const HELD_CLEAN: &str = "before";
+const HELD_HELD: &str = "snapshot held";
+const HELD_AFTER: &str = "after release";
+const DEAD_AT_HOLD: &str = "dead tuples at the snapshot";
+const DEAD_BEFORE_RELEASE: &str = "dead tuples at its release";
+const DEAD_AFTER_RUN: &str = "dead tuples after the run";
+const XMIN_AGE: &str = "xmin age at release (xacts)";
+const BURST_DRAIN: &str = "backlog drained (s after the burst)";
+const BURST_PEAK: &str = "peak backlog (jobs)";
+const BURST_RATE: &str = "picked up in the burst (jobs/s)";
+const BURST_P99_BEFORE: &str = "p99 before";
+const BURST_P99_FROM: &str = "p99 from the burst on (worst second)";
+const BURST_P50_AFTER: &str = "p50 after the burst";
+const FAULT_MISSING: &str = "missing (lost or stuck)";
+const FAULT_DUPLICATES: &str = "run twice";
+const FAULT_AT_FIRST: &str = "done at the first fault";
+const FAULT_KILLED: &str = "backends killed";
+const FAULT_SECONDS: &str = "seconds until all done or the deadline";
 
 fn churn_column(done: u64) -> String {
     format!("after {done} jobs")
@@ -831,6 +962,178 @@ impl Bench {
         }
     }
 
+    /// The systems of the held-snapshot and burst scenarios: every one with
+    /// a steady run (not the loops, not awa-python, whose driver has none).
+    fn steady_systems(&self) -> Vec<System> {
+        self.systems
+            .iter()
+            .copied()
+            .filter(|s| !s.is_loop() && *s != System::AwaPython)
+            .collect()
+    }
+
+    /// A snapshot held for minutes during a steady run, every system (see stress.rs).
+    async fn held(&mut self) {
+        let p = &self.plan;
+        let (rate, slack, clean, hold, after) = (
+            p.held_rate,
+            p.held_slack,
+            p.held_clean,
+            p.held_hold,
+            p.held_after,
+        );
+        for system in self.steady_systems() {
+            let name = system.name();
+            // A driver's window opens after its runtime's start-up and schema
+            // set-up (awa's migrations take several seconds on a busy machine).
+            let slack = if system.is_node() { slack * 3 } else { slack };
+            match stress::held_snapshot(&self.cluster, system, rate, slack, clean, hold, after)
+                .await
+            {
+                Ok(h) => {
+                    for (col, ph) in [
+                        (HELD_CLEAN, h.clean),
+                        (HELD_HELD, h.held),
+                        (HELD_AFTER, h.after),
+                    ] {
+                        self.results.add("held", name, col, ph.rate);
+                        if let Some(v) = ph.p50_us {
+                            self.results.add("held_p50", name, col, v);
+                        }
+                        if let Some(v) = ph.p99_us {
+                            self.results.add("held_p99", name, col, v);
+                        }
+                        self.results
+                            .add("held_backlog", name, col, ph.backlog_end as f64);
+                    }
+                    for (col, v) in [
+                        (DEAD_AT_HOLD, h.dead_before),
+                        (DEAD_BEFORE_RELEASE, h.dead_during),
+                        (DEAD_AFTER_RUN, h.dead_after),
+                        (XMIN_AGE, h.xmin_age),
+                    ] {
+                        self.results.add("held_dead", name, col, v as f64);
+                    }
+                    println!(
+                        "  held {name}: {:.0}/{:.0}/{:.0} jobs/s, p99 {:?}/{:?}/{:?} us, backlog {}/{}/{}, dead {}/{}/{}, held {:.1} s, xmin age {}",
+                        h.clean.rate, h.held.rate, h.after.rate,
+                        h.clean.p99_us, h.held.p99_us, h.after.p99_us,
+                        h.clean.backlog_end, h.held.backlog_end, h.after.backlog_end,
+                        h.dead_before, h.dead_during, h.dead_after, h.held_seconds, h.xmin_age
+                    );
+                }
+                Err(e) => self
+                    .results
+                    .notes
+                    .push(format!("held / {name}: failed: {e}")),
+            }
+        }
+    }
+
+    /// Ten times the steady rate for a while, every system (see stress.rs).
+    async fn burst(&mut self) {
+        let (base, burst, after) = (self.plan.burst_base, self.plan.burst, self.plan.burst_after);
+        for system in self.steady_systems() {
+            let name = system.name();
+            match stress::burst(&self.cluster, system, base, burst, after).await {
+                Ok(b) => {
+                    if let Some(s) = b.drain_seconds {
+                        self.results.add("burst", name, BURST_DRAIN, s);
+                    } else {
+                        self.results.notes.push(format!(
+                            "burst / {name}: the backlog did not drain within the {} s after the burst ({} of {} jobs picked up)",
+                            after.as_secs(),
+                            b.picked_up,
+                            b.enqueued
+                        ));
+                    }
+                    self.results
+                        .add("burst", name, BURST_PEAK, b.peak_backlog as f64);
+                    self.results.add("burst", name, BURST_RATE, b.burst.rate);
+                    for (col, v) in [
+                        (BURST_P99_BEFORE, b.before.p99_us),
+                        (BURST_P99_FROM, b.p99_us),
+                        (BURST_P50_AFTER, b.after.p50_us),
+                    ] {
+                        if let Some(v) = v {
+                            self.results.add("burst_latency", name, col, v);
+                        }
+                    }
+                    println!(
+                        "  burst {name}: drained {:?} s after, peak backlog {}, {:.0} jobs/s in the burst, p99 {:?} us before, {:?} us from the burst on",
+                        b.drain_seconds, b.peak_backlog, b.burst.rate, b.before.p99_us, b.p99_us
+                    );
+                }
+                Err(e) => self
+                    .results
+                    .notes
+                    .push(format!("burst / {name}: failed: {e}")),
+            }
+        }
+    }
+
+    /// Backend kills and an immediate restart during a drain, counted
+    /// against a ledger (see stress.rs); the systems the harness drives
+    /// in-process only, the others get a note.
+    async fn faults(&mut self) {
+        let f = self.plan.faults.clone();
+        for system in self.systems.clone() {
+            let name = system.name();
+            if system.is_loop() {
+                continue;
+            }
+            let run = if stress::faults_supported(system) {
+                stress::faults(&self.cluster, system, &f).await
+            } else if stress::ledger_driver(system) {
+                let jobs = if system.slow_drain() {
+                    f.peer_jobs.min(self.plan.slow_drain_jobs)
+                } else {
+                    f.peer_jobs
+                };
+                stress::faults_driver(&self.cluster, system, &f, jobs).await
+            } else {
+                self.results.notes.push(format!(
+                    "faults / {name}: not run: {}",
+                    if system.is_node() {
+                        "its driver does not implement the ledger flag of the driver protocol yet"
+                    } else {
+                        "its settlement happens in the claim (PgQ batches, pgmq's pop), so no handler transaction can hold the ledger row"
+                    }
+                ));
+                continue;
+            };
+            match run {
+                Ok(r) => {
+                    for (col, v) in [
+                        (FAULT_MISSING, r.missing as f64),
+                        (FAULT_DUPLICATES, r.duplicates as f64),
+                        (FAULT_AT_FIRST, r.at_first_fault as f64),
+                        (FAULT_KILLED, r.kills as f64),
+                        (FAULT_SECONDS, r.seconds),
+                    ] {
+                        self.results.add("faults", name, col, v);
+                    }
+                    if !r.restarted {
+                        self.results
+                            .notes
+                            .push(format!("faults / {name}: the cluster was not restarted"));
+                    }
+                    if let Some(e) = &r.driver_error {
+                        self.results.notes.push(format!("faults / {name}: the driver failed under the faults (its ledger is compared all the same): {e}"));
+                    }
+                    println!(
+                        "  faults {name}: {} enqueued, {} in the ledger ({} rows): {} missing, {} twice; {} backends killed, restarted {}, {} worker errors, {} done at the first fault, {:.1} s",
+                        r.enqueued, r.distinct, r.rows, r.missing, r.duplicates, r.kills, r.restarted, r.worker_errors, r.at_first_fault, r.seconds
+                    );
+                }
+                Err(e) => self
+                    .results
+                    .notes
+                    .push(format!("faults / {name}: failed: {e}")),
+            }
+        }
+    }
+
     async fn churn(&mut self) {
         let Some((total, backlog)) = self.plan.churn else {
             return;
@@ -948,8 +1251,44 @@ async fn main() -> Result<()> {
         args.task_index_storage.as_deref(),
     );
     if let Some(rates) = args.steady_rates.clone() {
+        plan.held_rate = rates.first().copied().unwrap_or(plan.held_rate);
         plan.steady_rates = rates;
     }
+    if let Some(r) = args.held_rate {
+        plan.held_rate = r;
+    }
+    if let Some(s) = args.held_seconds {
+        plan.held_hold = Duration::from_secs(s);
+    }
+    if let Some(r) = args.burst_rate {
+        plan.burst_base = r;
+    }
+    plan.burst.rate = plan.burst_base * args.burst_factor.unwrap_or(10);
+    if let Some(s) = args.burst_seconds {
+        plan.burst.seconds = s;
+    }
+    if let Some(s) = args.burst_after {
+        plan.burst_after = Duration::from_secs(s);
+    }
+    if let Some(n) = args.fault_jobs {
+        plan.faults.jobs = n;
+    }
+    if let Some(n) = args.backlog_tasks {
+        plan.backlog.large = n;
+    }
+    if let Some(s) = args.fault_wait {
+        plan.faults.deadline = Duration::from_secs(s);
+    }
+    plan.faults.pg_data = args.pg_data.clone().unwrap_or_else(|| {
+        format!(
+            "{}/data",
+            std::env::var("AEDB_BENCH_DIR").unwrap_or_else(|_| "/var/tmp/aedb_queue_bench".into())
+        )
+    });
+    plan.faults.pg_ctl = format!(
+        "{}/pg_ctl",
+        std::env::var("AEDB_PG_BIN").unwrap_or_else(|_| "/usr/lib/postgresql/15/bin".into())
+    );
     let default_systems = if args.quick {
         ["aedb_queue", "aedb-loop", "baseline", "baseline-loop"]
             .map(String::from)
@@ -1109,22 +1448,68 @@ async fn main() -> Result<()> {
         if runs("long_tx") {
             bench.long_transaction().await;
         }
+        if runs("held") {
+            bench.held().await;
+        }
+        if runs("burst") {
+            bench.burst().await;
+        }
+        if runs("faults") {
+            bench.faults().await;
+        }
     }
     if runs("churn") {
         bench.churn().await;
     }
+    // The backlog runs only when named: a full run's 10,000,000-task fills take hours.
+    if args
+        .only
+        .as_ref()
+        .is_some_and(|o| o.iter().any(|s| s == "backlog"))
+    {
+        println!("== backlog");
+        for system in backlog::systems(&bench.systems) {
+            backlog::run(
+                &bench.cluster,
+                system,
+                &bench.plan.backlog,
+                &mut bench.results,
+            )
+            .await;
+        }
+    }
     let elapsed = started.elapsed();
-    std::fs::create_dir_all(&args.out)?;
+    // The backlog alone writes results/backlog/ (unless --out says otherwise),
+    // so that it never replaces a full run's latest.md; it has no chart.
+    let backlog_only = args
+        .only
+        .as_ref()
+        .is_some_and(|o| o.iter().all(|s| s == "backlog"));
+    let out = if backlog_only && !std::env::args().any(|a| a.starts_with("--out")) {
+        args.out.join("backlog")
+    } else {
+        args.out.clone()
+    };
+    std::fs::create_dir_all(&out)?;
     let md = render(&bench, elapsed).await?;
-    std::fs::write(args.out.join("latest.md"), md)?;
+    std::fs::write(out.join("latest.md"), &md)?;
+    // A full run (every scenario, full sizes) is also kept in runs.md.
+    if !args.quick && args.only.is_none() {
+        let runs = out.join("runs.md");
+        let entry = run_entry(&md);
+        let existing = std::fs::read_to_string(&runs).ok();
+        std::fs::write(&runs, summary::with_run(existing.as_deref(), &entry))?;
+    }
     let names: Vec<&str> = bench.systems.iter().map(|s| s.name()).collect();
     let mut chart_workers = workers.clone();
     chart_workers.extend(batched_workers.iter().copied());
     chart_workers.sort_unstable();
     chart_workers.dedup();
-    if let Err(e) = report::chart(
+    if backlog_only {
+        // No chart: the backlog measures no drain curves.
+    } else if let Err(e) = report::chart(
         &bench.results,
-        &args.out.join("throughput.png"),
+        &out.join("throughput.png"),
         &names,
         &chart_workers,
         if workers.contains(&8) {
@@ -1142,7 +1527,7 @@ async fn main() -> Result<()> {
     }
     println!(
         "wrote {} in {:.0} s",
-        args.out.join("latest.md").display(),
+        out.join("latest.md").display(),
         elapsed.as_secs_f64()
     );
     Ok(())
@@ -1196,6 +1581,7 @@ async fn render(bench: &Bench, elapsed: Duration) -> Result<String> {
     let _ = writeln!(md, "Code: commit `{commit}`. Run finished {}.  ", now_utc());
     let _ = writeln!(md, "Machine: {cpus} CPUs, load average at the end `{}`. PostgreSQL {version} on 127.0.0.1, `{}`.  ", load.trim(), settings.join(" "));
     let _ = writeln!(md, "Clients run on the same machine over TCP. Ratios in **bold** are against the hand-written baseline in the same run: the ratio of the medians, then (*paired*) the median of each repetition's own ratio. Within a repetition every system runs one cell after the other (the same column, adjacent in time; the order reversed in every second repetition), so a paired ratio compares measurements taken under the same machine conditions, which the machine's drift over a run does not.\n");
+    let _ = writeln!(md, "## Summary\n\nEach scenario's best peer (the baselines and the floor are not peers) against aedb_queue, from the tables below: medians of this run; \"ahead\" means aedb_queue is better by that factor, higher jobs/s or lower latency, time and counts.\n\n{}", summary::table(r, &names, &summary_lines(p)));
     let _ = writeln!(md, "![throughput](throughput.png)\n");
     let _ = writeln!(md, "{}", systems_section(&names));
     let _ = writeln!(md, "{COST_NOTE}\n");
@@ -1364,6 +1750,9 @@ async fn render(bench: &Bench, elapsed: Duration) -> Result<String> {
         )
     );
 
+    let _ = writeln!(md, "{}", stress_section(bench));
+    let _ = writeln!(md, "{}", backlog::section(r, &bench.systems, &p.backlog));
+
     let _ = writeln!(md, "## Table + index size\n");
     let _ = writeln!(
         md,
@@ -1426,6 +1815,123 @@ async fn render(bench: &Bench, elapsed: Duration) -> Result<String> {
 const COST_NOTE: &str = "Commits per job and WAL bytes per job (the tables after each jobs/s table) are the differences of `pg_stat_database.xact_commit` (the bench database; read-only transactions count too) and of `pg_current_wal_lsn()` (`pg_wal_lsn_diff`, the whole cluster) across the measured window, divided by the jobs settled in it. Statistics reach the shared counters lazily, but every backend flushes its own when it exits, so each window is opened and closed with no client connected to the bench database and the counters are read from another database. The window covers the timed part only: not the install or the preload, but the workers' connecting and stopping (the enqueue cells' producers connect and make their rolled-back first call inside the window, before their clock starts; and for the peers run by drivers of their own the client's start-up: pg-boss's `start()` and its maintenance, awa's runtime and its maintenance; the drivers' own counting queries are subtracted). WAL includes full-page images after the CHECKPOINT that ends every preload.";
 
 /// The concurrency-key cells: their workload, table, costs and targets.
+/// The held-snapshot and burst tables (every system with a steady run).
+/// A run's entry in runs.md: its time and commit, and latest.md's header
+/// lines and summary table.
+fn run_entry(latest: &str) -> String {
+    let header: Vec<&str> = latest
+        .lines()
+        .filter(|l| l.starts_with("Command:") || l.starts_with("Code:") || l.starts_with("Machine:"))
+        .collect();
+    let summary = latest
+        .split("## Summary\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .unwrap_or("")
+        .split("![throughput]")
+        .next()
+        .unwrap_or("");
+    format!("## Run finished {}\n\n{}\n{}", now_utc(), header.join("\n"), summary.trim_end())
+}
+
+/// The summary's lines: the headline cell of each scenario, at its largest
+/// worker count or rate.
+fn summary_lines(p: &Plan) -> Vec<summary::Line> {
+    use summary::{Better::*, Line};
+    let most = |v: &[usize]| v.iter().max().map_or(String::new(), |w| w.to_string());
+    let (w, bw) = (most(&p.workers), most(&p.batched_workers));
+    let rate = p.steady_rates.iter().max().map_or(String::new(), |r| format!("{r}/s"));
+    let wal = format!("{PER_JOB}_wal");
+    vec![
+        Line::new("enqueue, one per call, 1 producer (jobs/s)", "enqueue", "single, 1 producer", Higher, Unit::PerSecond),
+        Line::new("enqueue, one per call, 8 producers (jobs/s)", "enqueue", "single, 8 producers", Higher, Unit::PerSecond),
+        Line::new("enqueue, batches of 1000 (jobs/s)", "enqueue", "batch 1000", Higher, Unit::PerSecond),
+        Line::new(&format!("drain, one job per claim, {w} workers (jobs/s)"), PER_JOB, &w, Higher, Unit::PerSecond),
+        Line::new(&format!("drain, one job per claim, {w} workers, one commit per job (jobs/s)"), PER_JOB, &w, Higher, Unit::PerSecond).for_row("aedb-loop"),
+        Line::new("WAL per job, that drain (bytes)", &wal, &w, Lower, Unit::Count),
+        Line::new(&format!("drain, claims of 100, {bw} workers (jobs/s)"), &batched_table(100), &bw, Higher, Unit::PerSecond),
+        Line::new(&format!("steady {rate}: pickup p99"), "steady_p99", &rate, Lower, Unit::Micros),
+        Line::new("held snapshot: pickup p99 while held", "held_p99", HELD_HELD, Lower, Unit::Micros),
+        Line::new("held snapshot: dead tuples at its release", "held_dead", DEAD_BEFORE_RELEASE, Lower, Unit::Count),
+        Line::new("burst: time to drain after it", "burst", BURST_DRAIN, Lower, Unit::Seconds),
+        Line::new("faults: jobs lost or stuck", "faults", FAULT_MISSING, Lower, Unit::Count),
+        Line::new("faults: jobs run twice", "faults", FAULT_DUPLICATES, Lower, Unit::Count),
+        Line::new(&format!("enqueue with {} tasks waiting (jobs/s)", p.backlog.large), backlog::TABLE, &backlog::col(backlog::ENQ, p.backlog.large), Higher, Unit::PerSecond),
+        Line::new(&format!("drain with {} tasks waiting (jobs/s)", p.backlog.large), backlog::TABLE, &backlog::col(backlog::DRAIN, p.backlog.large), Higher, Unit::PerSecond),
+        Line::new(&format!("tables and indexes with {} tasks waiting", p.backlog.large), backlog::TABLE, &backlog::col(backlog::SIZE, p.backlog.large), Lower, Unit::Bytes),
+    ]
+}
+
+fn stress_section(bench: &Bench) -> String {
+    let (r, p) = (&bench.results, &bench.plan);
+    let names: Vec<&str> = bench.steady_systems().iter().map(|s| s.name()).collect();
+    let mut md = String::new();
+    let phases = [HELD_CLEAN, HELD_HELD, HELD_AFTER];
+    let _ = writeln!(
+        md,
+        "## Held snapshot (every system: a steady run at {} jobs/s, {} workers; from its own connection the harness holds a REPEATABLE READ snapshot idle in transaction for {} s, {} s into the run, then {} s more)\n",
+        p.held_rate,
+        stress::WORKERS,
+        p.held_hold.as_secs(),
+        (p.held_slack + p.held_clean).as_secs(),
+        p.held_after.as_secs()
+    );
+    let _ = writeln!(md, "Jobs picked up per second, per phase (whole seconds inside it, by the handlers' start times):\n\n{}", r.table("held", &names, &phases, Unit::PerSecond, None));
+    let _ = writeln!(
+        md,
+        "Pickup latency, the worst second's p99 in each phase:\n\n{}",
+        r.table("held_p99", &names, &phases, Unit::Micros, None)
+    );
+    let _ = writeln!(
+        md,
+        "Backlog (enqueued, not yet picked up) at each phase's end:\n\n{}",
+        r.table("held_backlog", &names, &phases, Unit::Count, None)
+    );
+    let _ = writeln!(md, "Dead tuples of the system's tables (`pg_stat_user_tables.n_dead_tup`, summed over its database; statistics lag by up to a second or so) and the snapshot's xmin age:\n\n{}", r.table("held_dead", &names, &[DEAD_AT_HOLD, DEAD_BEFORE_RELEASE, DEAD_AFTER_RUN, XMIN_AGE], Unit::Count, None));
+    let _ = writeln!(
+        md,
+        "## Burst (every system: {} jobs/s, {} jobs/s for {} s from {} s in, then {} jobs/s for {} s; {} workers)\n",
+        p.burst_base,
+        p.burst.rate,
+        p.burst.seconds,
+        p.burst.at,
+        p.burst_base,
+        p.burst_after.as_secs(),
+        stress::WORKERS
+    );
+    let _ = writeln!(md, "The time from the burst's end until every job enqueued by then was picked up (absent: not within the run, see the notes), the largest backlog, and the pickup rate during the burst:\n\n{}", r.table("burst", &names, &[BURST_DRAIN, BURST_PEAK, BURST_RATE], Unit::Count, None));
+    let _ = writeln!(
+        md,
+        "Pickup latency:\n\n{}",
+        r.table(
+            "burst_latency",
+            &names,
+            &[BURST_P99_BEFORE, BURST_P99_FROM, BURST_P50_AFTER],
+            Unit::Micros,
+            None
+        )
+    );
+    let f = &p.faults;
+    let fault_names: Vec<&str> = bench
+        .systems
+        .iter()
+        .filter(|s| stress::faults_supported(**s) || stress::ledger_driver(**s))
+        .map(|s| s.name())
+        .collect();
+    let _ = writeln!(
+        md,
+        "## Faults ({} jobs preloaded, {} workers that reconnect on any error; pg_terminate_backend of every worker backend at {:?} s, `pg_ctl restart -m immediate` at {} s; drained until every job is in the ledger or {} s)\n",
+        f.jobs,
+        f.workers,
+        f.kills_at,
+        f.restart_at
+            .map_or("no restart".to_string(), |r| r.to_string()),
+        f.deadline.as_secs()
+    );
+    let _ = writeln!(md, "Each worker writes its job's id to a ledger table in the transaction that completes the job (the same database); afterwards every enqueued id must be in the ledger once. Missing ids are lost or still stuck (claimed by a killed worker and never released) at the deadline; ids in it twice ran twice. The peers run through their drivers (`\"ledger\": true`), whose handlers record the job in their own transaction (none lends the handler the completing one); awa-python, PgQ and pgmq's pop are not run (see the notes).\n\n{}", r.table("faults", &fault_names, &[FAULT_MISSING, FAULT_DUPLICATES, FAULT_AT_FIRST, FAULT_KILLED, FAULT_SECONDS], Unit::Count, None));
+    md
+}
+
 fn keys_section(bench: &Bench) -> String {
     let (r, p) = (&bench.results, &bench.plan);
     let spread = keys_spread_column(p.keys);

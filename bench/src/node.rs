@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::db::{Cluster, Result};
-use crate::scenarios::{Cost, Measured};
+use crate::scenarios::{Burst, Cost, Measured, Timeline};
 use crate::systems::System;
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -20,6 +20,18 @@ pub struct Request {
     pub batch: usize,
     pub rate: u64,
     pub seconds: u64,
+    /// steady: per-second buckets in the reply, and an optional burst.
+    pub timeline: bool,
+    pub burst: Option<Burst>,
+    /// drain: each handler records its job's payload "i" in bench_ledger
+    /// (the faults scenario); no commits and WAL are measured then.
+    pub ledger: bool,
+    /// SQL the driver runs after installing the peer's schema and before the
+    /// scenario, untimed: the backlog scenario's fill (`crate::backlog`).
+    pub backlog_sql: Option<&'static str>,
+    /// The backlog written by the peer's own bulk API in the driver,
+    /// untimed: (ready elsewhere, scheduled, dead).
+    pub backlog: Option<(usize, usize, usize)>,
 }
 
 #[derive(Deserialize)]
@@ -35,6 +47,7 @@ struct Reply {
     latency_us: Option<Latency>,
     backlog_end: Option<i64>,
     cost: Option<ReplyCost>,
+    timeline: Option<Timeline>,
 }
 
 /// The window's commits and WAL as the driver measured them (see driver.mjs).
@@ -54,12 +67,26 @@ pub async fn run(
 ) -> Result<Measured> {
     let db = system.db_name();
     cluster.recreate(&db).await?;
-    let request = json!({
+    let burst = req.burst.unwrap_or_default();
+    let mut request = json!({
         "system": system.name(), "db": cluster.url(&db), "scenario": scenario,
         "jobs": req.jobs, "workers": req.workers, "batch": req.batch,
         "rate": req.rate, "seconds": req.seconds, "payload_bytes": 100,
         "admin_db": cluster.url("postgres"),
+        "timeline": req.timeline, "burst_rate": burst.rate,
+        "burst_at": burst.at, "burst_seconds": burst.seconds,
     });
+    if let Some((ready, scheduled, dead)) = req.backlog {
+        request["backlog"] = json!({"ready": ready, "scheduled": scheduled, "dead": dead});
+    }
+    if let Some(sql) = req.backlog_sql {
+        request["backlog_sql"] = json!(sql);
+    }
+    if req.ledger {
+        request["ledger"] = json!(true);
+        // The faults end the drivers' connections: no cost window.
+        request.as_object_mut().map(|o| o.remove("admin_db"));
+    }
     let (program, script): (String, Option<String>) = match system.python_driver() {
         // awa's Rust runtime: the driver binary bench/run.sh builds from
         // bench/peers/awa (a workspace of its own) into target/awa-peer.
@@ -139,5 +166,6 @@ pub async fn run(
             jobs: c.jobs,
             autovacuum: c.autovacuum,
         }),
+        timeline: reply.timeline,
     })
 }

@@ -193,6 +193,7 @@ pub enum Unit {
     Micros,
     Bytes,
     Count,
+    Seconds,
 }
 
 impl Unit {
@@ -202,6 +203,7 @@ impl Unit {
             Unit::Micros if v >= 10_000.0 => format!("{:.1} ms", v / 1000.0),
             Unit::Micros => format!("{:.2} ms", v / 1000.0),
             Unit::Bytes => format!("{:.1} MB", v / 1_048_576.0),
+            Unit::Seconds => format!("{v:.1} s"),
         }
     }
 }

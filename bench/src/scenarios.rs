@@ -22,7 +22,51 @@ pub struct Measured {
     /// spent on (settled by the end of the window, including jobs finished
     /// while the workers stopped).
     pub cost: Option<Cost>,
+    /// Per second of a steady window, when asked for (see `Timeline`).
+    pub timeline: Option<Timeline>,
 }
+
+/// Per second of a steady window, from its start (`t0_ms`, Unix ms): jobs
+/// enqueued, jobs picked up (by handler start) and their pickup latencies.
+/// The drivers report the same shape (`"timeline": true` in the request).
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+pub struct Timeline {
+    pub t0_ms: f64,
+    pub enqueued: Vec<u64>,
+    pub done: Vec<u64>,
+    pub p50_us: Vec<Option<f64>>,
+    pub p99_us: Vec<Option<f64>>,
+}
+
+/// A burst in a steady run: the producer at `rate` from `at` seconds for
+/// `seconds` seconds, then back to the base rate.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Burst {
+    pub rate: u64,
+    pub at: u64,
+    pub seconds: u64,
+}
+
+impl Burst {
+    /// Jobs owed after `elapsed` seconds at `base` jobs/s with this burst.
+    pub fn due(&self, base: u64, elapsed: f64) -> f64 {
+        let extra = if self.seconds > 0 && self.rate > 0 {
+            (self.rate as f64 - base as f64)
+                * (elapsed - self.at as f64).clamp(0.0, self.seconds as f64)
+        } else {
+            0.0
+        };
+        base as f64 * elapsed + extra
+    }
+}
+
+/// Pickups recorded by `record` while a timeline is wanted: (Unix µs, latency µs).
+static SINK_ON: AtomicBool = AtomicBool::new(false);
+static SINK: std::sync::Mutex<Vec<(i64, u64)>> = std::sync::Mutex::new(Vec::new());
+
+/// The application_name of the harness's snapshot holder: the windows'
+/// quiescence checks (here and in the drivers) do not wait for it.
+pub const HOLDER_APP: &str = "aedb-bench-hold";
 
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Cost {
@@ -66,8 +110,8 @@ async fn quiesce_and_read(cluster: &Cluster, db: &str) -> Result<(i64, i64)> {
         let n: i64 = admin
             .client
             .query_one(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND backend_type = 'client backend'",
-                &[&db],
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND backend_type = 'client backend' AND application_name <> $2",
+                &[&db, &HOLDER_APP],
             )
             .await?
             .get(0);
@@ -365,8 +409,13 @@ fn latency_histogram() -> Histogram<u64> {
 
 fn record(latency: &mut Histogram<u64>, enqueued: impl Iterator<Item = Option<i64>>) {
     let now = now_micros();
+    let sink = SINK_ON.load(Ordering::Relaxed);
     for t in enqueued.flatten() {
-        latency.saturating_record((now - t).max(0) as u64);
+        let us = (now - t).max(0) as u64;
+        latency.saturating_record(us);
+        if sink {
+            SINK.lock().unwrap().push((now, us));
+        }
     }
 }
 
@@ -414,6 +463,19 @@ pub async fn drain_loaded(
 /// Producers at a fixed rate for `seconds` while `workers` workers process:
 /// pickup latency (claim time − enqueue time) and the backlog left at the end.
 pub async fn steady(ctx: &Ctx, rate: u64, seconds: u64, workers: usize) -> Result<Measured> {
+    steady_shaped(ctx, rate, seconds, workers, None, false).await
+}
+
+/// `steady`, with an optional burst and an optional per-second timeline.
+pub async fn steady_shaped(
+    ctx: &Ctx,
+    rate: u64,
+    seconds: u64,
+    workers: usize,
+    burst: Option<Burst>,
+    timeline: bool,
+) -> Result<Measured> {
+    let shape = burst.unwrap_or_default();
     let setup = ctx.fresh().await?;
     settle_storage(&setup).await?;
     drop(setup);
@@ -422,16 +484,32 @@ pub async fn steady(ctx: &Ctx, rate: u64, seconds: u64, workers: usize) -> Resul
     let pool = Workers::start(ctx, QUEUE, workers, 1).await?;
     let tick = Duration::from_millis(10);
     let per_tick = (rate as f64 * tick.as_secs_f64()).max(1.0);
+    if timeline {
+        SINK.lock().unwrap().clear();
+        SINK_ON.store(true, Ordering::Relaxed);
+    }
     let start = Instant::now();
+    let t0_us = now_micros();
+    let mut enq_per_s: Vec<u64> = Vec::new();
     let mut enqueued = 0u64;
     let mut interval = tokio::time::interval(tick);
     while start.elapsed() < Duration::from_secs(seconds) {
         interval.tick().await;
         // Catch up to the schedule if a tick was late, so the rate holds.
-        let due = (start.elapsed().as_secs_f64() / tick.as_secs_f64() * per_tick) as u64;
+        let elapsed = start.elapsed().as_secs_f64();
+        let due = if burst.is_some() {
+            shape.due(rate, elapsed) as u64
+        } else {
+            (elapsed / tick.as_secs_f64() * per_tick) as u64
+        };
         let n = due.saturating_sub(enqueued);
         if n > 0 {
             let batch: Vec<Value> = (0..n).map(|_| payload()).collect();
+            let i = ((now_micros() - t0_us).max(0) / 1_000_000) as usize;
+            if enq_per_s.len() <= i {
+                enq_per_s.resize(i + 1, 0);
+            }
+            enq_per_s[i] += n;
             systems::enqueue_batch(ctx.system, &mut conn, QUEUE, &batch).await?;
             enqueued += n;
         }
@@ -439,7 +517,12 @@ pub async fn steady(ctx: &Ctx, rate: u64, seconds: u64, workers: usize) -> Resul
     let elapsed = start.elapsed().as_secs_f64();
     let done = pool.done();
     let counter = pool.done.clone();
-    let latency = pool.stop().await?;
+    let latency = pool.stop().await;
+    let timeline = timeline.then(|| {
+        SINK_ON.store(false, Ordering::Relaxed);
+        build_timeline(t0_us, enq_per_s, std::mem::take(&mut *SINK.lock().unwrap()))
+    });
+    let latency = latency?;
     drop(conn);
     // Per job settled; the producer's commits and WAL are in the window too.
     let cost = costs
@@ -452,7 +535,36 @@ pub async fn steady(ctx: &Ctx, rate: u64, seconds: u64, workers: usize) -> Resul
         p99_us: Some(latency.value_at_quantile(0.99)),
         backlog_end: Some(enqueued as i64 - done as i64),
         cost: Some(cost),
+        timeline,
     })
+}
+
+fn build_timeline(t0_us: i64, mut enqueued: Vec<u64>, events: Vec<(i64, u64)>) -> Timeline {
+    let mut per_s: Vec<Vec<u64>> = vec![Vec::new(); enqueued.len()];
+    for (t, us) in events {
+        let i = ((t - t0_us).max(0) / 1_000_000) as usize;
+        if per_s.len() <= i {
+            per_s.resize(i + 1, Vec::new());
+        }
+        per_s[i].push(us);
+    }
+    enqueued.resize(per_s.len(), 0);
+    let pct = |v: &[u64], p: f64| {
+        (!v.is_empty()).then(|| {
+            let idx = ((p * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1;
+            v[idx] as f64
+        })
+    };
+    for v in &mut per_s {
+        v.sort_unstable();
+    }
+    Timeline {
+        t0_ms: t0_us as f64 / 1000.0,
+        enqueued,
+        done: per_s.iter().map(|v| v.len() as u64).collect(),
+        p50_us: per_s.iter().map(|v| pct(v, 0.5)).collect(),
+        p99_us: per_s.iter().map(|v| pct(v, 0.99)).collect(),
+    }
 }
 
 pub enum Clutter {
@@ -1201,5 +1313,6 @@ pub async fn runtime_wakeup(cluster: &Cluster, rate: u64, seconds: u64) -> Resul
         p99_us: Some(latency.value_at_quantile(0.99)),
         backlog_end: Some(enqueued as i64 - jobs as i64),
         cost: None,
+        timeline: None,
     })
 }

@@ -25,6 +25,8 @@ console.warn = console.error;
 const QUEUE = 'bench';          // pg-boss queue name
 const TASK = 'noop';            // graphile-worker task identifier
 const PREENQUEUE_CHUNK = 1000;  // batch size used to pre-enqueue for drain (untimed)
+const OTHER = 'backlog_other';  // the backlog's ready tasks: a queue (pg-boss) or task (graphile-worker) no worker consumes
+const YEAR_MS = 365 * 86400 * 1000;
 const POLL_MS = 50;             // completion polling period
 const TICK_MS = 10;             // steady producer pacing period
 const MAX_INFLIGHT_INSERTS = 4; // steady: concurrent producer calls at most
@@ -82,6 +84,22 @@ function parseArgs() {
     seconds: num('seconds', 0),
     payload_bytes: Math.floor(num('payload_bytes', 100)),
     admin_db: typeof a.admin_db === 'string' ? a.admin_db : null, // another database, for the counters
+    // Optional (steady only): per-second buckets in the result, and a burst,
+    // the producer at burst_rate from burst_at for burst_seconds.
+    timeline: a.timeline === true,
+    burst_rate: num('burst_rate', 0),
+    burst_at: num('burst_at', 0),
+    burst_seconds: num('burst_seconds', 0),
+    // Optional (drain, faults scenario): each handler records its job's
+    // payload "i" in bench_ledger (see makeLedger).
+    ledger: a.ledger === true,
+    // Optional (the harness's backlog scenario): tasks already waiting when the
+    // scenario starts, written untimed after the schema by the peer's own bulk
+    // API (see fillBacklog): ready ones of another queue or task the workers
+    // do not consume, scheduled ones a year ahead and dead ones of the measured one.
+    backlog: a.backlog && typeof a.backlog === 'object'
+      ? { ready: Math.floor(a.backlog.ready ?? 0), scheduled: Math.floor(a.backlog.scheduled ?? 0), dead: Math.floor(a.backlog.dead ?? 0) }
+      : null,
   };
   if (!['pg-boss', 'graphile-worker'].includes(cfg.system)) die(`"system" must be "pg-boss" or "graphile-worker" (got ${JSON.stringify(cfg.system)})`, 2);
   if (typeof cfg.db !== 'string' || !cfg.db) die('"db" must be a postgres:// connection string', 2);
@@ -180,6 +198,19 @@ function pgBossAdapter(cfg) {
       // The monitor pass that counts the queue's backlog (see burstWhenReadyExceeds above).
       await boss.supervise(QUEUE);
     },
+    // The backlog: insert() into a second queue; insert() with startAfter a year
+    // ahead; insert() with retryLimit 0, fetch() and fail(): state 'failed', pg-boss's
+    // dead letter state (a queue without deadLetter keeps them there).
+    async fillBacklog(m, chunk) {
+      await boss.createQueue(OTHER);
+      await chunk(m.dead, async ps => {
+        await boss.insert(QUEUE, ps.map(data => ({ data, retryLimit: 0 })));
+        const jobs = await boss.fetch(QUEUE, { batchSize: ps.length });
+        await boss.fail(QUEUE, jobs.map(j => j.id), { reason: 'backlog' });
+      });
+      await chunk(m.scheduled, ps => boss.insert(QUEUE, ps.map(data => ({ data, startAfter: new Date(Date.now() + YEAR_MS).toISOString() }))));
+      await chunk(m.ready, ps => boss.insert(OTHER, ps.map(data => ({ data }))));
+    },
     async open() {
       boss = new PgBoss({ connectionString: cfg.db, max: poolMax, useListenNotify: notify });
       boss.on('error', err => process.stderr.write(`pg-boss error: ${err?.message ?? err}\n`));
@@ -196,7 +227,7 @@ function pgBossAdapter(cfg) {
     },
     async startWorkers(onJobs) {
       workId = await boss.work(QUEUE, work, async jobs => {
-        onJobs(nowMs(), jobs.map(j => j.data));
+        await onJobs(nowMs(), jobs.map(j => j.data));
       });
     },
     countSql: `SELECT count(*)::bigint AS n FROM pgboss.job WHERE name = '${QUEUE}' AND state = 'completed'`,
@@ -271,6 +302,16 @@ function graphileAdapter(cfg) {
       await this.open();
     },
     async afterPreload() {},
+    // The backlog: addJobs() of a task the workers do not have; addJobs() with runAt
+    // a year ahead; addJobs() then permanentlyFailJobs() (attempts = max_attempts).
+    async fillBacklog(m, chunk) {
+      await chunk(m.dead, async ps => {
+        const jobs = await utils.addJobs(ps.map(payload => ({ identifier: TASK, payload })));
+        await utils.permanentlyFailJobs(jobs.map(j => j.id), 'backlog');
+      });
+      await chunk(m.scheduled, ps => utils.addJobs(ps.map(payload => ({ identifier: TASK, payload, runAt: new Date(Date.now() + YEAR_MS) }))));
+      await chunk(m.ready, ps => utils.addJobs(ps.map(payload => ({ identifier: OTHER, payload }))));
+    },
     async open() {
       utils = await makeWorkerUtils({ preset: { worker: { connectionString: cfg.db, logger, maxPoolSize: utilsPool } } });
     },
@@ -284,7 +325,7 @@ function graphileAdapter(cfg) {
       runner = await run({
         preset: { worker },
         noHandleSignals: true,
-        taskList: { [TASK]: async payload => { onJobs(nowMs(), [payload]); } },
+        taskList: { [TASK]: async payload => { await onJobs(nowMs(), [payload]); } },
       });
     },
     countSql: 'SELECT count(*)::bigint AS n FROM graphile_worker._private_jobs',
@@ -364,9 +405,71 @@ async function preEnqueue(cfg, sys, monitor) {
   }
 }
 
+// Completed jobs the backlog shows before the scenario (negative for a system
+// that counts remaining rows): subtracted from every count.
+let backlogBase = 0;
+
+async function fillBacklog(cfg, sys, monitor) {
+  const t0 = mono();
+  let i = 0;
+  const chunk = async (n, f) => {
+    for (let done = 0; done < n;) {
+      const k = Math.min(PREENQUEUE_CHUNK, n - done);
+      const ps = new Array(k);
+      for (let j = 0; j < k; j++) ps[j] = makePayload(cfg.payload_bytes, i++, nowMs());
+      await f(ps);
+      done += k;
+    }
+  };
+  await sys.fillBacklog(cfg.backlog, chunk);
+  await monitor.query('VACUUM ANALYZE');
+  await monitor.query('CHECKPOINT').catch(e => process.stderr.write(`driver.mjs: CHECKPOINT skipped: ${e.message}\n`));
+  backlogBase = await countCompleted(sys, monitor, 0);
+  process.stderr.write(`driver.mjs: backlog of ${i} filled in ${((mono() - t0) / 1000).toFixed(1)} s\n`);
+  return (mono() - t0) / 1000;
+}
+
 async function countCompleted(sys, monitor, enqueued) {
-  const { rows } = await monitor.query(sys.countSql);
-  return sys.completedFrom(Number(rows[0].n), enqueued);
+  // Retried for up to a minute: the faults scenario ends backends and
+  // restarts the cluster under the drain.
+  const deadline = mono() + 60_000;
+  for (;;) {
+    try {
+      const { rows } = await monitor.query(sys.countSql);
+      return sys.completedFrom(Number(rows[0].n), enqueued) - backlogBase;
+    } catch (e) {
+      if (mono() > deadline) throw e;
+      await sleep(200);
+    }
+  }
+}
+
+const LEDGER_APP = 'bench-ledger'; // the handlers' ledger connections (not ended by the faults)
+const LEDGER_SQL = 'CREATE TABLE IF NOT EXISTS bench_ledger (job_id bigint NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())';
+
+// The faults scenario's ledger: each handler call inserts its jobs' payload
+// "i" into bench_ledger in its own transaction (neither pg-boss's nor
+// graphile-worker's handler is given the transaction that completes its
+// job), retried for up to a minute; a failure rejects in the handler, so the
+// peer sees the job fail.
+function makeLedger(cfg) {
+  const pool = new pg.Pool({ connectionString: cfg.db, max: 4, application_name: LEDGER_APP });
+  pool.on('error', e => process.stderr.write(`ledger pool error: ${e.message}\n`));
+  return {
+    async record(ids) {
+      const deadline = mono() + 60_000;
+      for (;;) {
+        try {
+          await pool.query('INSERT INTO bench_ledger (job_id) SELECT unnest($1::bigint[])', [ids]);
+          return;
+        } catch (e) {
+          if (mono() > deadline) throw e;
+          await sleep(200);
+        }
+      }
+    },
+    end() { return pool.end(); },
+  };
 }
 
 async function scenarioDrain(cfg, sys, monitor) {
@@ -375,7 +478,9 @@ async function scenarioDrain(cfg, sys, monitor) {
   let resolveFirst;
   const first = new Promise(r => { resolveFirst = r; });
   let handled = 0;
-  await sys.startWorkers((t, payloads) => {
+  const ledger = cfg.ledger ? makeLedger(cfg) : null;
+  await sys.startWorkers(async (t, payloads) => {
+    if (ledger) await ledger.record(payloads.map(p => p.i));
     if (firstCall === null) { firstCall = mono(); resolveFirst(); }
     handled += payloads.length;
   });
@@ -393,6 +498,7 @@ async function scenarioDrain(cfg, sys, monitor) {
     if (end - start >= capMs) break;
   }
   await sys.stopWorkers();
+  if (ledger) await ledger.end().catch(() => {});
   return {
     jobs: completed,
     seconds: (end - start) / 1000,
@@ -408,15 +514,52 @@ function percentile(sorted, p) {
   return Math.round(sorted[idx]);
 }
 
+// The harness's snapshot holder (held-snapshot scenario): not a client of ours.
+const HOLDER_APP = 'aedb-bench-hold';
+
+// Jobs the steady producer owes after `elapsedMs`: `rate`, and `burst_rate`
+// instead from `burst_at` for `burst_seconds`.
+function dueBy(cfg, elapsedMs) {
+  const e = elapsedMs / 1000;
+  let extra = 0;
+  if (cfg.burst_seconds > 0 && cfg.burst_rate > 0) {
+    extra = (cfg.burst_rate - cfg.rate) * Math.min(Math.max(0, e - cfg.burst_at), cfg.burst_seconds);
+  }
+  return cfg.rate * e + extra;
+}
+
+// Per second of the window: jobs enqueued, jobs handled, their pickup latencies.
+function makeTimeline(t0Wall) {
+  const enq = [], done = [], lat = [];
+  const grow = i => { while (done.length <= i) { enq.push(0); done.push(0); lat.push([]); } };
+  const at = wall => Math.max(0, Math.floor((wall - t0Wall) / 1000));
+  return {
+    enq(wall, n) { const i = at(wall); grow(i); enq[i] += n; },
+    handled(wall, us) { const i = at(wall); grow(i); done[i] += 1; lat[i].push(us); },
+    toJSON() {
+      const sorted = lat.map(x => Float64Array.from(x).sort());
+      return {
+        t0_ms: t0Wall, enqueued: enq, done,
+        p50_us: sorted.map(x => percentile(x, 0.5)), p99_us: sorted.map(x => percentile(x, 0.99)),
+      };
+    },
+  };
+}
+
 async function scenarioSteady(cfg, sys, monitor) {
   const latencies = [];
   let recording = true;
+  let timeline = null;
   await sys.startWorkers((t, payloads) => {
     if (!recording) return;
-    for (const p of payloads) latencies.push((t - p.t) * 1000);
+    for (const p of payloads) {
+      const us = (t - p.t) * 1000;
+      latencies.push(us);
+      if (timeline) timeline.handled(t, us);
+    }
   });
 
-  const target = Math.round(cfg.rate * cfg.seconds);
+  const target = Math.round(dueBy(cfg, cfg.seconds * 1000));
   const durMs = cfg.seconds * 1000;
   let sent = 0;       // jobs handed to an enqueue call
   let acked = 0;      // jobs whose enqueue call returned
@@ -424,14 +567,16 @@ async function scenarioSteady(cfg, sys, monitor) {
   let failure = null;
   const pending = new Set();
   const t0 = mono();
+  if (cfg.timeline) timeline = makeTimeline(nowMs());
   for (let tick = 1; ; tick++) {
     if (failure) throw failure;
     const elapsed = mono() - t0;
-    const due = Math.min(target, Math.floor((elapsed / 1000) * cfg.rate));
+    const due = Math.min(target, Math.floor(dueBy(cfg, elapsed)));
     if (due > sent && inflight < MAX_INFLIGHT_INSERTS) {
       const n = due - sent;
       const payloads = new Array(n);
       const t = nowMs();
+      if (timeline) timeline.enq(t, n);
       for (let k = 0; k < n; k++) payloads[k] = makePayload(cfg.payload_bytes, sent + k, t);
       sent += n;
       inflight++;
@@ -461,6 +606,7 @@ async function scenarioSteady(cfg, sys, monitor) {
       enqueued: acked,
       picked_up: sorted.length,
       latency_max_us: sorted.length ? Math.round(sorted[sorted.length - 1]) : null,
+      ...(timeline ? { timeline: timeline.toJSON() } : {}),
     },
   };
 }
@@ -482,13 +628,13 @@ async function readCounters(cfg) {
     let grace = mono() + 5000;
     for (;;) {
       const { rows } = await admin.query(
-        "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1 AND backend_type = 'client backend'", [dbName(cfg.db)]);
+        "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1 AND backend_type = 'client backend' AND application_name <> $2", [dbName(cfg.db), HOLDER_APP]);
       if (rows[0].n === 0) break;
       if (mono() > deadline) throw new Error(`${rows[0].n} client backend(s) still connected to ${dbName(cfg.db)}`);
       if (mono() > grace) {
         // A closed client's connection that lingers: ended, it flushes its statistics as it exits.
         await admin.query(
-          "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND backend_type = 'client backend'", [dbName(cfg.db)]);
+          "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND backend_type = 'client backend' AND application_name <> $2", [dbName(cfg.db), HOLDER_APP]);
         process.stderr.write('driver.mjs: ended lingering connection(s) of a closed client\n');
         grace = Infinity;
       }
@@ -532,15 +678,19 @@ function makeMonitor(cfg) {
 
 async function main() {
   const cfg = parseArgs();
-  const guardSecs = cfg.seconds > 0 ? cfg.seconds + 120 : 300;
+  // A backlog's fill gets up to two hours more.
+  const guardSecs = (cfg.seconds > 0 ? cfg.seconds + 120 : 300) + (cfg.backlog ? 7200 : 0);
   const guard = setTimeout(() => die(`overall timeout: no result after ${guardSecs}s (${cfg.system} ${cfg.scenario})`, 3), guardSecs * 1000);
   const adapter = () => (cfg.system === 'pg-boss' ? pgBossAdapter(cfg) : graphileAdapter(cfg));
 
   // Untimed: the schema, and for drain the jobs; then every connection closes.
   let sys = adapter();
   let monitor = makeMonitor(cfg);
+  let backlogSeconds = null;
   try {
     await sys.setup();
+    if (cfg.ledger) await monitor.query(LEDGER_SQL);
+    if (cfg.backlog) backlogSeconds = await fillBacklog(cfg, sys, monitor);
     if (cfg.scenario === 'drain') {
       await preEnqueue(cfg, sys, monitor);
       const pre = await countCompleted(sys, monitor, cfg.jobs);
@@ -588,6 +738,7 @@ async function main() {
     cost,
     settings: `${cfg.system} ${sys.version} on Node ${process.versions.node}; ${sys.settings(cfg.scenario)}; payload ~${cfg.payload_bytes}B JSON`,
     ...(res.extra ?? {}),
+    ...(cfg.backlog ? { backlog_fill_seconds: backlogSeconds } : {}),
   };
   clearTimeout(guard);
   process.stdout.write(JSON.stringify(out) + '\n', () => process.exit(0));

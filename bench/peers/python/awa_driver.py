@@ -95,6 +95,40 @@ def autovacuum_runs(cfg) -> int:
         return int(n)
 
 
+async def fill_backlog(cfg, client) -> None:
+    """The backlog scenario's jobs, untimed, through awa's Python SDK, 1,000 a
+    call: enqueue_many_copy into another queue (no worker runs it); with
+    run_at a year ahead; and the dead part enqueued, then cancelled with
+    cancel() one job at a time (state cancelled: failing a job for good needs
+    it running), its ids read from awa's awa.jobs view."""
+    import datetime
+
+    t0 = time.monotonic()
+    b = cfg["backlog"]
+    counter = [0]
+
+    async def chunks(n: int, **kw) -> None:
+        done = 0
+        while done < n:
+            k = min(PRELOAD_CHUNK, n - done)
+            await client.enqueue_many_copy([payload(counter[0] + j) for j in range(k)], **kw)
+            counter[0] += k
+            done += k
+
+    dead = int(b.get("dead", 0))
+    await chunks(dead, queue=QUEUE)
+    with psycopg.connect(cfg["db"], autocommit=True) as c:
+        ids = [r[0] for r in c.execute("SELECT id FROM awa.jobs WHERE queue = %s AND state = 'available'", (QUEUE,))]
+    for job_id in ids:
+        await client.cancel(job_id)
+    year = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=365)
+    await chunks(int(b.get("scheduled", 0)), queue=QUEUE, run_at=year)
+    await chunks(int(b.get("ready", 0)), queue="backlog_other")
+    with psycopg.connect(cfg["db"], autocommit=True) as c:
+        c.execute("VACUUM ANALYZE")
+    log(f"backlog of {counter[0]} filled in {time.monotonic() - t0:.1f} s")
+
+
 async def setup(cfg) -> None:
     """Untimed: schema, queue storage, and for drain the jobs; then close."""
     client = awa.AsyncClient(cfg["db"], max_connections=4)
@@ -104,6 +138,8 @@ async def setup(cfg) -> None:
         # enqueue_many_copy needs the queue-storage backend active.
         await client.install_queue_storage()
         log("queue storage installed")
+        if cfg.get("backlog"):
+            await fill_backlog(cfg, client)
         if cfg["scenario"] == "drain":
             done = 0
             while done < cfg["jobs"]:
@@ -181,6 +217,8 @@ async def main() -> None:
         "workers": max(1, int(a.get("workers", 1))),
         "batch": max(1, int(a.get("batch", 1))),
         "seconds": float(a.get("seconds", 0)),
+        # Optional (the harness's backlog scenario): see fill_backlog.
+        "backlog": a.get("backlog") if isinstance(a.get("backlog"), dict) else None,
     }
     if cfg["scenario"] not in ("enqueue", "drain"):
         die(f"scenario {cfg['scenario']!r} is not driven for awa (enqueue and drain only)", 2)

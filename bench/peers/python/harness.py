@@ -21,6 +21,12 @@ An adapter is an object with:
     count_sql                          one row, one bigint: see completed_from
     completed_from(n, enqueued)        jobs done, given count_sql's value
     analyze_tables                     tables to ANALYZE after the drain's preload
+    async fill_backlog(mix, chunk)     optional (the backlog scenario): with the client
+                                       open, write mix["ready"] jobs the workers do not
+                                       consume, mix["scheduled"] due in a year and
+                                       mix["dead"] failed ones, through the peer's own
+                                       API; chunk(n, f) calls await f(payloads) with
+                                       batches of PRELOAD_CHUNK adding up to n
     settings(scenario)                 how it was configured, for the result
 
 Handlers may run on other threads (pgque's consumer is synchronous): on_jobs
@@ -101,6 +107,19 @@ def parse_request(argv: list[str], system: str) -> dict:
         "rate": float(num("rate", 0)),
         "seconds": float(num("seconds", 0)),
         "payload_bytes": int(num("payload_bytes", 100)),
+        # Optional (steady only): per-second buckets in the result, and a
+        # burst, the producer at burst_rate from burst_at for burst_seconds.
+        "timeline": bool(a.get("timeline", False)),
+        "burst_rate": float(num("burst_rate", 0)),
+        "burst_at": float(num("burst_at", 0)),
+        "burst_seconds": float(num("burst_seconds", 0)),
+        # Optional (drain, faults scenario): each handler records its job's
+        # payload "i" in bench_ledger (see Ledger).
+        "ledger": bool(a.get("ledger", False)),
+        # Optional (the harness's backlog scenario): jobs already waiting when
+        # the scenario starts, written untimed after the schema (see fill_backlog).
+        "backlog": a.get("backlog") if isinstance(a.get("backlog"), dict) else None,
+        "backlog_sql": a.get("backlog_sql") if isinstance(a.get("backlog_sql"), str) else None,
     }
     if cfg["system"] != system:
         raise NotDrivable(f'this driver runs "{system}" (asked for {cfg["system"]!r})')
@@ -127,13 +146,28 @@ class Monitor:
         self.statements = 0
 
     async def execute(self, sql: str) -> list:
-        if self.conn is None:
-            self.conn = await psycopg.AsyncConnection.connect(
-                self.db, autocommit=True, application_name="bench-monitor"
-            )
-        self.statements += 1
-        cur = await self.conn.execute(sql)
-        return await cur.fetchall() if cur.description else []
+        # Reconnects and retries for up to a minute: the faults scenario
+        # ends backends and restarts the cluster under the drain.
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if self.conn is None:
+                    self.conn = await psycopg.AsyncConnection.connect(
+                        self.db, autocommit=True, application_name="bench-monitor"
+                    )
+                self.statements += 1
+                cur = await self.conn.execute(sql)
+                return await cur.fetchall() if cur.description else []
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                try:
+                    if self.conn is not None:
+                        await self.conn.close()
+                except psycopg.Error:
+                    pass
+                self.conn = None
+                await asyncio.sleep(0.2)
 
     async def close(self) -> None:
         if self.conn is not None:
@@ -141,9 +175,45 @@ class Monitor:
             self.conn = None
 
 
+# Jobs done that the backlog shows before the scenario (negative for a peer
+# that counts remaining rows): left out of every count.
+BACKLOG_BASE = [0]
+
+
 async def count_done(sys_, monitor: Monitor, enqueued: int) -> int:
     rows = await monitor.execute(sys_.count_sql)
-    return sys_.completed_from(int(rows[0][0]), enqueued)
+    return sys_.completed_from(int(rows[0][0]), enqueued) - BACKLOG_BASE[0]
+
+
+async def fill_backlog(cfg: dict, sys_, monitor: Monitor) -> float:
+    t0 = time.monotonic()
+    counter = [0]
+
+    async def chunk(n: int, f) -> None:
+        done = 0
+        while done < n:
+            k = min(PRELOAD_CHUNK, n - done)
+            t = now_ms()
+            await f([payload(cfg["payload_bytes"], counter[0] + j, t) for j in range(k)])
+            counter[0] += k
+            done += k
+
+    if cfg["backlog_sql"]:
+        await monitor.execute(cfg["backlog_sql"])
+    if cfg["backlog"]:
+        if not hasattr(sys_, "fill_backlog"):
+            raise NotDrivable(f"{cfg['system']}: this driver has no backlog fill")
+        mix = {k: int(cfg["backlog"].get(k, 0)) for k in ("ready", "scheduled", "dead")}
+        await sys_.fill_backlog(mix, chunk)
+    await monitor.execute("VACUUM ANALYZE")
+    try:
+        await monitor.execute("CHECKPOINT")
+    except psycopg.Error as e:
+        log(f"CHECKPOINT skipped: {e}")
+    BACKLOG_BASE[0] = await count_done(sys_, monitor, 0)
+    secs = time.monotonic() - t0
+    log(f"backlog of {counter[0]} filled in {secs:.1f} s")
+    return secs
 
 
 # ------------------------------------------------------------------ scenarios
@@ -184,6 +254,88 @@ async def preload(cfg: dict, sys_, monitor: Monitor) -> None:
         log(f"CHECKPOINT skipped: {e}")
 
 
+HOLDER_APP = "aedb-bench-hold"  # the harness's snapshot holder: not a client of ours
+LEDGER_APP = "bench-ledger"  # the handlers' ledger connections (not ended by the faults)
+LEDGER_SQL = "CREATE TABLE IF NOT EXISTS bench_ledger (job_id bigint NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())"
+
+
+class Ledger:
+    """The faults scenario's ledger: each handler call inserts its jobs'
+    payload "i" into bench_ledger, in its own autocommit transaction (no
+    Python peer lends the handler the job's transaction), on a thread-local
+    synchronous connection (handlers may run on other threads; the insert
+    blocks the loop for a round trip, which the faults scenario does not
+    time). Reconnects and retries for up to a minute; a failure raises in
+    the handler, so the peer sees the job fail."""
+
+    def __init__(self, db: str):
+        self.db = db
+        self.local = threading.local()
+
+    def record(self, ids: list[int]) -> None:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                conn = getattr(self.local, "conn", None)
+                if conn is None or conn.closed:
+                    conn = psycopg.connect(self.db, autocommit=True, application_name=LEDGER_APP)
+                    self.local.conn = conn
+                conn.execute("INSERT INTO bench_ledger (job_id) SELECT unnest(%s::bigint[])", (ids,))
+                return
+            except psycopg.OperationalError:
+                self.local.conn = None
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
+
+def due_by(cfg: dict, elapsed: float) -> float:
+    """Jobs the steady producer owes after `elapsed` seconds: `rate`, and
+    `burst_rate` instead from `burst_at` for `burst_seconds`."""
+    extra = 0.0
+    if cfg["burst_seconds"] > 0 and cfg["burst_rate"] > 0:
+        extra = (cfg["burst_rate"] - cfg["rate"]) * min(max(0.0, elapsed - cfg["burst_at"]), cfg["burst_seconds"])
+    return cfg["rate"] * elapsed + extra
+
+
+class Timeline:
+    """Per second of the window: jobs enqueued, jobs handled and their
+    pickup latencies (reported as p50/p99)."""
+
+    def __init__(self, t0_wall_ms: float):
+        self.t0 = t0_wall_ms
+        self.enqueued: list[int] = []
+        self.done: list[int] = []
+        self.lat: list[list[float]] = []
+
+    def _grow(self, i: int) -> None:
+        while len(self.done) <= i:
+            self.enqueued.append(0)
+            self.done.append(0)
+            self.lat.append([])
+
+    def enq(self, wall_ms: float, n: int) -> None:
+        i = max(0, int((wall_ms - self.t0) / 1000))
+        self._grow(i)
+        self.enqueued[i] += n
+
+    def handled(self, wall_ms: float, lat_us: float) -> None:
+        i = max(0, int((wall_ms - self.t0) / 1000))
+        self._grow(i)
+        self.done[i] += 1
+        self.lat[i].append(lat_us)
+
+    def to_json(self) -> dict:
+        ls = [sorted(x) for x in self.lat]
+        return {
+            "t0_ms": self.t0,
+            "enqueued": self.enqueued,
+            "done": self.done,
+            "p50_us": [percentile(x, 0.5) for x in ls],
+            "p99_us": [percentile(x, 0.99) for x in ls],
+        }
+
+
 class Handled:
     """What the handlers saw: thread-safe, and an event set at the first call."""
 
@@ -195,8 +347,12 @@ class Handled:
         self.started = asyncio.Event()
         self.recording = record_latency
         self.latencies_us: list[float] = []
+        self.timeline: Timeline | None = None
+        self.ledger: Ledger | None = None
 
     def __call__(self, wall_ms: float, payloads: list) -> None:
+        if self.ledger is not None:
+            self.ledger.record([int(p["i"]) for p in payloads])
         with self.lock:
             if self.first is None:
                 self.first = time.monotonic()
@@ -204,11 +360,16 @@ class Handled:
             self.count += len(payloads)
             if self.recording:
                 for p in payloads:
-                    self.latencies_us.append((wall_ms - float(p["t"])) * 1000.0)
+                    lat = (wall_ms - float(p["t"])) * 1000.0
+                    self.latencies_us.append(lat)
+                    if self.timeline is not None:
+                        self.timeline.handled(wall_ms, lat)
 
 
 async def scenario_drain(cfg: dict, sys_, monitor: Monitor) -> dict:
     handled = Handled(asyncio.get_running_loop(), False)
+    if cfg["ledger"]:
+        handled.ledger = Ledger(cfg["db"])
     await sys_.start_workers(handled)
     await handled.started.wait()
     start = handled.first
@@ -240,7 +401,7 @@ async def scenario_steady(cfg: dict, sys_, monitor: Monitor) -> dict:
     handled = Handled(asyncio.get_running_loop(), True)
     await sys_.start_workers(handled)
     rate, secs, pb = cfg["rate"], cfg["seconds"], cfg["payload_bytes"]
-    target = round(rate * secs)
+    target = round(due_by(cfg, secs))
     sent = acked = 0
     inflight: set[asyncio.Task] = set()
     failure: list[BaseException] = []
@@ -254,16 +415,22 @@ async def scenario_steady(cfg: dict, sys_, monitor: Monitor) -> dict:
             failure.append(e)
 
     t0 = time.monotonic()
+    timeline = Timeline(now_ms()) if cfg["timeline"] else None
+    with handled.lock:
+        handled.timeline = timeline
     tick = 0
     while True:
         tick += 1
         if failure:
             raise failure[0]
         elapsed = time.monotonic() - t0
-        due = min(target, int(elapsed * rate))
+        due = min(target, int(due_by(cfg, elapsed)))
         if due > sent and len(inflight) < MAX_INFLIGHT:
             n = due - sent
             t = now_ms()
+            if timeline is not None:
+                with handled.lock:
+                    timeline.enq(t, n)
             batch = [payload(pb, sent + k, t) for k in range(n)]
             sent += n
             task = asyncio.create_task(send(batch, n))
@@ -288,7 +455,12 @@ async def scenario_steady(cfg: dict, sys_, monitor: Monitor) -> dict:
         "seconds": producer_secs,
         "latency_us": {"p50": percentile(lat, 0.5), "p99": percentile(lat, 0.99)} if lat else None,
         "backlog_end": acked - completed,
-        "extra": {"enqueued": acked, "picked_up": len(lat), "latency_max_us": round(lat[-1]) if lat else None},
+        "extra": {
+            "enqueued": acked,
+            "picked_up": len(lat),
+            "latency_max_us": round(lat[-1]) if lat else None,
+            **({"timeline": timeline.to_json()} if timeline is not None else {}),
+        },
     }
 
 
@@ -309,8 +481,8 @@ async def read_counters(cfg: dict) -> tuple[int, int]:
         grace = time.monotonic() + 5
         while True:
             cur = await admin.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND backend_type = 'client backend'",
-                (name,),
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND backend_type = 'client backend' AND application_name <> %s",
+                (name, HOLDER_APP),
             )
             (n,) = await cur.fetchone()
             if n == 0:
@@ -321,8 +493,8 @@ async def read_counters(cfg: dict) -> tuple[int, int]:
                 # A closed client's connection that lingers: ended, it
                 # flushes its statistics as it exits.
                 await admin.execute(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND backend_type = 'client backend'",
-                    (name,),
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND backend_type = 'client backend' AND application_name <> %s",
+                    (name, HOLDER_APP),
                 )
                 log(f"ended {n} lingering connection(s) of a closed client")
                 grace = float("inf")
@@ -354,9 +526,16 @@ async def run(cfg: dict, make_adapter) -> dict:
     monitor = Monitor(cfg["db"])
     try:
         await sys_.setup()
+        if cfg["ledger"]:
+            await monitor.execute(LEDGER_SQL)
         log("set up")
-        if cfg["scenario"] == "drain":
+        backlog_seconds = None
+        if cfg["backlog"] or cfg["backlog_sql"]:
             await sys_.open()
+            backlog_seconds = await fill_backlog(cfg, sys_, monitor)
+        if cfg["scenario"] == "drain":
+            if backlog_seconds is None:
+                await sys_.open()
             await preload(cfg, sys_, monitor)
             pre = await count_done(sys_, monitor, cfg["jobs"])
             if pre != 0:
@@ -408,6 +587,8 @@ async def run(cfg: dict, make_adapter) -> dict:
         "settings": f"{sys_.name} {sys_.version}; {sys_.settings(cfg['scenario'])}; payload ~{cfg['payload_bytes']}B JSON",
         **res.get("extra", {}),
     }
+    if backlog_seconds is not None:
+        out["backlog_fill_seconds"] = backlog_seconds
     return out
 
 
@@ -421,6 +602,8 @@ def main(system: str, make_adapter, runner=asyncio.run) -> None:
     except NotDrivable as e:
         die(str(e), 2)
     guard = cfg["seconds"] + 120 if cfg["seconds"] > 0 else 300
+    if cfg["backlog"] or cfg["backlog_sql"]:
+        guard += 7200  # a backlog's fill gets up to two hours more
     timer = threading.Timer(guard, lambda: die(f"overall timeout: no result after {guard:.0f} s ({system} {cfg['scenario']})", 3))
     timer.daemon = True
     timer.start()

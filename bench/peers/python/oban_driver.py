@@ -9,6 +9,7 @@ README.md next to this file.
 from __future__ import annotations
 
 import sys
+from datetime import timedelta
 
 import harness
 
@@ -62,6 +63,20 @@ class ObanAdapter:
     async def enqueue_batch(self, payloads: list[dict]) -> None:
         # enqueue_many: "a single database query to insert all jobs".
         await self.client.enqueue_many([Noop.new(p) for p in payloads])
+
+    async def fill_backlog(self, mix: dict, chunk) -> None:
+        # Ready: another queue (no worker runs it); scheduled: scheduled_in a
+        # year. oban-py has no call that discards a job (discarded is what
+        # exhausted attempts leave): the dead part is enqueued and then ended
+        # with cancel_many_jobs (state 'cancelled', its other terminal failure).
+        async def dead(ps: list[dict]) -> None:
+            jobs = await self.client.enqueue_many([Noop.new(p) for p in ps])
+            await self.client.cancel_many_jobs(jobs)
+
+        await chunk(mix["dead"], dead)
+        year = timedelta(days=365)
+        await chunk(mix["scheduled"], lambda ps: self.client.enqueue_many([Noop.new(p, scheduled_in=year) for p in ps]))
+        await chunk(mix["ready"], lambda ps: self.client.enqueue_many([Noop.new(p, queue="backlog_other") for p in ps]))
 
     async def enqueue_one(self, payload: dict) -> None:
         await self.client.enqueue(Noop.new(payload))

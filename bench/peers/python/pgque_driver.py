@@ -138,6 +138,20 @@ class PgQueAdapter:
         # send_batch(queue, type, payloads): one call, one statement.
         await self._run(lambda: self._client().send_batch(QUEUE, TYPE, payloads))
 
+    async def fill_backlog(self, mix: dict, chunk) -> None:
+        # PgQ's model has no scheduled or dead events (a log read by
+        # cursors): the whole backlog is events of a second queue, with a
+        # subscriber so that they are kept, sent with send_batch.
+        total = mix["ready"] + mix["scheduled"] + mix["dead"]
+
+        def create() -> None:
+            c = self._client()
+            c.conn.execute("select pgque.create_queue(%s)", ("backlog_other",))
+            c.subscribe("backlog_other", "backlog_consumer")
+
+        await self._run(create)
+        await chunk(total, lambda ps: self._run(lambda: self._client().send_batch("backlog_other", TYPE, ps)))
+
     async def enqueue_one(self, payload: dict) -> None:
         await self._run(lambda: self._client().send(QUEUE, payload, type=TYPE))
 

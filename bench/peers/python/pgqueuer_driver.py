@@ -9,6 +9,7 @@ runs it. Protocol and scenarios: harness.py and README.md next to this file.
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 import json
 
 import asyncpg
@@ -68,6 +69,23 @@ class PgQueuerAdapter:
     async def enqueue_batch(self, payloads: list[dict]) -> None:
         n = len(payloads)
         await self.queries.enqueue([ENTRYPOINT] * n, [encode(p) for p in payloads], [0] * n)
+
+    async def fill_backlog(self, mix: dict, chunk) -> None:
+        # Ready: an entrypoint no worker registers; scheduled: execute_after a
+        # year. PgQueuer keeps no failed jobs in its queue table (they move to
+        # pgqueuer_log): the dead part is enqueued and then ended with
+        # mark_job_as_cancelled, which logs them ('canceled') and removes them.
+        async def dead(ps: list[dict]) -> None:
+            n = len(ps)
+            ids = await self.queries.enqueue([ENTRYPOINT] * n, [encode(p) for p in ps], [0] * n)
+            await self.queries.mark_job_as_cancelled(ids)
+
+        await chunk(mix["dead"], dead)
+        year = timedelta(days=365)
+        await chunk(mix["scheduled"], lambda ps: self.queries.enqueue(
+            [ENTRYPOINT] * len(ps), [encode(p) for p in ps], [0] * len(ps), [year] * len(ps)))
+        await chunk(mix["ready"], lambda ps: self.queries.enqueue(
+            ["backlog_other"] * len(ps), [encode(p) for p in ps], [0] * len(ps)))
 
     async def enqueue_one(self, payload: dict) -> None:
         await self.queries.enqueue(ENTRYPOINT, encode(payload), 0)

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 
 import procrastinate
+from procrastinate.jobs import Status
 
 import harness
 
@@ -55,6 +56,23 @@ class Procrastinate:
     async def enqueue_batch(self, payloads: list[dict]) -> None:
         # Task.batch_defer_async: one INSERT for the whole batch.
         await self.task.batch_defer_async(*payloads)
+
+    async def fill_backlog(self, mix: dict, chunk) -> None:
+        # Dead: deferred, then finished as failed by procrastinate's own
+        # procrastinate_finish_job_v1 (the job manager's finish_job_by_id_async),
+        # from todo, so attempts stays 0 where a worker's failure makes it 1.
+        jm = self.app.job_manager
+
+        async def dead(ps: list[dict]) -> None:
+            for job_id in await self.task.batch_defer_async(*ps):
+                await jm.finish_job_by_id_async(job_id, status=Status.FAILED, delete_job=False)
+
+        await chunk(mix["dead"], dead)
+        # Scheduled: configure(schedule_in=a year); ready elsewhere: configure(queue=...).
+        scheduled = self.task.configure(schedule_in={"days": 365})
+        await chunk(mix["scheduled"], lambda ps: scheduled.batch_defer_async(*ps))
+        other = self.task.configure(queue="backlog_other")
+        await chunk(mix["ready"], lambda ps: other.batch_defer_async(*ps))
 
     async def enqueue_one(self, payload: dict) -> None:
         await self.task.defer_async(**payload)

@@ -122,6 +122,57 @@ struct Cfg {
     rate: f64,
     seconds: f64,
     payload_bytes: usize,
+    /// Optional (steady only): per-second buckets in the result, and a
+    /// burst, the producer at `burst_rate` from `burst_at` for `burst_seconds`.
+    timeline: bool,
+    burst_rate: f64,
+    burst_at: f64,
+    burst_seconds: f64,
+    /// Optional (drain, the faults scenario): each handler records its
+    /// job's `i` in bench_ledger.
+    ledger: bool,
+    /// Optional (the harness's backlog scenario): (ready on another queue,
+    /// scheduled a year ahead, dead) jobs waiting before the scenario,
+    /// written untimed after the schema (see `fill_backlog`).
+    backlog: Option<(usize, usize, usize)>,
+}
+
+/// Terminal jobs of the measured queue that the backlog put there (its dead
+/// ones): left out of every count of jobs done.
+static BACKLOG_BASE: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+
+/// The harness's snapshot holder (held-snapshot scenario): not a client of ours.
+const HOLDER_APP: &str = "aedb-bench-hold";
+/// The handlers' ledger connections (the faults scenario spares them).
+const LEDGER_APP: &str = "bench-ledger";
+const LEDGER_SQL: &str = "CREATE TABLE IF NOT EXISTS bench_ledger (job_id bigint NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())";
+
+/// Records a job's `i` in the ledger in its own transaction (awa's handler
+/// is not given the transaction that completes its job), retried for up to
+/// a minute; then the handler fails retryably, so awa sees the job fail.
+async fn ledger_record(pool: &PgPool, i: u64) -> std::result::Result<(), awa::JobError> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match sqlx::query("INSERT INTO bench_ledger (job_id) VALUES ($1)")
+            .bind(i as i64)
+            .execute(pool)
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(e) if Instant::now() > deadline => return Err(awa::JobError::retryable(e)),
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+/// Jobs the steady producer owes after `elapsed` seconds.
+fn due_by(cfg: &Cfg, elapsed: f64) -> f64 {
+    let mut extra = 0.0;
+    if cfg.burst_seconds > 0.0 && cfg.burst_rate > 0.0 {
+        extra =
+            (cfg.burst_rate - cfg.rate) * (elapsed - cfg.burst_at).max(0.0).min(cfg.burst_seconds);
+    }
+    cfg.rate * elapsed + extra
 }
 
 fn parse_args() -> Cfg {
@@ -155,6 +206,15 @@ fn parse_args() -> Cfg {
         rate: num("rate", 0.0),
         seconds: num("seconds", 0.0),
         payload_bytes: num("payload_bytes", 100.0) as usize,
+        timeline: a["timeline"].as_bool().unwrap_or(false),
+        burst_rate: num("burst_rate", 0.0),
+        burst_at: num("burst_at", 0.0),
+        burst_seconds: num("burst_seconds", 0.0),
+        ledger: a["ledger"].as_bool().unwrap_or(false),
+        backlog: a.get("backlog").filter(|b| b.is_object()).map(|b| {
+            let n = |k: &str| b[k].as_u64().unwrap_or(0) as usize;
+            (n("ready"), n("scheduled"), n("dead"))
+        }),
     };
     if a["system"].as_str() != Some("awa") {
         die(
@@ -249,6 +309,8 @@ struct Seen {
     handled: AtomicU64,
     recording: AtomicBool,
     latencies_us: Mutex<Vec<f64>>,
+    /// (handler wall ms, pickup latency µs) of each job, for the timeline.
+    events: Mutex<Vec<(f64, f64)>>,
 }
 
 /// The runtime: [portable] `build_client` (queue storage with its rotate
@@ -256,6 +318,16 @@ struct Seen {
 /// target) and a no-op handler registered the way awa's README does it
 /// (`register::<Args, _, _>`).
 fn build_client(pool: PgPool, cfg: &Cfg, seen: Arc<Seen>) -> Result<Client> {
+    let ledger = if cfg.ledger {
+        let opts: sqlx::postgres::PgConnectOptions = cfg.db.parse()?;
+        Some(
+            PgPoolOptions::new()
+                .max_connections(4)
+                .connect_lazy_with(opts.application_name(LEDGER_APP)),
+        )
+    } else {
+        None
+    };
     let client = Client::builder(pool)
         .queue(QUEUE, queue_config(cfg))
         .queue_storage(
@@ -266,7 +338,11 @@ fn build_client(pool: PgPool, cfg: &Cfg, seen: Arc<Seen>) -> Result<Client> {
         .transition_role(TransitionWorkerRole::QueueStorageTarget)
         .register::<BenchJob, _, _>(move |args, _ctx| {
             let seen = seen.clone();
+            let ledger = ledger.clone();
             async move {
+                if let Some(l) = &ledger {
+                    ledger_record(l, args.i).await?;
+                }
                 let t = now_ms();
                 let _ = seen.first.set(Instant::now());
                 seen.handled.fetch_add(1, Ordering::Relaxed);
@@ -275,6 +351,7 @@ fn build_client(pool: PgPool, cfg: &Cfg, seen: Arc<Seen>) -> Result<Client> {
                         .lock()
                         .unwrap()
                         .push((t - args.t) * 1000.0);
+                    seen.events.lock().unwrap().push((t, (t - args.t) * 1000.0));
                 }
                 Ok(JobResult::Completed)
             }
@@ -316,8 +393,17 @@ impl Monitor {
     }
 
     async fn completed(&mut self) -> Result<i64> {
-        self.calls += 1;
-        Ok(self.store.queue_counts(&self.pool, QUEUE).await?.terminal)
+        // Retried for up to a minute: the faults scenario ends backends and
+        // restarts the cluster under the drain (the pool reconnects).
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            self.calls += 1;
+            match self.store.queue_counts(&self.pool, QUEUE).await {
+                Ok(c) => return Ok(c.terminal - BACKLOG_BASE.load(Ordering::Relaxed)),
+                Err(e) if Instant::now() > deadline => return Err(e.into()),
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
     }
 
     async fn close(self) {
@@ -374,9 +460,10 @@ async fn read_counters(cfg: &Cfg) -> Result<(i64, i64)> {
     let mut terminated = false;
     loop {
         let n: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND backend_type = 'client backend'",
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND backend_type = 'client backend' AND application_name <> $2",
         )
         .bind(&name)
+        .bind(HOLDER_APP)
         .fetch_one(&admin)
         .await?;
         if n == 0 {
@@ -387,9 +474,10 @@ async fn read_counters(cfg: &Cfg) -> Result<(i64, i64)> {
         }
         if !terminated && start.elapsed() > Duration::from_secs(5) {
             sqlx::query(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND backend_type = 'client backend'",
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND backend_type = 'client backend' AND application_name <> $2",
             )
             .bind(&name)
+            .bind(HOLDER_APP)
             .execute(&admin)
             .await?;
             log(&format!(
@@ -438,6 +526,12 @@ async fn setup(cfg: &Cfg) -> Result<()> {
     let store = QueueStorage::new(storage_config())?;
     store.install(&p).await?;
     log("migrated, queue storage installed");
+    if cfg.ledger {
+        sqlx::query(LEDGER_SQL).execute(&p).await?;
+    }
+    if let Some(mix) = cfg.backlog {
+        fill_backlog(cfg, &p, &store, mix).await?;
+    }
     if cfg.scenario == "drain" {
         let mut done = 0;
         while done < cfg.jobs {
@@ -452,7 +546,8 @@ async fn setup(cfg: &Cfg) -> Result<()> {
             log(&format!("CHECKPOINT skipped: {e}"));
         }
         let counts = store.queue_counts(&p, QUEUE).await?;
-        if counts.terminal != 0 || counts.available != cfg.jobs as i64 {
+        let base = BACKLOG_BASE.load(Ordering::Relaxed);
+        if counts.terminal != base || counts.available != cfg.jobs as i64 {
             return Err(format!(
                 "expected {} available and 0 done before the drain, found {counts:?}",
                 cfg.jobs
@@ -462,6 +557,78 @@ async fn setup(cfg: &Cfg) -> Result<()> {
         log(&format!("{} jobs enqueued", cfg.jobs));
     }
     p.close().await;
+    Ok(())
+}
+
+/// The backlog through awa's own API, 1,000 jobs a call: `enqueue_params_copy`
+/// into another queue (no worker runs it); with `run_at` a year ahead; and
+/// the dead part enqueued and then ended with `cancel_jobs_by_ids` (state
+/// cancelled: failing a job for good needs it running), its ids read from
+/// awa's `awa.jobs` view. Then VACUUM ANALYZE and CHECKPOINT.
+async fn fill_backlog(
+    cfg: &Cfg,
+    p: &PgPool,
+    store: &QueueStorage,
+    (ready, scheduled, dead): (usize, usize, usize),
+) -> Result<()> {
+    let t0 = Instant::now();
+    let mut i = 0u64;
+    let mut chunks = |n: usize| {
+        let mut out = Vec::new();
+        let mut done = 0;
+        while done < n {
+            let k = PREENQUEUE_CHUNK.min(n - done);
+            out.push((i, k));
+            i += k as u64;
+            done += k;
+        }
+        out
+    };
+    let year = sqlx::types::chrono::DateTime::from_timestamp(
+        (now_ms() / 1000.0) as i64 + 365 * 86_400,
+        0,
+    )
+    .ok_or("a year from now is out of range")?;
+    let batch = |first: u64, k: usize, o: InsertOpts| -> Result<Vec<InsertParams>> {
+        (first..first + k as u64)
+            .map(|i| params_with(&job(i, cfg.payload_bytes), o.clone()).map_err(Into::into))
+            .collect()
+    };
+    for (first, k) in chunks(dead) {
+        store.enqueue_params_copy(p, &batch(first, k, opts())?).await?;
+        let ids: Vec<i64> = sqlx::query_scalar(
+            "SELECT id FROM awa.jobs WHERE queue = $1 AND state = 'available'",
+        )
+        .bind(QUEUE)
+        .fetch_all(p)
+        .await?;
+        store.cancel_jobs_by_ids(p, &ids).await?;
+    }
+    for (first, k) in chunks(scheduled) {
+        let o = InsertOpts {
+            run_at: Some(year),
+            ..opts()
+        };
+        store.enqueue_params_copy(p, &batch(first, k, o)?).await?;
+    }
+    for (first, k) in chunks(ready) {
+        let o = InsertOpts {
+            queue: "backlog_other".into(),
+            ..opts()
+        };
+        store.enqueue_params_copy(p, &batch(first, k, o)?).await?;
+    }
+    sqlx::query("VACUUM ANALYZE").execute(p).await?;
+    if let Err(e) = sqlx::query("CHECKPOINT").execute(p).await {
+        log(&format!("CHECKPOINT skipped: {e}"));
+    }
+    let base = store.queue_counts(p, QUEUE).await?.terminal;
+    BACKLOG_BASE.store(base, Ordering::Relaxed);
+    log(&format!(
+        "backlog of {} filled in {:.1} s ({base} terminal)",
+        ready + scheduled + dead,
+        t0.elapsed().as_secs_f64()
+    ));
     Ok(())
 }
 
@@ -591,22 +758,29 @@ async fn scenario_steady(
     seen.recording.store(true, Ordering::Relaxed);
     client.start().await?;
     let store = Arc::new(QueueStorage::new(storage_config())?);
-    let target = (cfg.rate * cfg.seconds).round() as u64;
+    let target = due_by(cfg, cfg.seconds).round() as u64;
     let dur = Duration::from_secs_f64(cfg.seconds);
     let acked = Arc::new(AtomicU64::new(0));
     let inflight = Arc::new(AtomicU64::new(0));
     let mut pending = tokio::task::JoinSet::new();
     let mut sent = 0u64;
     let t0 = Instant::now();
+    let t0_ms = now_ms();
+    let mut enq_per_s: Vec<u64> = Vec::new();
     let mut tick = 1u32;
     loop {
         while let Some(r) = pending.try_join_next() {
             r??;
         }
         let elapsed = t0.elapsed();
-        let due = target.min((elapsed.as_secs_f64() * cfg.rate).floor() as u64);
+        let due = target.min(due_by(cfg, elapsed.as_secs_f64()).floor() as u64);
         if due > sent && (inflight.load(Ordering::Relaxed) as usize) < MAX_INFLIGHT_INSERTS {
             let n = (due - sent) as usize;
+            let i = ((now_ms() - t0_ms) / 1000.0).max(0.0) as usize;
+            if enq_per_s.len() <= i {
+                enq_per_s.resize(i + 1, 0);
+            }
+            enq_per_s[i] += n as u64;
             let batch = params(sent, n, cfg.payload_bytes)?;
             sent += n as u64;
             inflight.fetch_add(1, Ordering::Relaxed);
@@ -637,6 +811,29 @@ async fn scenario_steady(
     client.shutdown(Duration::from_secs(5)).await;
     let mut lat = std::mem::take(&mut *seen.latencies_us.lock().unwrap());
     lat.sort_by(f64::total_cmp);
+    let events = std::mem::take(&mut *seen.events.lock().unwrap());
+    let timeline = cfg.timeline.then(|| {
+        let mut per_s: Vec<Vec<f64>> = vec![Vec::new(); enq_per_s.len()];
+        for (t, us) in events {
+            let i = ((t - t0_ms) / 1000.0).max(0.0) as usize;
+            if per_s.len() <= i {
+                per_s.resize(i + 1, Vec::new());
+            }
+            per_s[i].push(us);
+        }
+        enq_per_s.resize(per_s.len(), 0);
+        for v in &mut per_s {
+            v.sort_by(f64::total_cmp);
+        }
+        let pct = |v: &Vec<f64>, p: f64| (!v.is_empty()).then(|| percentile(v, p));
+        json!({
+            "t0_ms": t0_ms,
+            "enqueued": enq_per_s,
+            "done": per_s.iter().map(Vec::len).collect::<Vec<_>>(),
+            "p50_us": per_s.iter().map(|v| pct(v, 0.5)).collect::<Vec<_>>(),
+            "p99_us": per_s.iter().map(|v| pct(v, 0.99)).collect::<Vec<_>>(),
+        })
+    });
     Ok(Outcome {
         jobs: completed as u64,
         seconds: producer_secs,
@@ -648,6 +845,7 @@ async fn scenario_steady(
             "enqueued": acked,
             "picked_up": lat.len(),
             "latency_max_us": lat.last().map(|v| v.round()),
+            "timeline": timeline,
         }),
     })
 }
@@ -778,7 +976,7 @@ async fn main() {
         cfg.seconds + 120.0
     } else {
         300.0
-    };
+    } + if cfg.backlog.is_some() { 7200.0 } else { 0.0 };
     let scenario = cfg.scenario.clone();
     tokio::spawn(async move {
         tokio::time::sleep(Duration::from_secs_f64(guard)).await;
