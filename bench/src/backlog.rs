@@ -98,11 +98,19 @@ pub const SIZE: &str = "size";
 const INDEXES: &str = "indexes";
 const FILL: &str = "fill s";
 
-/// `large / small` as "0.93×", or "–" when either is missing or zero.
+/// `large / small` as "0.93×" (below 0.1 with two significant digits,
+/// "0.0034×": a collapse should not read as zero), or "–" when either is
+/// missing or zero.
 pub fn ratio(small: Option<f64>, large: Option<f64>) -> String {
     match (small, large) {
         (Some(s), Some(l)) if s > 0.0 && s.is_finite() && l.is_finite() => {
-            format!("{:.2}×", l / s)
+            let r = l / s;
+            if r > 0.0 && r < 0.1 {
+                let digits = (1 - r.log10().floor() as i32).max(2) as usize;
+                format!("{r:.digits$}×")
+            } else {
+                format!("{r:.2}×")
+            }
         }
         _ => "–".into(),
     }
@@ -613,6 +621,8 @@ mod tests {
     #[test]
     fn ratio_is_large_over_small() {
         assert_eq!(ratio(Some(1000.0), Some(930.0)), "0.93×");
+        assert_eq!(ratio(Some(2063.0), Some(7.0)), "0.0034×");
+        assert_eq!(ratio(Some(1000.0), Some(50.0)), "0.050×");
         assert_eq!(ratio(Some(0.0), Some(930.0)), "–");
         assert_eq!(ratio(None, Some(930.0)), "–");
         assert_eq!(ratio(Some(10.0), None), "–");
