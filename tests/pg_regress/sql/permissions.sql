@@ -503,6 +503,12 @@ SELECT aedb_queue.queue_pause('perm_a.jobs');
 :sqlstate
 SELECT * FROM aedb_queue.queue_reap();
 :sqlstate
+-- Nor can it shorten how long finished workflows stay readable for the
+-- operator's reap: the setting is a superuser's (only ALTER SYSTEM,
+-- postgresql.conf or ALTER DATABASE/ROLE by a superuser set it).
+SET aedb_queue.keep_workflows = 0;
+:sqlstate
+SHOW aedb_queue.keep_workflows;
 RESET SESSION AUTHORIZATION;
 \set VERBOSITY terse
 
