@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The benchmark, in one command (as root on Debian 12):
-#   bash bench/run.sh            full run (about an hour, an estimate: 35 minutes before the four Python peers and awa's Rust row), all systems
+#   bash bench/run.sh            full run (about two hours and a quarter: 7,925 s on 2026-12-07), all systems
 #   bash bench/run.sh --quick    iteration run (under 3 minutes), aedb_queue and baseline, each with its one-transaction loop
 #   bash bench/run.sh --only soak [--minutes 30 | --trial]
 #                                the soak, alone: steady load with
